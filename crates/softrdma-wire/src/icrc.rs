@@ -1,0 +1,211 @@
+//! The RoCEv2 invariant CRC.
+//!
+//! CRC-32 (the Ethernet/zlib polynomial, reflected, final inversion) over
+//! eight 0xFF bytes, the IP header with its variant fields set to ones, the
+//! UDP header with its checksum set to ones, the BTH with byte 4 set to ones,
+//! and everything after the BTH up to the ICRC. Stored least significant byte
+//! first. Two entry points: one that synthesises the IP/UDP headers a RoCE
+//! sender emits (DF set, IP ID 0), used by the transport, and one over a real
+//! captured IP packet, used by capture checkers.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::util::{be16, check};
+use crate::{bth, Error, Result};
+
+/// ICRC length in bytes.
+pub const ICRC_LEN: usize = 4;
+
+/// The two UDP endpoints of a packet, from which the IP and UDP headers that
+/// the ICRC covers are rebuilt. Both must be of the same address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Endpoints {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+}
+
+impl Endpoints {
+    pub const fn new(src: SocketAddr, dst: SocketAddr) -> Self {
+        Endpoints { src, dst }
+    }
+    /// The same path seen from the other end.
+    pub const fn reversed(self) -> Self {
+        Endpoints {
+            src: self.dst,
+            dst: self.src,
+        }
+    }
+}
+
+const LEADING_ONES: [u8; 8] = [0xFF; 8];
+
+/// Computes the ICRC of `udp_payload` (BTH up to, not including, the ICRC)
+/// as sent between `ep` with the IP header a RoCE sender emits: IPv4 with
+/// DF set and ID 0, or IPv6.
+pub fn compute(ep: &Endpoints, udp_payload: &[u8]) -> Result<u32> {
+    check("BTH", udp_payload, bth::HEADER_LEN)?;
+    let udp_len = udp_payload.len() + ICRC_LEN + 8;
+    let mut hdr = [0u8; 40 + 8 + bth::HEADER_LEN];
+    let ip_len = match (ep.src.ip(), ep.dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let total = 20 + udp_len;
+            if total > usize::from(u16::MAX) {
+                return Err(Error::BadLength {
+                    header: "IPv4",
+                    field: "total length",
+                    value: total,
+                    have: usize::from(u16::MAX),
+                });
+            }
+            hdr[0] = 0x45;
+            hdr[1] = 0xFF; // TOS masked
+            hdr[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+            // ID 0, flags DF.
+            hdr[6] = 0x40;
+            hdr[8] = 0xFF; // TTL masked
+            hdr[9] = 17;
+            hdr[10] = 0xFF; // checksum masked
+            hdr[11] = 0xFF;
+            hdr[12..16].copy_from_slice(&s.octets());
+            hdr[16..20].copy_from_slice(&d.octets());
+            20
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            if udp_len > usize::from(u16::MAX) {
+                return Err(Error::BadLength {
+                    header: "IPv6",
+                    field: "payload length",
+                    value: udp_len,
+                    have: usize::from(u16::MAX),
+                });
+            }
+            hdr[0] = 0x6F; // version 6, traffic class masked
+            hdr[1] = 0xFF;
+            hdr[2] = 0xFF;
+            hdr[3] = 0xFF; // flow label masked
+            hdr[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            hdr[6] = 17;
+            hdr[7] = 0xFF; // hop limit masked
+            hdr[8..24].copy_from_slice(&s.octets());
+            hdr[24..40].copy_from_slice(&d.octets());
+            40
+        }
+        _ => {
+            return Err(Error::NotRoce(
+                "source and destination address families differ",
+            ))
+        }
+    };
+    let u = &mut hdr[ip_len..ip_len + 8];
+    u[0..2].copy_from_slice(&ep.src.port().to_be_bytes());
+    u[2..4].copy_from_slice(&ep.dst.port().to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    u[6] = 0xFF;
+    u[7] = 0xFF;
+    let b = ip_len + 8;
+    hdr[b..b + bth::HEADER_LEN].copy_from_slice(&udp_payload[..bth::HEADER_LEN]);
+    hdr[b + 4] = 0xFF;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&LEADING_ONES);
+    h.update(&hdr[..b + bth::HEADER_LEN]);
+    h.update(&udp_payload[bth::HEADER_LEN..]);
+    Ok(h.finalize())
+}
+
+/// Reads the ICRC stored in the last four bytes of a UDP payload.
+pub fn stored(udp_payload: &[u8]) -> Result<u32> {
+    check("ICRC", udp_payload, bth::HEADER_LEN + ICRC_LEN)?;
+    let n = udp_payload.len();
+    Ok(u32::from_le_bytes([
+        udp_payload[n - 4],
+        udp_payload[n - 3],
+        udp_payload[n - 2],
+        udp_payload[n - 1],
+    ]))
+}
+
+/// Writes the ICRC over `buf[..len - 4]` into `buf[len - 4..len]`.
+pub fn seal(ep: &Endpoints, buf: &mut [u8]) -> Result<()> {
+    check("ICRC", buf, bth::HEADER_LEN + ICRC_LEN)?;
+    let n = buf.len();
+    let crc = compute(ep, &buf[..n - ICRC_LEN])?;
+    buf[n - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// Checks the ICRC of a whole UDP payload (BTH through ICRC) received between `ep`.
+pub fn verify(ep: &Endpoints, udp_payload: &[u8]) -> Result<()> {
+    let got = stored(udp_payload)?;
+    let want = compute(ep, &udp_payload[..udp_payload.len() - ICRC_LEN])?;
+    if got == want {
+        Ok(())
+    } else {
+        Err(Error::IcrcMismatch { got, want })
+    }
+}
+
+/// Computes the ICRC of a real IP packet (IPv4 with any options, ID and
+/// flags, or IPv6 without extension headers) carrying UDP and a RoCEv2
+/// payload whose last four bytes are the ICRC. Returns `(stored, computed)`.
+pub fn over_ip_packet(ip: &[u8]) -> Result<(u32, u32)> {
+    check("IP", ip, 1)?;
+    let (ip_hdr_len, ip_total) = match ip[0] >> 4 {
+        4 => {
+            check("IPv4", ip, 20)?;
+            if ip[9] != 17 {
+                return Err(Error::NotRoce("IPv4 protocol is not UDP"));
+            }
+            ((usize::from(ip[0] & 0xF)) * 4, usize::from(be16(&ip[2..4])))
+        }
+        6 => {
+            check("IPv6", ip, 40)?;
+            if ip[6] != 17 {
+                return Err(Error::NotRoce("IPv6 next header is not UDP"));
+            }
+            (40, 40 + usize::from(be16(&ip[4..6])))
+        }
+        _ => return Err(Error::NotRoce("IP version is neither 4 nor 6")),
+    };
+    if ip_total > ip.len() {
+        return Err(Error::BadLength {
+            header: "IP",
+            field: "total length",
+            value: ip_total,
+            have: ip.len(),
+        });
+    }
+    let min = ip_hdr_len + 8 + bth::HEADER_LEN + ICRC_LEN;
+    if ip_hdr_len < 20 || ip_total < min {
+        return Err(Error::Truncated {
+            header: "RoCEv2 packet",
+            need: min,
+            have: ip_total,
+        });
+    }
+    let pkt = &ip[..ip_total];
+    let mut masked = [0u8; 60 + 8 + bth::HEADER_LEN];
+    let prefix = ip_hdr_len + 8 + bth::HEADER_LEN;
+    masked[..prefix].copy_from_slice(&pkt[..prefix]);
+    if ip_hdr_len == 40 && pkt[0] >> 4 == 6 {
+        masked[0] |= 0x0F;
+        masked[1] = 0xFF;
+        masked[2] = 0xFF;
+        masked[3] = 0xFF;
+        masked[7] = 0xFF;
+    } else {
+        masked[1] = 0xFF;
+        masked[8] = 0xFF;
+        masked[10] = 0xFF;
+        masked[11] = 0xFF;
+    }
+    masked[ip_hdr_len + 6] = 0xFF;
+    masked[ip_hdr_len + 7] = 0xFF;
+    masked[ip_hdr_len + 8 + 4] = 0xFF;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&LEADING_ONES);
+    h.update(&masked[..prefix]);
+    h.update(&pkt[prefix..ip_total - ICRC_LEN]);
+    let computed = h.finalize();
+    let s = &pkt[ip_total - ICRC_LEN..];
+    Ok((u32::from_le_bytes([s[0], s[1], s[2], s[3]]), computed))
+}

@@ -1,0 +1,329 @@
+//! The one opcode table: which headers follow the BTH, whether a payload
+//! follows, where the packet sits in its message, and which transport it
+//! belongs to. Both the parser and the emitter consult this table, so the two
+//! can never disagree about a packet's shape.
+
+use core::fmt;
+
+/// The transport service an opcode belongs to (bits 7..5 of the opcode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Reliable Connected (base 0x00).
+    Rc,
+    /// Unreliable Connected (base 0x20).
+    Uc,
+    /// Unreliable Datagram (base 0x60).
+    Ud,
+    /// Congestion Notification Packet (0x81).
+    Cnp,
+}
+
+impl Transport {
+    /// Short upper-case name used in logs and `softrdma decode`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Transport::Rc => "RC",
+            Transport::Uc => "UC",
+            Transport::Ud => "UD",
+            Transport::Cnp => "CNP",
+        }
+    }
+
+    /// The opcode base of this transport.
+    pub const fn base(self) -> u8 {
+        match self {
+            Transport::Rc => 0x00,
+            Transport::Uc => 0x20,
+            Transport::Ud => 0x60,
+            Transport::Cnp => 0x80,
+        }
+    }
+}
+
+/// The extension headers that follow the BTH, in wire order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HeaderLayout {
+    /// BTH only.
+    None,
+    /// ImmDt.
+    Imm,
+    /// IETH.
+    Ieth,
+    /// RETH.
+    Reth,
+    /// RETH, ImmDt.
+    RethImm,
+    /// AETH.
+    Aeth,
+    /// AETH, AtomicAckETH.
+    AtomicAck,
+    /// AtomicETH.
+    Atomic,
+    /// DETH.
+    Deth,
+    /// DETH, ImmDt.
+    DethImm,
+    /// CNP: 16 reserved bytes.
+    Cnp,
+}
+
+impl HeaderLayout {
+    /// Bytes of extension headers between the BTH and the payload.
+    pub const fn len(self) -> usize {
+        match self {
+            HeaderLayout::None => 0,
+            HeaderLayout::Imm | HeaderLayout::Ieth | HeaderLayout::Aeth => 4,
+            HeaderLayout::Reth => 16,
+            HeaderLayout::RethImm => 20,
+            HeaderLayout::AtomicAck => 12,
+            HeaderLayout::Atomic => 28,
+            HeaderLayout::Deth => 8,
+            HeaderLayout::DethImm => 12,
+            HeaderLayout::Cnp => 16,
+        }
+    }
+
+    /// True for the BTH-only layout.
+    pub const fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The operation family of an opcode, independent of transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Send,
+    Write,
+    ReadRequest,
+    ReadResponse,
+    Ack,
+    AtomicAck,
+    CompareSwap,
+    FetchAdd,
+    Cnp,
+}
+
+/// Where a packet sits in a multi-packet message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Position {
+    First,
+    Middle,
+    Last,
+    Only,
+}
+
+impl Position {
+    /// First or only packet of a message.
+    pub const fn starts_message(self) -> bool {
+        matches!(self, Position::First | Position::Only)
+    }
+    /// Last or only packet of a message.
+    pub const fn ends_message(self) -> bool {
+        matches!(self, Position::Last | Position::Only)
+    }
+}
+
+/// Everything the table knows about one opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpcodeInfo {
+    /// The raw opcode byte.
+    pub code: u8,
+    /// rdma-core style name, e.g. `RDMA_WRITE_FIRST`.
+    pub name: &'static str,
+    pub transport: Transport,
+    pub kind: OpKind,
+    pub position: Position,
+    pub layout: HeaderLayout,
+    /// A data payload may follow the headers.
+    pub has_payload: bool,
+    /// Sent by a requester (as opposed to a responder's ACK/response).
+    pub is_request: bool,
+    /// The packet carries immediate data.
+    pub has_imm: bool,
+    /// The packet carries an invalidate rkey.
+    pub has_inv: bool,
+    /// An RC request whose execution is acknowledged (every RC request is).
+    pub needs_ack: bool,
+}
+
+/// A BTH opcode. Only known opcodes can be built; parse untrusted bytes with
+/// [`Opcode::from_u8`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Opcode(u8);
+
+macro_rules! opcodes {
+    ($( $konst:ident = $code:literal, $name:literal, $tr:ident, $kind:ident, $pos:ident, $layout:ident, $payload:literal, $req:literal; )*) => {
+        impl Opcode {
+            $(
+                #[doc = concat!("`", $name, "` (", stringify!($code), ")")]
+                pub const $konst: Opcode = Opcode($code);
+            )*
+        }
+
+        /// Every opcode softrdma understands, in numeric order.
+        pub const OPCODE_TABLE: &[OpcodeInfo] = &[
+            $(
+                OpcodeInfo {
+                    code: $code,
+                    name: $name,
+                    transport: Transport::$tr,
+                    kind: OpKind::$kind,
+                    position: Position::$pos,
+                    layout: HeaderLayout::$layout,
+                    has_payload: $payload,
+                    is_request: $req,
+                    has_imm: matches!(HeaderLayout::$layout, HeaderLayout::Imm | HeaderLayout::RethImm | HeaderLayout::DethImm),
+                    has_inv: matches!(HeaderLayout::$layout, HeaderLayout::Ieth),
+                    needs_ack: $req && matches!(Transport::$tr, Transport::Rc),
+                },
+            )*
+        ];
+    };
+}
+
+opcodes! {
+    RC_SEND_FIRST = 0x00, "RC_SEND_FIRST", Rc, Send, First, None, true, true;
+    RC_SEND_MIDDLE = 0x01, "RC_SEND_MIDDLE", Rc, Send, Middle, None, true, true;
+    RC_SEND_LAST = 0x02, "RC_SEND_LAST", Rc, Send, Last, None, true, true;
+    RC_SEND_LAST_IMM = 0x03, "RC_SEND_LAST_WITH_IMMEDIATE", Rc, Send, Last, Imm, true, true;
+    RC_SEND_ONLY = 0x04, "RC_SEND_ONLY", Rc, Send, Only, None, true, true;
+    RC_SEND_ONLY_IMM = 0x05, "RC_SEND_ONLY_WITH_IMMEDIATE", Rc, Send, Only, Imm, true, true;
+    RC_WRITE_FIRST = 0x06, "RC_RDMA_WRITE_FIRST", Rc, Write, First, Reth, true, true;
+    RC_WRITE_MIDDLE = 0x07, "RC_RDMA_WRITE_MIDDLE", Rc, Write, Middle, None, true, true;
+    RC_WRITE_LAST = 0x08, "RC_RDMA_WRITE_LAST", Rc, Write, Last, None, true, true;
+    RC_WRITE_LAST_IMM = 0x09, "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE", Rc, Write, Last, Imm, true, true;
+    RC_WRITE_ONLY = 0x0A, "RC_RDMA_WRITE_ONLY", Rc, Write, Only, Reth, true, true;
+    RC_WRITE_ONLY_IMM = 0x0B, "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", Rc, Write, Only, RethImm, true, true;
+    RC_READ_REQUEST = 0x0C, "RC_RDMA_READ_REQUEST", Rc, ReadRequest, Only, Reth, false, true;
+    RC_READ_RESPONSE_FIRST = 0x0D, "RC_RDMA_READ_RESPONSE_FIRST", Rc, ReadResponse, First, Aeth, true, false;
+    RC_READ_RESPONSE_MIDDLE = 0x0E, "RC_RDMA_READ_RESPONSE_MIDDLE", Rc, ReadResponse, Middle, None, true, false;
+    RC_READ_RESPONSE_LAST = 0x0F, "RC_RDMA_READ_RESPONSE_LAST", Rc, ReadResponse, Last, Aeth, true, false;
+    RC_READ_RESPONSE_ONLY = 0x10, "RC_RDMA_READ_RESPONSE_ONLY", Rc, ReadResponse, Only, Aeth, true, false;
+    RC_ACK = 0x11, "RC_ACKNOWLEDGE", Rc, Ack, Only, Aeth, false, false;
+    RC_ATOMIC_ACK = 0x12, "RC_ATOMIC_ACKNOWLEDGE", Rc, AtomicAck, Only, AtomicAck, false, false;
+    RC_COMPARE_SWAP = 0x13, "RC_COMPARE_SWAP", Rc, CompareSwap, Only, Atomic, false, true;
+    RC_FETCH_ADD = 0x14, "RC_FETCH_ADD", Rc, FetchAdd, Only, Atomic, false, true;
+    RC_SEND_LAST_INV = 0x16, "RC_SEND_LAST_WITH_INVALIDATE", Rc, Send, Last, Ieth, true, true;
+    RC_SEND_ONLY_INV = 0x17, "RC_SEND_ONLY_WITH_INVALIDATE", Rc, Send, Only, Ieth, true, true;
+    UC_SEND_FIRST = 0x20, "UC_SEND_FIRST", Uc, Send, First, None, true, true;
+    UC_SEND_MIDDLE = 0x21, "UC_SEND_MIDDLE", Uc, Send, Middle, None, true, true;
+    UC_SEND_LAST = 0x22, "UC_SEND_LAST", Uc, Send, Last, None, true, true;
+    UC_SEND_LAST_IMM = 0x23, "UC_SEND_LAST_WITH_IMMEDIATE", Uc, Send, Last, Imm, true, true;
+    UC_SEND_ONLY = 0x24, "UC_SEND_ONLY", Uc, Send, Only, None, true, true;
+    UC_SEND_ONLY_IMM = 0x25, "UC_SEND_ONLY_WITH_IMMEDIATE", Uc, Send, Only, Imm, true, true;
+    UC_WRITE_FIRST = 0x26, "UC_RDMA_WRITE_FIRST", Uc, Write, First, Reth, true, true;
+    UC_WRITE_MIDDLE = 0x27, "UC_RDMA_WRITE_MIDDLE", Uc, Write, Middle, None, true, true;
+    UC_WRITE_LAST = 0x28, "UC_RDMA_WRITE_LAST", Uc, Write, Last, None, true, true;
+    UC_WRITE_LAST_IMM = 0x29, "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE", Uc, Write, Last, Imm, true, true;
+    UC_WRITE_ONLY = 0x2A, "UC_RDMA_WRITE_ONLY", Uc, Write, Only, Reth, true, true;
+    UC_WRITE_ONLY_IMM = 0x2B, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", Uc, Write, Only, RethImm, true, true;
+    UD_SEND_ONLY = 0x64, "UD_SEND_ONLY", Ud, Send, Only, Deth, true, true;
+    UD_SEND_ONLY_IMM = 0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", Ud, Send, Only, DethImm, true, true;
+    CNP = 0x81, "CNP", Cnp, Cnp, Only, Cnp, false, false;
+}
+
+impl Opcode {
+    /// Looks up a raw opcode byte; `None` for opcodes softrdma does not know.
+    pub fn from_u8(code: u8) -> Option<Opcode> {
+        info_of(code).map(|_| Opcode(code))
+    }
+
+    /// The raw byte.
+    pub const fn value(self) -> u8 {
+        self.0
+    }
+
+    /// The table entry (always present: an `Opcode` is only built from the table).
+    pub fn info(self) -> &'static OpcodeInfo {
+        // Every constructor validates against the table, and the table is static.
+        info_of(self.0).unwrap_or(&OPCODE_TABLE[0])
+    }
+
+    /// rdma-core style name.
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    /// Finds the opcode for a transport, kind, position and layout, e.g. the
+    /// UC opcode of a WRITE_LAST with immediate.
+    pub fn find(
+        transport: Transport,
+        kind: OpKind,
+        position: Position,
+        layout: HeaderLayout,
+    ) -> Option<Opcode> {
+        OPCODE_TABLE
+            .iter()
+            .find(|i| {
+                i.transport == transport
+                    && i.kind == kind
+                    && i.position == position
+                    && i.layout == layout
+            })
+            .map(|i| Opcode(i.code))
+    }
+}
+
+fn info_of(code: u8) -> Option<&'static OpcodeInfo> {
+    OPCODE_TABLE
+        .binary_search_by_key(&code, |i| i.code)
+        .ok()
+        .map(|idx| &OPCODE_TABLE[idx])
+}
+
+impl fmt::Debug for Opcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}(0x{:02x})", self.name(), self.0)
+    }
+}
+
+impl fmt::Display for Opcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_sorted_and_consistent() {
+        for pair in OPCODE_TABLE.windows(2) {
+            assert!(
+                pair[0].code < pair[1].code,
+                "table must be sorted for binary search"
+            );
+        }
+        for info in OPCODE_TABLE {
+            let op = Opcode::from_u8(info.code).unwrap();
+            assert_eq!(op.info(), info);
+            assert_eq!(info.code & 0xE0, info.transport.base() & 0xE0);
+        }
+    }
+
+    #[test]
+    fn unknown_opcodes_rejected() {
+        for code in [
+            0x15u8, 0x18, 0x1f, 0x2c, 0x40, 0x41, 0x63, 0x66, 0x80, 0x82, 0xff,
+        ] {
+            assert!(Opcode::from_u8(code).is_none(), "0x{code:02x}");
+        }
+    }
+
+    #[test]
+    fn find_round_trips() {
+        for info in OPCODE_TABLE {
+            let op = Opcode::find(info.transport, info.kind, info.position, info.layout).unwrap();
+            assert_eq!(op.value(), info.code);
+        }
+    }
+
+    #[test]
+    fn uc_has_no_reads_or_acks() {
+        assert!(OPCODE_TABLE
+            .iter()
+            .filter(|i| i.transport == Transport::Uc)
+            .all(|i| matches!(i.kind, OpKind::Send | OpKind::Write)));
+    }
+}

@@ -1,0 +1,288 @@
+//! A whole RoCEv2 UDP payload: BTH, the extension headers its opcode calls
+//! for, payload, pad and ICRC.
+//!
+//! [`PacketRepr::parse`] checks structure (lengths, opcode, pad) and returns
+//! the typed headers plus a borrowed payload; the ICRC is checked separately by
+//! [`crate::icrc::verify`] because it needs the IP/UDP endpoints. Emitting goes
+//! through the same opcode table, writes the pad count and pad bytes, and
+//! seals the ICRC.
+
+use crate::aeth::{self, AethRepr};
+use crate::atomic_eth::{self, AtomicEthRepr};
+use crate::bth::{self, BthRepr};
+use crate::icrc::{self, Endpoints, ICRC_LEN};
+use crate::opcode::HeaderLayout;
+use crate::reth::{self, RethRepr};
+use crate::small::{self, DethRepr};
+use crate::{Error, Result};
+
+/// The extension headers of one packet, typed by the opcode's layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headers {
+    None,
+    Imm(u32),
+    Ieth(u32),
+    Reth(RethRepr),
+    RethImm(RethRepr, u32),
+    Aeth(AethRepr),
+    AtomicAck(AethRepr, u64),
+    Atomic(AtomicEthRepr),
+    Deth(DethRepr),
+    DethImm(DethRepr, u32),
+    Cnp,
+}
+
+impl Headers {
+    /// The layout these headers have.
+    pub const fn layout(&self) -> HeaderLayout {
+        match self {
+            Headers::None => HeaderLayout::None,
+            Headers::Imm(_) => HeaderLayout::Imm,
+            Headers::Ieth(_) => HeaderLayout::Ieth,
+            Headers::Reth(_) => HeaderLayout::Reth,
+            Headers::RethImm(..) => HeaderLayout::RethImm,
+            Headers::Aeth(_) => HeaderLayout::Aeth,
+            Headers::AtomicAck(..) => HeaderLayout::AtomicAck,
+            Headers::Atomic(_) => HeaderLayout::Atomic,
+            Headers::Deth(_) => HeaderLayout::Deth,
+            Headers::DethImm(..) => HeaderLayout::DethImm,
+            Headers::Cnp => HeaderLayout::Cnp,
+        }
+    }
+
+    /// Bytes these headers take on the wire.
+    pub const fn len(&self) -> usize {
+        self.layout().len()
+    }
+
+    /// True when there are no extension headers.
+    pub const fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The RETH, if any.
+    pub const fn reth(&self) -> Option<RethRepr> {
+        match *self {
+            Headers::Reth(r) | Headers::RethImm(r, _) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The AETH, if any.
+    pub const fn aeth(&self) -> Option<AethRepr> {
+        match *self {
+            Headers::Aeth(a) | Headers::AtomicAck(a, _) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The immediate data, if any.
+    pub const fn imm(&self) -> Option<u32> {
+        match *self {
+            Headers::Imm(i) | Headers::RethImm(_, i) | Headers::DethImm(_, i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// The DETH, if any.
+    pub const fn deth(&self) -> Option<DethRepr> {
+        match *self {
+            Headers::Deth(d) | Headers::DethImm(d, _) => Some(d),
+            _ => None,
+        }
+    }
+
+    fn parse(layout: HeaderLayout, b: &[u8]) -> Result<Self> {
+        let reth =
+            |b: &[u8]| -> Result<RethRepr> { RethRepr::parse(&reth::Packet::new_checked(b)?) };
+        let aeth =
+            |b: &[u8]| -> Result<AethRepr> { AethRepr::parse(&aeth::Packet::new_checked(b)?) };
+        Ok(match layout {
+            HeaderLayout::None => Headers::None,
+            HeaderLayout::Imm => Headers::Imm(small::parse_immdt(b)?),
+            HeaderLayout::Ieth => Headers::Ieth(small::parse_ieth(b)?),
+            HeaderLayout::Reth => Headers::Reth(reth(b)?),
+            HeaderLayout::RethImm => {
+                Headers::RethImm(reth(b)?, small::parse_immdt(&b[reth::HEADER_LEN..])?)
+            }
+            HeaderLayout::Aeth => Headers::Aeth(aeth(b)?),
+            HeaderLayout::AtomicAck => Headers::AtomicAck(
+                aeth(b)?,
+                small::parse_atomic_ack_eth(&b[aeth::HEADER_LEN..])?,
+            ),
+            HeaderLayout::Atomic => {
+                Headers::Atomic(AtomicEthRepr::parse(&atomic_eth::Packet::new_checked(b)?)?)
+            }
+            HeaderLayout::Deth => Headers::Deth(DethRepr::parse(b)?),
+            HeaderLayout::DethImm => Headers::DethImm(
+                DethRepr::parse(b)?,
+                small::parse_immdt(&b[small::DETH_LEN..])?,
+            ),
+            HeaderLayout::Cnp => {
+                crate::util::check("CNP", b, HeaderLayout::Cnp.len())?;
+                Headers::Cnp
+            }
+        })
+    }
+
+    /// Writes the headers into `b`, which must be exactly `self.len()` long.
+    fn emit(&self, b: &mut [u8]) {
+        match *self {
+            Headers::None => {}
+            Headers::Imm(i) => small::emit_immdt(b, i),
+            Headers::Ieth(k) => small::emit_ieth(b, k),
+            Headers::Reth(r) => r.emit(&mut reth::Packet::new_unchecked(b)),
+            Headers::RethImm(r, i) => {
+                r.emit(&mut reth::Packet::new_unchecked(&mut b[..reth::HEADER_LEN]));
+                small::emit_immdt(&mut b[reth::HEADER_LEN..], i);
+            }
+            Headers::Aeth(a) => a.emit(&mut aeth::Packet::new_unchecked(b)),
+            Headers::AtomicAck(a, orig) => {
+                a.emit(&mut aeth::Packet::new_unchecked(&mut b[..aeth::HEADER_LEN]));
+                small::emit_atomic_ack_eth(&mut b[aeth::HEADER_LEN..], orig);
+            }
+            Headers::Atomic(a) => a.emit(&mut atomic_eth::Packet::new_unchecked(b)),
+            Headers::Deth(d) => d.emit(b),
+            Headers::DethImm(d, i) => {
+                d.emit(&mut b[..small::DETH_LEN]);
+                small::emit_immdt(&mut b[small::DETH_LEN..], i);
+            }
+            Headers::Cnp => b.fill(0),
+        }
+    }
+}
+
+/// One RoCEv2 packet, parsed or to be emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketRepr<'a> {
+    pub bth: BthRepr,
+    pub headers: Headers,
+    /// The payload without pad bytes.
+    pub payload: &'a [u8],
+}
+
+/// Pad bytes needed to bring `len` to a multiple of four.
+pub const fn pad_for(len: usize) -> usize {
+    (4 - (len % 4)) % 4
+}
+
+/// Offset of the payload in a packet with these headers.
+pub const fn payload_offset(headers: &Headers) -> usize {
+    bth::HEADER_LEN + headers.len()
+}
+
+/// Whole UDP payload length (BTH to ICRC) for these headers and payload length.
+pub const fn packet_len(headers: &Headers, payload_len: usize) -> usize {
+    payload_offset(headers) + payload_len + pad_for(payload_len) + ICRC_LEN
+}
+
+impl<'a> PacketRepr<'a> {
+    /// Parses a whole UDP payload (BTH through ICRC). Checks opcode, TVer,
+    /// header lengths and pad count; does not check the ICRC.
+    pub fn parse(udp_payload: &'a [u8]) -> Result<Self> {
+        let bth = BthRepr::parse(&bth::Packet::new_checked(udp_payload)?)?;
+        let info = bth.opcode.info();
+        let hdr_end = bth::HEADER_LEN + info.layout.len();
+        let need = hdr_end + ICRC_LEN;
+        if udp_payload.len() < need {
+            // Name the header that is cut short when it is the headers themselves.
+            if udp_payload.len() < hdr_end {
+                Headers::parse(info.layout, &udp_payload[bth::HEADER_LEN..])?;
+            }
+            return Err(Error::Truncated {
+                header: "ICRC",
+                need,
+                have: udp_payload.len(),
+            });
+        }
+        let headers = Headers::parse(info.layout, &udp_payload[bth::HEADER_LEN..hdr_end])?;
+        let body = &udp_payload[hdr_end..udp_payload.len() - ICRC_LEN];
+        let pad = usize::from(bth.pad_count);
+        if !info.has_payload {
+            if !body.is_empty() || pad != 0 {
+                return Err(Error::UnexpectedPayload {
+                    opcode: bth.opcode.value(),
+                    len: body.len(),
+                });
+            }
+        } else if pad > body.len() {
+            return Err(Error::PadExceedsPayload {
+                pad: bth.pad_count,
+                payload: body.len(),
+            });
+        }
+        Ok(PacketRepr {
+            bth,
+            headers,
+            payload: &body[..body.len() - pad],
+        })
+    }
+
+    /// Bytes [`PacketRepr::emit`] writes.
+    pub const fn buffer_len(&self) -> usize {
+        packet_len(&self.headers, self.payload.len())
+    }
+
+    /// Writes the packet, pad and ICRC into `buf`; returns the length written.
+    pub fn emit(&self, buf: &mut [u8], ep: &Endpoints) -> Result<usize> {
+        let off = payload_offset(&self.headers);
+        let need = self.buffer_len();
+        if buf.len() < need {
+            return Err(Error::BufferTooSmall {
+                need,
+                have: buf.len(),
+            });
+        }
+        buf[off..off + self.payload.len()].copy_from_slice(self.payload);
+        emit_in_place(&self.bth, &self.headers, buf, self.payload.len(), ep)
+    }
+}
+
+/// Emits the headers, pad and ICRC around a payload that the caller already
+/// wrote at `buf[payload_offset(headers)..][..payload_len]`, sparing a copy.
+/// `bth.pad_count` is ignored and derived from `payload_len`. Returns the
+/// packet length.
+pub fn emit_in_place(
+    bth: &BthRepr,
+    headers: &Headers,
+    buf: &mut [u8],
+    payload_len: usize,
+    ep: &Endpoints,
+) -> Result<usize> {
+    let info = bth.opcode.info();
+    if info.layout != headers.layout() {
+        return Err(Error::HeadersDoNotMatchOpcode {
+            opcode: bth.opcode.value(),
+        });
+    }
+    if !info.has_payload && payload_len != 0 {
+        return Err(Error::UnexpectedPayload {
+            opcode: bth.opcode.value(),
+            len: payload_len,
+        });
+    }
+    if bth.dest_qp > bth::QPN_MASK {
+        return Err(Error::BadField {
+            header: "BTH",
+            field: "DestQP",
+            value: u64::from(bth.dest_qp),
+        });
+    }
+    let need = packet_len(headers, payload_len);
+    if buf.len() < need {
+        return Err(Error::BufferTooSmall {
+            need,
+            have: buf.len(),
+        });
+    }
+    let pad = pad_for(payload_len);
+    let mut b = *bth;
+    b.pad_count = pad as u8;
+    b.emit(&mut bth::Packet::new_unchecked(&mut buf[..bth::HEADER_LEN]));
+    let off = payload_offset(headers);
+    headers.emit(&mut buf[bth::HEADER_LEN..off]);
+    let end = off + payload_len;
+    buf[end..end + pad].fill(0);
+    icrc::seal(ep, &mut buf[..need])?;
+    Ok(need)
+}
