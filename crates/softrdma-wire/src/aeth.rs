@@ -16,14 +16,20 @@ pub const CREDITS_INVALID: u8 = 0x1F;
 /// The NAK codes of IBTA table 44.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NakCode {
+    /// The PSN is ahead of the expected one (a packet was lost); the requester rewinds.
     PsnSequenceError,
+    /// The request is malformed or not supported (e.g. a misaligned atomic).
     InvalidRequest,
+    /// The rkey, address range or access rights do not allow the operation.
     RemoteAccessError,
+    /// The responder could not complete the operation (e.g. a local error).
     RemoteOperationalError,
+    /// Invalid RD request (RD only; kept so every IBTA code decodes).
     InvalidRdRequest,
 }
 
 impl NakCode {
+    /// The 5-bit code carried in the low bits of a NAK syndrome.
     pub const fn value(self) -> u8 {
         match self {
             NakCode::PsnSequenceError => 0,
@@ -33,6 +39,7 @@ impl NakCode {
             NakCode::InvalidRdRequest => 4,
         }
     }
+    /// Decodes the low 5 bits of a NAK syndrome; `None` for reserved codes.
     pub const fn from_value(v: u8) -> Option<Self> {
         Some(match v {
             0 => NakCode::PsnSequenceError,
@@ -43,6 +50,7 @@ impl NakCode {
             _ => return None,
         })
     }
+    /// Human-readable name for logs and decoders.
     pub const fn name(self) -> &'static str {
         match self {
             NakCode::PsnSequenceError => "PSN sequence error",
@@ -58,9 +66,15 @@ impl NakCode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Syndrome {
     /// Positive acknowledgement with an end-to-end credit code (0x1F = invalid).
-    Ack { credits: u8 },
+    Ack {
+        /// End-to-end credit code (IBTA table 46); 0x1F = invalid / unlimited.
+        credits: u8,
+    },
     /// Receiver not ready: retry after the time of `timer` (IBTA table 45).
-    RnrNak { timer: u8 },
+    RnrNak {
+        /// RNR timer code, see [`rnr_timer_micros`].
+        timer: u8,
+    },
     /// Negative acknowledgement.
     Nak(NakCode),
 }
@@ -119,7 +133,7 @@ pub const fn credits_from_code(code: u8) -> Option<u32> {
         _ => {
             // 5 -> 6, 6 -> 8, 7 -> 12, 8 -> 16 ...: alternating 1.5x and 2x steps.
             let k = (c - 5) / 2;
-            if (c - 5) % 2 == 0 {
+            if (c - 5) & 1 == 0 {
                 6 << k
             } else {
                 8 << k
@@ -149,22 +163,27 @@ pub struct Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
+    /// Wraps a buffer without checking its length; accessors panic if it is short.
     pub const fn new_unchecked(buffer: T) -> Self {
         Packet { buffer }
     }
+    /// Wraps a buffer after checking that it holds a whole AETH.
     pub fn new_checked(buffer: T) -> Result<Self> {
         check("AETH", buffer.as_ref(), HEADER_LEN)?;
         Ok(Packet { buffer })
     }
+    /// The raw syndrome byte (decode with [`Syndrome::from_byte`]).
     pub fn syndrome_raw(&self) -> u8 {
         self.buffer.as_ref()[0]
     }
+    /// The 24-bit message sequence number.
     pub fn msn(&self) -> Msn {
         Msn::new(be32(&self.buffer.as_ref()[0..4]))
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Writes the syndrome byte and MSN together (they share one 32-bit word).
     pub fn set(&mut self, syndrome: u8, msn: Msn) {
         put32(
             &mut self.buffer.as_mut()[0..4],
@@ -176,11 +195,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 /// A parsed AETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AethRepr {
+    /// ACK, RNR NAK or NAK, with its credit count, timer or code.
     pub syndrome: Syndrome,
+    /// Sequence number of the last message the responder completed.
     pub msn: Msn,
 }
 
 impl AethRepr {
+    /// Parses a view; reserved syndromes are an [`Error::BadField`].
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Self> {
         check("AETH", p.buffer.as_ref(), HEADER_LEN)?;
         Ok(AethRepr {
@@ -188,9 +210,11 @@ impl AethRepr {
             msn: p.msn(),
         })
     }
+    /// Always [`HEADER_LEN`].
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }
+    /// Writes the header; the view must hold [`HEADER_LEN`] bytes.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
         p.set(self.syndrome.to_byte(), self.msn);
     }

@@ -63,36 +63,47 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()
     }
 
+    /// The raw opcode byte (validate with [`Opcode::from_u8`]).
     pub fn opcode_raw(&self) -> u8 {
         self.b()[field::OPCODE]
     }
+    /// SE: the receiver should raise a solicited completion event.
     pub fn solicited(&self) -> bool {
         self.b()[field::FLAGS] & 0x80 != 0
     }
+    /// M: path migration request state.
     pub fn mig_req(&self) -> bool {
         self.b()[field::FLAGS] & 0x40 != 0
     }
+    /// PadCnt: pad bytes (0..=3) between the payload and the ICRC.
     pub fn pad_count(&self) -> u8 {
         (self.b()[field::FLAGS] >> 4) & 0x3
     }
+    /// TVer: transport header version, 0 for every IBA packet.
     pub fn tver(&self) -> u8 {
         self.b()[field::FLAGS] & 0x0F
     }
+    /// P_Key: the partition key.
     pub fn pkey(&self) -> u16 {
         u16::from_be_bytes([self.b()[field::PKEY.start], self.b()[field::PKEY.start + 1]])
     }
+    /// F: forward explicit congestion notification (not covered by the ICRC).
     pub fn fecn(&self) -> bool {
         self.b()[field::FB] & 0x80 != 0
     }
+    /// B: backward explicit congestion notification (not covered by the ICRC).
     pub fn becn(&self) -> bool {
         self.b()[field::FB] & 0x40 != 0
     }
+    /// The 24-bit destination queue pair number.
     pub fn dest_qp(&self) -> u32 {
         read_u24(&self.b()[field::DESTQP])
     }
+    /// A: the requester asks the responder to acknowledge this packet.
     pub fn ack_req(&self) -> bool {
         self.b()[field::ACKREQ] & 0x80 != 0
     }
+    /// The 24-bit packet sequence number.
     pub fn psn(&self) -> Psn {
         Psn::new(read_u24(&self.b()[field::PSN]))
     }
@@ -102,6 +113,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     fn bm(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
+    /// Sets the opcode byte.
     pub fn set_opcode_raw(&mut self, v: u8) {
         self.bm()[field::OPCODE] = v;
     }
@@ -110,6 +122,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         self.bm()[field::FLAGS] =
             (u8::from(se) << 7) | (u8::from(mig_req) << 6) | ((pad & 3) << 4) | (tver & 0xF);
     }
+    /// Sets the partition key.
     pub fn set_pkey(&mut self, v: u16) {
         self.bm()[field::PKEY].copy_from_slice(&v.to_be_bytes());
     }
@@ -117,6 +130,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_fecn_becn(&mut self, fecn: bool, becn: bool) {
         self.bm()[field::FB] = (u8::from(fecn) << 7) | (u8::from(becn) << 6);
     }
+    /// Sets the destination QPN (only the low 24 bits are written).
     pub fn set_dest_qp(&mut self, v: u32) {
         write_u24(&mut self.bm()[field::DESTQP], v);
     }
@@ -124,6 +138,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_ack_req(&mut self, v: bool) {
         self.bm()[field::ACKREQ] = u8::from(v) << 7;
     }
+    /// Sets the PSN.
     pub fn set_psn(&mut self, v: Psn) {
         write_u24(&mut self.bm()[field::PSN], v.value());
     }
@@ -144,15 +159,25 @@ pub(crate) fn write_u24(b: &mut [u8], v: u32) {
 /// in `packet`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BthRepr {
+    /// The opcode; its table entry fixes the headers that follow.
     pub opcode: Opcode,
+    /// SE: solicited event.
     pub solicited: bool,
+    /// M: migration request state.
     pub mig_req: bool,
+    /// PadCnt (0..=3); derived from the payload length when a packet is emitted.
     pub pad_count: u8,
+    /// Partition key.
     pub pkey: u16,
+    /// F: forward ECN (masked out of the ICRC).
     pub fecn: bool,
+    /// B: backward ECN (masked out of the ICRC).
     pub becn: bool,
+    /// Destination QPN, 24 bits.
     pub dest_qp: u32,
+    /// A: acknowledge request.
     pub ack_req: bool,
+    /// Packet sequence number.
     pub psn: Psn,
 }
 

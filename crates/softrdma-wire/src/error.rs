@@ -10,8 +10,11 @@ use core::fmt;
 pub enum Error {
     /// The buffer ends before header `header` does.
     Truncated {
+        /// The header being read.
         header: &'static str,
+        /// Bytes the header needs (counted from where it starts).
         need: usize,
+        /// Bytes present.
         have: usize,
     },
     /// The BTH opcode is not one softrdma knows (RD and reserved opcodes land here).
@@ -19,28 +22,58 @@ pub enum Error {
     /// BTH.TVer is not 0.
     BadTransportVersion(u8),
     /// BTH.PadCnt is larger than the bytes that follow the headers.
-    PadExceedsPayload { pad: u8, payload: usize },
+    PadExceedsPayload {
+        /// BTH.PadCnt.
+        pad: u8,
+        /// Bytes between the headers and the ICRC.
+        payload: usize,
+    },
     /// The opcode carries no payload but bytes follow its headers.
-    UnexpectedPayload { opcode: u8, len: usize },
+    UnexpectedPayload {
+        /// The opcode byte.
+        opcode: u8,
+        /// Bytes found (or offered) after the headers.
+        len: usize,
+    },
     /// The computed invariant CRC differs from the one in the packet.
-    IcrcMismatch { got: u32, want: u32 },
+    IcrcMismatch {
+        /// The ICRC stored in the packet.
+        got: u32,
+        /// The ICRC computed over the packet.
+        want: u32,
+    },
     /// The extension headers handed to `emit` do not match the opcode's layout.
-    HeadersDoNotMatchOpcode { opcode: u8 },
+    HeadersDoNotMatchOpcode {
+        /// The opcode byte.
+        opcode: u8,
+    },
     /// The output buffer is too small for what is being emitted.
-    BufferTooSmall { need: usize, have: usize },
+    BufferTooSmall {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes available.
+        have: usize,
+    },
     /// A field holds a value the format forbids (e.g. a 25-bit QPN).
     BadField {
+        /// The header holding the field.
         header: &'static str,
+        /// The field's name.
         field: &'static str,
+        /// The offending value.
         value: u64,
     },
     /// Not an IPv4/IPv6 packet, or not UDP.
     NotRoce(&'static str),
     /// A length field disagrees with the bytes present.
     BadLength {
+        /// The header holding the length field.
         header: &'static str,
+        /// The length field's name.
         field: &'static str,
+        /// What the field says.
         value: usize,
+        /// What is actually present (or the largest value allowed).
         have: usize,
     },
 }

@@ -26,8 +26,11 @@ pub const UDP_LEN: usize = 8;
 /// Options for frames built for captures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameOptions {
+    /// Ethernet source MAC.
     pub src_mac: [u8; 6],
+    /// Ethernet destination MAC.
     pub dst_mac: [u8; 6],
+    /// IPv4 TTL / IPv6 hop limit (masked out of the ICRC).
     pub ttl: u8,
     /// DSCP and ECN bits.
     pub tos: u8,
@@ -181,7 +184,9 @@ pub fn build_frame(
 /// A UDP datagram found in an IP packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IpUdp<'a> {
+    /// Source address and UDP port.
     pub src: SocketAddr,
+    /// Destination address and UDP port.
     pub dst: SocketAddr,
     /// The IP packet from its first header byte to its total length (link
     /// padding removed), as the ICRC covers it.

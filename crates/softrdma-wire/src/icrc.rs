@@ -20,11 +20,14 @@ pub const ICRC_LEN: usize = 4;
 /// the ICRC covers are rebuilt. Both must be of the same address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Endpoints {
+    /// The sender's address and UDP source port.
     pub src: SocketAddr,
+    /// The receiver's address and UDP destination port (normally 4791).
     pub dst: SocketAddr,
 }
 
 impl Endpoints {
+    /// Endpoints of a packet sent from `src` to `dst`.
     pub const fn new(src: SocketAddr, dst: SocketAddr) -> Self {
         Endpoints { src, dst }
     }

@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
+#![warn(missing_docs)]
 
 pub mod aeth;
 pub mod atomic_eth;

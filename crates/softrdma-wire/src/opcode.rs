@@ -92,23 +92,36 @@ impl HeaderLayout {
 /// The operation family of an opcode, independent of transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OpKind {
+    /// SEND (two-sided: consumes a receive WQE).
     Send,
+    /// RDMA WRITE.
     Write,
+    /// RDMA READ request.
     ReadRequest,
+    /// RDMA READ response.
     ReadResponse,
+    /// ACK / NAK.
     Ack,
+    /// Atomic acknowledge carrying the original value.
     AtomicAck,
+    /// Atomic compare-and-swap request.
     CompareSwap,
+    /// Atomic fetch-and-add request.
     FetchAdd,
+    /// Congestion notification packet.
     Cnp,
 }
 
 /// Where a packet sits in a multi-packet message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Position {
+    /// First packet of a multi-packet message.
     First,
+    /// Neither first nor last.
     Middle,
+    /// Last packet of a multi-packet message.
     Last,
+    /// The whole message in one packet.
     Only,
 }
 
@@ -130,9 +143,13 @@ pub struct OpcodeInfo {
     pub code: u8,
     /// rdma-core style name, e.g. `RDMA_WRITE_FIRST`.
     pub name: &'static str,
+    /// RC, UC, UD or CNP.
     pub transport: Transport,
+    /// The operation family.
     pub kind: OpKind,
+    /// Where the packet sits in its message.
     pub position: Position,
+    /// The extension headers between BTH and payload.
     pub layout: HeaderLayout,
     /// A data payload may follow the headers.
     pub has_payload: bool,

@@ -19,16 +19,27 @@ use crate::{Error, Result};
 /// The extension headers of one packet, typed by the opcode's layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Headers {
+    /// BTH only.
     None,
+    /// Immediate data (ImmDt).
     Imm(u32),
+    /// The rkey to invalidate (IETH).
     Ieth(u32),
+    /// RETH.
     Reth(RethRepr),
+    /// RETH then ImmDt.
     RethImm(RethRepr, u32),
+    /// AETH.
     Aeth(AethRepr),
+    /// AETH then AtomicAckETH (the original remote value).
     AtomicAck(AethRepr, u64),
+    /// AtomicETH.
     Atomic(AtomicEthRepr),
+    /// DETH.
     Deth(DethRepr),
+    /// DETH then ImmDt.
     DethImm(DethRepr, u32),
+    /// The 16 reserved bytes of a CNP (emitted as zeros, ignored on parse).
     Cnp,
 }
 
@@ -155,7 +166,9 @@ impl Headers {
 /// One RoCEv2 packet, parsed or to be emitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PacketRepr<'a> {
+    /// The base transport header.
     pub bth: BthRepr,
+    /// The extension headers; their layout must match `bth.opcode`.
     pub headers: Headers,
     /// The payload without pad bytes.
     pub payload: &'a [u8],

@@ -49,11 +49,14 @@ pub fn emit_ieth(b: &mut [u8], rkey: u32) {
 /// A parsed Datagram Extended Transport Header (UD).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DethRepr {
+    /// Q_Key the receiving UD QP must hold.
     pub qkey: u32,
+    /// The sender's QPN, 24 bits.
     pub src_qp: u32,
 }
 
 impl DethRepr {
+    /// Parses a DETH at the start of `b`.
     pub fn parse(b: &[u8]) -> Result<Self> {
         check("DETH", b, DETH_LEN)?;
         Ok(DethRepr {
@@ -61,6 +64,7 @@ impl DethRepr {
             src_qp: read_u24(&b[5..8]),
         })
     }
+    /// Always [`DETH_LEN`].
     pub const fn buffer_len(&self) -> usize {
         DETH_LEN
     }
