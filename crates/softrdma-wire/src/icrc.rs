@@ -177,8 +177,15 @@ pub fn over_ip_packet(ip: &[u8]) -> Result<(u32, u32)> {
             have: ip.len(),
         });
     }
+    if ip_hdr_len < 20 {
+        return Err(Error::BadField {
+            header: "IPv4",
+            field: "IHL",
+            value: (ip[0] & 0xF).into(),
+        });
+    }
     let min = ip_hdr_len + 8 + bth::HEADER_LEN + ICRC_LEN;
-    if ip_hdr_len < 20 || ip_total < min {
+    if ip_total < min {
         return Err(Error::Truncated {
             header: "RoCEv2 packet",
             need: min,

@@ -7,7 +7,7 @@
 //! through the same opcode table, writes the pad count and pad bytes, and
 //! seals the ICRC.
 
-use crate::aeth::{self, AethRepr};
+use crate::aeth::{self, AethRepr, Syndrome};
 use crate::atomic_eth::{self, AtomicEthRepr};
 use crate::bth::{self, BthRepr};
 use crate::icrc::{self, Endpoints, ICRC_LEN};
@@ -136,6 +136,35 @@ impl Headers {
         })
     }
 
+    /// Rejects values the wire fields cannot hold, which `emit` would
+    /// otherwise truncate silently (and the peer would parse as something else).
+    fn check_fields(&self) -> Result<()> {
+        if let Some(d) = self.deth() {
+            if d.src_qp > bth::QPN_MASK {
+                return Err(Error::BadField {
+                    header: "DETH",
+                    field: "SrcQP",
+                    value: u64::from(d.src_qp),
+                });
+            }
+        }
+        if let Some(a) = self.aeth() {
+            let code = match a.syndrome {
+                Syndrome::Ack { credits } => credits,
+                Syndrome::RnrNak { timer } => timer,
+                Syndrome::Nak(_) => 0,
+            };
+            if code > 0x1F {
+                return Err(Error::BadField {
+                    header: "AETH",
+                    field: "syndrome",
+                    value: u64::from(code),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the headers into `b`, which must be exactly `self.len()` long.
     fn emit(&self, b: &mut [u8]) {
         match *self {
@@ -211,14 +240,14 @@ impl<'a> PacketRepr<'a> {
         let headers = Headers::parse(info.layout, &udp_payload[bth::HEADER_LEN..hdr_end])?;
         let body = &udp_payload[hdr_end..udp_payload.len() - ICRC_LEN];
         let pad = usize::from(bth.pad_count);
-        if !info.has_payload {
-            if !body.is_empty() || pad != 0 {
-                return Err(Error::UnexpectedPayload {
-                    opcode: bth.opcode.value(),
-                    len: body.len(),
-                });
-            }
-        } else if pad > body.len() {
+        if !info.has_payload && !body.is_empty() {
+            return Err(Error::UnexpectedPayload {
+                opcode: bth.opcode.value(),
+                len: body.len(),
+            });
+        }
+        // Also catches a non-zero pad on an opcode without payload (body is empty).
+        if pad > body.len() {
             return Err(Error::PadExceedsPayload {
                 pad: bth.pad_count,
                 payload: body.len(),
@@ -281,6 +310,7 @@ pub fn emit_in_place(
             value: u64::from(bth.dest_qp),
         });
     }
+    headers.check_fields()?;
     let need = packet_len(headers, payload_len);
     if buf.len() < need {
         return Err(Error::BufferTooSmall {
