@@ -1,1 +1,51 @@
-//! placeholder
+//! # softrdma-engine
+//!
+//! The soft HCA's logic with no sockets, threads or clocks in it: verbs
+//! objects (protection domains, memory regions, CQs, SRQs, address handles,
+//! QPs of type RC, UC and UD), the QP state machine with the exact attribute
+//! rules of `ibv_modify_qp`, and the reliable and unreliable transports.
+//!
+//! The interface follows quinn-proto. Commands come from the application
+//! ([`Engine::post_send`], [`Engine::modify_qp`], …); the network and the clock
+//! come from a driver ([`Engine::handle_packet`], [`Engine::handle_timeout`]);
+//! what to do next goes back out ([`Engine::poll_transmit`],
+//! [`Engine::poll_timeout`], [`Engine::poll_event`], [`Engine::poll_cq`]).
+//! The same engine runs under the UDP driver, the shared-memory driver and
+//! the deterministic network simulator of the test suite.
+//!
+//! Memory is reached through [`RegionMemory`], so the engine checks keys,
+//! bounds and rights and then copies; it never holds references into memory
+//! that remote peers write.
+
+#![forbid(unsafe_code)]
+
+mod counters;
+mod engine;
+mod error;
+mod memory;
+mod qp;
+pub mod qp_attr;
+mod requester;
+mod resources;
+mod responder;
+mod rng;
+pub mod sim;
+mod time;
+mod wr;
+
+pub use counters::Counters;
+pub use engine::{Engine, EngineConfig, QpInit, SrcPortPolicy, SrqInit, MAX_CQE, MAX_QP};
+pub use error::{errno, Result, VerbsError};
+pub use memory::{RegionMemory, VecMemory};
+pub use qp_attr::{
+    AccessFlags, AhAttr, AttrLimits, AttrMask, Gid, ModifyQpError, Mtu, QpAttr, QpCap, QpState,
+    QpType,
+};
+pub use requester::{Transmit, MAX_MSG_SIZE};
+pub use resources::{Event, MrKeys};
+pub use responder::GRH_LEN;
+pub use rng::Rng;
+pub use time::{local_ack_timeout, Instant};
+pub use wr::{
+    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};

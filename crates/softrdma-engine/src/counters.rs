@@ -1,0 +1,64 @@
+//! Packet and error counters, per device and per QP, named like the
+//! `rdma statistic` counters so that operators recognise them.
+
+/// A set of counters. The device keeps one, and every QP its own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    /// Packets sent again after a NAK, RNR NAK or timeout.
+    pub retransmits: u64,
+    pub seq_naks_sent: u64,
+    pub seq_naks_rcvd: u64,
+    pub rnr_naks_sent: u64,
+    pub rnr_naks_rcvd: u64,
+    /// Local ACK timeouts that fired.
+    pub timeouts: u64,
+    /// Duplicate requests seen by the responder.
+    pub duplicates: u64,
+    /// Packets dropped because the ICRC did not match.
+    pub icrc_errors: u64,
+    /// Requests dropped because they arrived out of sequence.
+    pub out_of_sequence: u64,
+    /// Packets that could not be parsed.
+    pub malformed: u64,
+    /// Packets for a QP that does not exist or is in the wrong state.
+    pub dropped: u64,
+    /// UD packets with the wrong Q_Key.
+    pub qkey_violations: u64,
+    /// Completions lost to full CQs.
+    pub cq_overruns: u64,
+    /// Error NAKs sent (invalid request, remote access, remote operational).
+    pub error_naks_sent: u64,
+    /// CNPs received.
+    pub cnp_rcvd: u64,
+}
+
+impl Counters {
+    /// Field names and values, for tools and the stats socket.
+    pub fn fields(&self) -> [(&'static str, u64); 19] {
+        [
+            ("tx_packets", self.tx_packets),
+            ("tx_bytes", self.tx_bytes),
+            ("rx_packets", self.rx_packets),
+            ("rx_bytes", self.rx_bytes),
+            ("retransmits", self.retransmits),
+            ("seq_naks_sent", self.seq_naks_sent),
+            ("seq_naks_rcvd", self.seq_naks_rcvd),
+            ("rnr_naks_sent", self.rnr_naks_sent),
+            ("rnr_naks_rcvd", self.rnr_naks_rcvd),
+            ("timeouts", self.timeouts),
+            ("duplicates", self.duplicates),
+            ("icrc_errors", self.icrc_errors),
+            ("out_of_sequence", self.out_of_sequence),
+            ("malformed", self.malformed),
+            ("dropped", self.dropped),
+            ("qkey_violations", self.qkey_violations),
+            ("cq_overruns", self.cq_overruns),
+            ("error_naks_sent", self.error_naks_sent),
+            ("cnp_rcvd", self.cnp_rcvd),
+        ]
+    }
+}

@@ -1,0 +1,1086 @@
+//! The soft HCA as one sans-I/O state machine.
+//!
+//! In the manner of quinn-proto: verbs calls (`alloc_pd`, `reg_mr`,
+//! `create_qp`, `modify_qp`, `post_send`, `post_recv`, `poll_cq`, …) are
+//! commands; `handle_packet` and `handle_timeout` feed it the network and
+//! the clock; `poll_transmit`, `poll_timeout` and `poll_event` hand out what
+//! must happen next. A driver (UDP sockets, shared memory, the simulator)
+//! only moves bytes and time.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use softrdma_wire::{icrc, Endpoints, OpKind, PacketRepr, Psn, Transport};
+
+use crate::counters::Counters;
+use crate::error::{Result, VerbsError};
+use crate::memory::RegionMemory;
+use crate::qp::{Qp, SendWqe};
+use crate::qp_attr::{
+    validate_modify, AccessFlags, AhAttr, AttrLimits, AttrMask, Mtu, QpAttr, QpCap, QpState, QpType,
+};
+use crate::requester::{transport_of, Transmit, TxCtx};
+use crate::resources::{Ah, Cq, Event, MrKeys, Notify, RecvWqe, Resources, Srq};
+use crate::time::Instant;
+use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
+
+/// Largest CQ depth.
+pub const MAX_CQE: u32 = 1 << 20;
+/// Largest number of QPs per engine.
+pub const MAX_QP: u32 = 1 << 18;
+
+/// How the UDP source port of a QP's packets is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SrcPortPolicy {
+    /// `0xC000 | (hash(qpn) & 0x3FFF)`: one flow per QP, as Linux does.
+    PerQp,
+    /// Every packet from this port (a driver with a single socket).
+    Fixed(u16),
+}
+
+/// Engine configuration.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// This device's IP address and RoCE UDP port.
+    pub local: SocketAddr,
+    /// UDP port of peers (4791 on a real network).
+    pub remote_port: u16,
+    pub src_port: SrcPortPolicy,
+    /// Seed for keys (drivers pass OS randomness; the simulator a test seed).
+    pub seed: u64,
+    /// The port's active MTU (UD message limit and path MTU ceiling).
+    pub active_mtu: Mtu,
+    pub limits: AttrLimits,
+    /// Unacknowledged packets an RC QP may have in flight.
+    pub max_inflight: u32,
+    /// An RC requester asks for an ACK at least every this many packets.
+    pub ack_req_every: u32,
+}
+
+impl EngineConfig {
+    /// Defaults for a device at `local`.
+    pub fn new(local: SocketAddr) -> Self {
+        EngineConfig {
+            local,
+            remote_port: softrdma_wire::frame::ROCE_PORT,
+            src_port: SrcPortPolicy::PerQp,
+            seed: 0x5EED,
+            active_mtu: Mtu::Mtu4096,
+            limits: AttrLimits::default(),
+            max_inflight: 256,
+            ack_req_every: 32,
+        }
+    }
+}
+
+/// What `create_qp` needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInit {
+    pub pd: u32,
+    pub qp_type: QpType,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub srq: Option<u32>,
+    pub cap: QpCap,
+    /// Every send WR completes with a CQE, whatever its SIGNALED flag.
+    pub sq_sig_all: bool,
+}
+
+/// SRQ creation attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SrqInit {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    /// Raise `SrqLimitReached` when fewer WQEs than this remain (0 = off).
+    pub limit: u32,
+}
+
+/// The soft HCA.
+pub struct Engine {
+    cfg: EngineConfig,
+    res: Resources,
+    qps: HashMap<u32, Qp>,
+    next_qpn: u32,
+    ready: VecDeque<u32>,
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("local", &self.cfg.local)
+            .field("qps", &self.qps.len())
+            .field("mrs", &self.res.mrs.len())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// A device with no objects.
+    pub fn new(cfg: EngineConfig) -> Self {
+        let seed = cfg.seed;
+        Engine {
+            cfg,
+            res: Resources::new(seed),
+            qps: HashMap::new(),
+            next_qpn: 0x11,
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Device-wide counters.
+    pub fn counters(&self) -> &Counters {
+        &self.res.counters
+    }
+
+    /// Counters of one QP.
+    pub fn qp_counters(&self, qpn: u32) -> Option<&Counters> {
+        self.qps.get(&qpn).map(|q| &q.counters)
+    }
+
+    /// QPNs of every QP.
+    pub fn qp_numbers(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.qps.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    // ----- protection domains and memory regions -----
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> u32 {
+        let h = self.res.handle();
+        self.res.pds.insert(h, 0);
+        h
+    }
+
+    /// `ibv_dealloc_pd`: EBUSY while anything still uses it.
+    pub fn dealloc_pd(&mut self, pd: u32) -> Result<()> {
+        match self.res.pds.get(&pd) {
+            None => Err(VerbsError::NotFound {
+                kind: "protection domain",
+                handle: pd,
+            }),
+            Some(&users) if users > 0 => Err(VerbsError::Busy(format!(
+                "protection domain {pd} still has {users} MRs, QPs, SRQs or AHs"
+            ))),
+            Some(_) => {
+                self.res.pds.remove(&pd);
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_reg_mr`: registers `mem` at virtual address `iova`.
+    pub fn reg_mr(
+        &mut self,
+        pd: u32,
+        iova: u64,
+        access: AccessFlags,
+        mem: Arc<dyn RegionMemory>,
+    ) -> Result<MrKeys> {
+        self.res.check_pd(pd)?;
+        let known = AccessFlags::LOCAL_WRITE.bits()
+            | AccessFlags::REMOTE_WRITE.bits()
+            | AccessFlags::REMOTE_READ.bits()
+            | AccessFlags::REMOTE_ATOMIC.bits();
+        if access.bits() & !known & 0xFFFF != 0 {
+            return Err(VerbsError::inval(format!(
+                "reg_mr: access flags {:#x} include unsupported bits {:#x}",
+                access.bits(),
+                access.bits() & !known & 0xFFFF
+            )));
+        }
+        // IBTA: remote write or atomic access requires local write.
+        if (access.contains(AccessFlags::REMOTE_WRITE)
+            || access.contains(AccessFlags::REMOTE_ATOMIC))
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(VerbsError::inval(
+                "reg_mr: REMOTE_WRITE and REMOTE_ATOMIC access require LOCAL_WRITE",
+            ));
+        }
+        let len = mem.len() as u64;
+        if iova.checked_add(len).is_none() {
+            return Err(VerbsError::inval("reg_mr: iova + length overflows"));
+        }
+        let lkey = self.res.new_key();
+        self.res.mrs.insert(
+            lkey,
+            crate::resources::Mr {
+                pd,
+                iova,
+                len,
+                access,
+                mem,
+                lkey,
+                rkey: 0,
+            },
+        );
+        let rkey = self.res.new_key();
+        if let Some(mr) = self.res.mrs.get_mut(&lkey) {
+            mr.rkey = rkey;
+        }
+        self.res.rkeys.insert(rkey, lkey);
+        self.res.pd_ref(pd, 1);
+        Ok(MrKeys { lkey, rkey })
+    }
+
+    /// `ibv_dereg_mr`. Once this returns, no packet touches the region again:
+    /// in-flight operations on it fail with access errors.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
+        let mr = self.res.mrs.remove(&lkey).ok_or(VerbsError::NotFound {
+            kind: "memory region (lkey)",
+            handle: lkey,
+        })?;
+        self.res.rkeys.remove(&mr.rkey);
+        self.res.retire_key(mr.lkey);
+        self.res.retire_key(mr.rkey);
+        self.res.pd_ref(mr.pd, -1);
+        Ok(())
+    }
+
+    /// Address, length and keys of a region.
+    pub fn mr_info(&self, lkey: u32) -> Option<(u64, u64, MrKeys)> {
+        self.res.mrs.get(&lkey).map(|m| {
+            (
+                m.iova,
+                m.len,
+                MrKeys {
+                    lkey: m.lkey,
+                    rkey: m.rkey,
+                },
+            )
+        })
+    }
+
+    // ----- completion queues -----
+
+    /// `ibv_create_cq` with room for `depth` completions.
+    pub fn create_cq(&mut self, depth: u32) -> Result<u32> {
+        if depth == 0 || depth > MAX_CQE {
+            return Err(VerbsError::inval(format!(
+                "create_cq: cqe {depth} must be between 1 and {MAX_CQE}"
+            )));
+        }
+        let h = self.res.handle();
+        self.res.cqs.insert(
+            h,
+            Cq {
+                depth: depth as usize,
+                entries: std::collections::VecDeque::new(),
+                notify: Notify::Off,
+                overrun: false,
+                users: 0,
+            },
+        );
+        Ok(h)
+    }
+
+    /// `ibv_destroy_cq`: EBUSY while a QP uses it.
+    pub fn destroy_cq(&mut self, cq: u32) -> Result<()> {
+        match self.res.cqs.get(&cq) {
+            None => Err(VerbsError::NotFound {
+                kind: "completion queue",
+                handle: cq,
+            }),
+            Some(c) if c.users > 0 => Err(VerbsError::Busy(format!(
+                "CQ {cq} is used by {} QPs",
+                c.users
+            ))),
+            Some(_) => {
+                self.res.cqs.remove(&cq);
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_poll_cq`: moves up to `max` completions into `out`; returns how many.
+    pub fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        let c = self.res.cqs.get_mut(&cq).ok_or(VerbsError::NotFound {
+            kind: "completion queue",
+            handle: cq,
+        })?;
+        let n = max.min(c.entries.len());
+        out.extend(c.entries.drain(..n));
+        Ok(n)
+    }
+
+    /// Completions waiting on a CQ.
+    pub fn cq_len(&self, cq: u32) -> usize {
+        self.res.cqs.get(&cq).map_or(0, |c| c.entries.len())
+    }
+
+    /// True once a CQ has overflowed.
+    pub fn cq_overrun(&self, cq: u32) -> bool {
+        self.res.cqs.get(&cq).is_some_and(|c| c.overrun)
+    }
+
+    /// `ibv_req_notify_cq`: the next completion (or next solicited one)
+    /// raises `Event::Completion`.
+    pub fn req_notify_cq(&mut self, cq: u32, solicited_only: bool) -> Result<()> {
+        let c = self.res.cqs.get_mut(&cq).ok_or(VerbsError::NotFound {
+            kind: "completion queue",
+            handle: cq,
+        })?;
+        c.notify = if solicited_only {
+            Notify::Solicited
+        } else {
+            Notify::Next
+        };
+        Ok(())
+    }
+
+    // ----- shared receive queues and address handles -----
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(&mut self, pd: u32, init: SrqInit) -> Result<u32> {
+        self.res.check_pd(pd)?;
+        let l = &self.cfg.limits;
+        if init.max_wr == 0 || init.max_wr > l.max_qp_wr {
+            return Err(VerbsError::inval(format!(
+                "create_srq: max_wr {} must be between 1 and {}",
+                init.max_wr, l.max_qp_wr
+            )));
+        }
+        if init.max_sge == 0 || init.max_sge > l.max_sge {
+            return Err(VerbsError::inval(format!(
+                "create_srq: max_sge {} must be between 1 and {}",
+                init.max_sge, l.max_sge
+            )));
+        }
+        let h = self.res.handle();
+        self.res.srqs.insert(
+            h,
+            Srq {
+                pd,
+                wqes: std::collections::VecDeque::new(),
+                max_wr: init.max_wr,
+                max_sge: init.max_sge,
+                limit: init.limit,
+                users: 0,
+            },
+        );
+        self.res.pd_ref(pd, 1);
+        Ok(h)
+    }
+
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm the low-watermark event.
+    pub fn arm_srq_limit(&mut self, srq: u32, limit: u32) -> Result<()> {
+        let s = self.res.srqs.get_mut(&srq).ok_or(VerbsError::NotFound {
+            kind: "shared receive queue",
+            handle: srq,
+        })?;
+        if limit > s.max_wr {
+            return Err(VerbsError::inval(format!(
+                "modify_srq: srq_limit {limit} exceeds max_wr {}",
+                s.max_wr
+            )));
+        }
+        s.limit = limit;
+        Ok(())
+    }
+
+    /// WQEs posted to an SRQ and not yet consumed.
+    pub fn srq_len(&self, srq: u32) -> usize {
+        self.res.srqs.get(&srq).map_or(0, |s| s.wqes.len())
+    }
+
+    /// `ibv_destroy_srq`: EBUSY while a QP uses it.
+    pub fn destroy_srq(&mut self, srq: u32) -> Result<()> {
+        match self.res.srqs.get(&srq) {
+            None => Err(VerbsError::NotFound {
+                kind: "shared receive queue",
+                handle: srq,
+            }),
+            Some(s) if s.users > 0 => Err(VerbsError::Busy(format!(
+                "SRQ {srq} is used by {} QPs",
+                s.users
+            ))),
+            Some(s) => {
+                let pd = s.pd;
+                self.res.srqs.remove(&srq);
+                self.res.pd_ref(pd, -1);
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_post_srq_recv`.
+    pub fn post_srq_recv(&mut self, srq: u32, wr: &RecvWr) -> Result<()> {
+        let s = self.res.srqs.get_mut(&srq).ok_or(VerbsError::NotFound {
+            kind: "shared receive queue",
+            handle: srq,
+        })?;
+        if wr.sg_list.len() > s.max_sge as usize {
+            return Err(VerbsError::inval(format!(
+                "post_srq_recv: num_sge {} exceeds max_sge {}",
+                wr.sg_list.len(),
+                s.max_sge
+            )));
+        }
+        if s.wqes.len() >= s.max_wr as usize {
+            return Err(VerbsError::NoMemory(format!(
+                "post_srq_recv: SRQ {srq} is full ({} WQEs)",
+                s.max_wr
+            )));
+        }
+        s.wqes.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            sges: wr.sg_list.clone(),
+        });
+        Ok(())
+    }
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&mut self, pd: u32, attr: AhAttr) -> Result<u32> {
+        self.res.check_pd(pd)?;
+        if attr.port_num > 1 {
+            return Err(VerbsError::inval(format!(
+                "create_ah: port_num {} is not 1",
+                attr.port_num
+            )));
+        }
+        let dest = self.dest_of(&attr)?;
+        let h = self.res.handle();
+        self.res.ahs.insert(h, Ah { pd, attr, dest });
+        self.res.pd_ref(pd, 1);
+        Ok(h)
+    }
+
+    /// `ibv_destroy_ah`.
+    pub fn destroy_ah(&mut self, ah: u32) -> Result<()> {
+        let a = self.res.ahs.remove(&ah).ok_or(VerbsError::NotFound {
+            kind: "address handle",
+            handle: ah,
+        })?;
+        self.res.pd_ref(a.pd, -1);
+        Ok(())
+    }
+
+    fn dest_of(&self, attr: &AhAttr) -> Result<SocketAddr> {
+        let ip = attr.dgid.to_ip();
+        if ip.is_unspecified() {
+            return Err(VerbsError::inval("address vector: dgid is all zeros"));
+        }
+        if ip.is_ipv4() != self.cfg.local.is_ipv4() {
+            return Err(VerbsError::inval(format!(
+                "address vector: dgid {ip} is not of this device's address family ({})",
+                self.cfg.local.ip()
+            )));
+        }
+        Ok(SocketAddr::new(ip, self.cfg.remote_port))
+    }
+
+    // ----- queue pairs -----
+
+    /// `ibv_create_qp`: returns the QP number.
+    pub fn create_qp(&mut self, init: QpInit) -> Result<u32> {
+        self.res.check_pd(init.pd)?;
+        for (what, cq) in [("send_cq", init.send_cq), ("recv_cq", init.recv_cq)] {
+            if !self.res.cqs.contains_key(&cq) {
+                return Err(VerbsError::inval(format!(
+                    "create_qp: {what} {cq} does not exist"
+                )));
+            }
+        }
+        if let Some(s) = init.srq {
+            match self.res.srqs.get(&s) {
+                None => {
+                    return Err(VerbsError::inval(format!(
+                        "create_qp: srq {s} does not exist"
+                    )))
+                }
+                Some(srq) if srq.pd != init.pd => {
+                    return Err(VerbsError::inval(format!(
+                        "create_qp: srq {s} belongs to another PD"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        let l = &self.cfg.limits;
+        let c = &init.cap;
+        let checks = [
+            ("max_send_wr", c.max_send_wr, l.max_qp_wr),
+            ("max_send_sge", c.max_send_sge, l.max_sge),
+            ("max_inline_data", c.max_inline_data, l.max_inline_data),
+        ];
+        for (name, v, max) in checks {
+            if v > max {
+                return Err(VerbsError::inval(format!(
+                    "create_qp: cap.{name} {v} exceeds the device limit {max}"
+                )));
+            }
+        }
+        if init.srq.is_none() {
+            for (name, v, max) in [
+                ("max_recv_wr", c.max_recv_wr, l.max_qp_wr),
+                ("max_recv_sge", c.max_recv_sge, l.max_sge),
+            ] {
+                if v > max {
+                    return Err(VerbsError::inval(format!(
+                        "create_qp: cap.{name} {v} exceeds the device limit {max}"
+                    )));
+                }
+            }
+        }
+        if self.qps.len() as u32 >= MAX_QP {
+            return Err(VerbsError::NoMemory(format!(
+                "create_qp: {MAX_QP} QPs already exist"
+            )));
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) || qpn < 2 {
+            qpn = (qpn + 1) & softrdma_wire::bth::QPN_MASK;
+        }
+        self.next_qpn = (qpn + 1) & softrdma_wire::bth::QPN_MASK;
+        let src_port = match self.cfg.src_port {
+            SrcPortPolicy::Fixed(p) => p,
+            SrcPortPolicy::PerQp => 0xC000 | (qpn.wrapping_mul(0x9E37_79B1) >> 18) as u16 & 0x3FFF,
+        };
+        let mut cap = init.cap;
+        if init.srq.is_some() {
+            cap.max_recv_wr = 0;
+            cap.max_recv_sge = 0;
+        }
+        let mtu = match init.qp_type {
+            QpType::Ud => self.cfg.active_mtu.bytes(),
+            _ => Mtu::Mtu1024.bytes(),
+        };
+        let qp = Qp {
+            qpn,
+            qp_type: init.qp_type,
+            pd: init.pd,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            cap,
+            sq_sig_all: init.sq_sig_all,
+            state: QpState::Reset,
+            attr: QpAttr::default(),
+            dest: None,
+            src_port,
+            mtu,
+            rq: Default::default(),
+            req: Default::default(),
+            resp: Default::default(),
+            counters: Counters::default(),
+            scheduled: false,
+            timer_registered: None,
+        };
+        self.qps.insert(qpn, qp);
+        self.res.pd_ref(init.pd, 1);
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.res.cqs.get_mut(&cq) {
+                c.users += 1;
+            }
+        }
+        if let Some(s) = init.srq.and_then(|s| self.res.srqs.get_mut(&s)) {
+            s.users += 1;
+        }
+        Ok(qpn)
+    }
+
+    /// `ibv_destroy_qp`: outstanding work is discarded without completions.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        let qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn,
+        })?;
+        self.res.pd_ref(qp.pd, -1);
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(c) = self.res.cqs.get_mut(&cq) {
+                c.users = c.users.saturating_sub(1);
+            }
+        }
+        if let Some(s) = qp.srq.and_then(|s| self.res.srqs.get_mut(&s)) {
+            s.users = s.users.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    fn qp_mut(&mut self, qpn: u32) -> Result<&mut Qp> {
+        self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn,
+        })
+    }
+
+    /// The QP's current attributes and state (`ibv_query_qp`).
+    pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInit)> {
+        let q = self.qps.get(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn,
+        })?;
+        let mut attr = q.attr;
+        attr.qp_state = q.state;
+        attr.cur_qp_state = q.state;
+        attr.cap = q.cap;
+        attr.sq_draining = q.state == QpState::Sqd && !q.req.sq.is_empty();
+        if q.state == QpState::Rts || q.state == QpState::Sqd {
+            attr.sq_psn = q.req.psn;
+        }
+        Ok((
+            attr,
+            QpInit {
+                pd: q.pd,
+                qp_type: q.qp_type,
+                send_cq: q.send_cq,
+                recv_cq: q.recv_cq,
+                srq: q.srq,
+                cap: q.cap,
+                sq_sig_all: q.sq_sig_all,
+            },
+        ))
+    }
+
+    /// The QP's state.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// `ibv_modify_qp`: validates the transition and attribute mask exactly
+    /// as real verbs do, then applies it.
+    pub fn modify_qp(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: AttrMask,
+    ) -> Result<()> {
+        let limits = self.cfg.limits;
+        let active_mtu = self.cfg.active_mtu;
+        let dest = if mask.contains(AttrMask::AV) {
+            Some(self.dest_of(&attr.ah_attr)?)
+        } else {
+            None
+        };
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn,
+        })?;
+        let new = validate_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
+        if mask.contains(AttrMask::PATH_MTU) && attr.path_mtu.bytes() > active_mtu.bytes() {
+            return Err(VerbsError::inval(format!(
+                "modify_qp: PATH_MTU {} exceeds the port's active MTU {}",
+                attr.path_mtu.bytes(),
+                active_mtu.bytes()
+            )));
+        }
+        let a = &mut qp.attr;
+        macro_rules! take {
+            ($($m:ident => $f:ident),*) => {$( if mask.contains(AttrMask::$m) { a.$f = attr.$f; } )*};
+        }
+        take!(ACCESS_FLAGS => qp_access_flags, PKEY_INDEX => pkey_index, PORT => port_num,
+              QKEY => qkey, AV => ah_attr, PATH_MTU => path_mtu, TIMEOUT => timeout,
+              RETRY_CNT => retry_cnt, RNR_RETRY => rnr_retry, RQ_PSN => rq_psn,
+              MAX_QP_RD_ATOMIC => max_rd_atomic, MIN_RNR_TIMER => min_rnr_timer,
+              SQ_PSN => sq_psn, MAX_DEST_RD_ATOMIC => max_dest_rd_atomic, DEST_QPN => dest_qp_num);
+        if mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        if let Some(d) = dest {
+            qp.dest = Some(d);
+        }
+        if mask.contains(AttrMask::PATH_MTU) {
+            qp.mtu = attr.path_mtu.bytes();
+        }
+        if mask.contains(AttrMask::RQ_PSN) {
+            qp.resp.epsn = attr.rq_psn;
+        }
+        if mask.contains(AttrMask::SQ_PSN) {
+            let p: Psn = attr.sq_psn;
+            qp.req.psn = p;
+            qp.req.una = p;
+            qp.req.high = p;
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            qp.req.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            qp.req.rnr_retry_left = attr.rnr_retry;
+        }
+        let old = qp.state;
+        match new {
+            QpState::Reset => qp.reset(),
+            QpState::Err if old != QpState::Err => qp.enter_error(&mut self.res, false),
+            QpState::Sqd => {
+                qp.state = new;
+                qp.req.drained_notified = false;
+            }
+            _ => qp.state = new,
+        }
+        qp.attr.qp_state = qp.state;
+        self.after(qpn, now);
+        Ok(())
+    }
+
+    // ----- posting work -----
+
+    /// `ibv_post_send` for one WR.
+    pub fn post_send(&mut self, now: Instant, qpn: u32, wr: &SendWr) -> Result<()> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn,
+        })?;
+        match qp.state {
+            QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe => {}
+            s => {
+                return Err(VerbsError::inval(format!(
+                    "post_send: QP {qpn:#x} is in state {s}; sends need RTS (or SQD)"
+                )))
+            }
+        }
+        let op_ok = match qp.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.op,
+                SendOp::Send
+                    | SendOp::SendWithImm { .. }
+                    | SendOp::Write { .. }
+                    | SendOp::WriteWithImm { .. }
+            ),
+            QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
+        };
+        if !op_ok {
+            return Err(VerbsError::inval(format!(
+                "post_send: opcode {} is not supported on a {} QP",
+                wr.op.name(),
+                qp.qp_type
+            )));
+        }
+        if wr.sg_list.len() > qp.cap.max_send_sge as usize {
+            return Err(VerbsError::inval(format!(
+                "post_send: num_sge {} exceeds the QP's max_send_sge {}",
+                wr.sg_list.len(),
+                qp.cap.max_send_sge
+            )));
+        }
+        if qp.req.sq.len() >= qp.cap.max_send_wr as usize {
+            return Err(VerbsError::NoMemory(format!(
+                "post_send: send queue of QP {qpn:#x} is full ({} WRs)",
+                qp.cap.max_send_wr
+            )));
+        }
+        if qp.qp_type == QpType::Ud && wr.ud.is_none() {
+            return Err(VerbsError::inval(
+                "post_send: a UD send needs wr.ud (ah, remote_qpn, remote_qkey)",
+            ));
+        }
+        let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        if let SendOp::CompareSwap { remote_addr, .. } | SendOp::FetchAdd { remote_addr, .. } =
+            wr.op
+        {
+            if wr.sg_list.len() != 1 || len != 8 {
+                return Err(VerbsError::inval(
+                    "post_send: atomics need exactly one 8-byte SGE",
+                ));
+            }
+            let _ = remote_addr;
+        }
+        let inline = if wr.flags.contains(crate::wr::SendFlags::INLINE)
+            && !wr.op.is_read_or_atomic()
+        {
+            if len > u64::from(qp.cap.max_inline_data) {
+                return Err(VerbsError::inval(format!(
+                    "post_send: inline data of {len} bytes exceeds max_inline_data {}",
+                    qp.cap.max_inline_data
+                )));
+            }
+            let mut data = vec![0u8; len as usize];
+            if self.res.gather(&wr.sg_list, qp.pd, 0, &mut data).is_err() {
+                return Err(VerbsError::inval(
+                    "post_send: inline data must come from a registered region (use post_send_inline for raw bytes)",
+                ));
+            }
+            Some(data.into_boxed_slice())
+        } else {
+            None
+        };
+        self.enqueue_send(now, qpn, wr, inline, len)
+    }
+
+    /// `ibv_post_send` with IBV_SEND_INLINE where the driver already copied
+    /// the bytes out of application memory.
+    pub fn post_send_inline(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wr: &SendWr,
+        data: &[u8],
+    ) -> Result<()> {
+        let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn,
+        })?;
+        if data.len() as u64 > u64::from(qp.cap.max_inline_data) {
+            return Err(VerbsError::inval(format!(
+                "post_send: inline data of {} bytes exceeds max_inline_data {}",
+                data.len(),
+                qp.cap.max_inline_data
+            )));
+        }
+        if wr.op.is_read_or_atomic() {
+            return Err(VerbsError::inval(format!(
+                "post_send: {} cannot be inline",
+                wr.op.name()
+            )));
+        }
+        let mut plain = wr.clone();
+        plain.sg_list.clear();
+        plain.flags = crate::wr::SendFlags(wr.flags.0 & !crate::wr::SendFlags::INLINE.0);
+        // Reuse every check of post_send on an SGE-less copy, then attach the data.
+        self.post_send(now, qpn, &plain)?;
+        let qp = self.qp_mut(qpn)?;
+        if let Some(w) = qp.req.sq.back_mut() {
+            w.len = data.len() as u64;
+            w.inline = Some(data.into());
+        }
+        Ok(())
+    }
+
+    fn enqueue_send(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wr: &SendWr,
+        inline: Option<Box<[u8]>>,
+        len: u64,
+    ) -> Result<()> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn,
+        })?;
+        let w = SendWqe {
+            wr_id: wr.wr_id,
+            op: wr.op,
+            sges: if inline.is_some() {
+                Vec::new()
+            } else {
+                wr.sg_list.clone()
+            },
+            inline,
+            len,
+            flags: wr.flags,
+            signaled: qp.sq_sig_all || wr.flags.contains(crate::wr::SendFlags::SIGNALED),
+            ud: wr.ud.map(|u| (u.ah, u.remote_qpn, u.remote_qkey)),
+            assigned: false,
+            first_psn: Psn::new(0),
+            npkts: 0,
+            read_done: 0,
+        };
+        qp.req.sq.push_back(w);
+        if matches!(qp.state, QpState::Err | QpState::Sqe) {
+            // Real HCAs accept the post and flush it at once.
+            qp.flush_sq(&mut self.res);
+        }
+        self.after(qpn, now);
+        Ok(())
+    }
+
+    /// `ibv_post_recv` for one WR.
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<()> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn,
+        })?;
+        if qp.srq.is_some() {
+            return Err(VerbsError::inval(format!(
+                "post_recv: QP {qpn:#x} uses an SRQ; post to the SRQ"
+            )));
+        }
+        if qp.state == QpState::Reset {
+            return Err(VerbsError::inval(format!(
+                "post_recv: QP {qpn:#x} is in state RESET"
+            )));
+        }
+        if wr.sg_list.len() > qp.cap.max_recv_sge as usize {
+            return Err(VerbsError::inval(format!(
+                "post_recv: num_sge {} exceeds the QP's max_recv_sge {}",
+                wr.sg_list.len(),
+                qp.cap.max_recv_sge
+            )));
+        }
+        if qp.rq.len() >= qp.cap.max_recv_wr as usize {
+            return Err(VerbsError::NoMemory(format!(
+                "post_recv: receive queue of QP {qpn:#x} is full ({} WRs)",
+                qp.cap.max_recv_wr
+            )));
+        }
+        if qp.state == QpState::Err {
+            let wc = WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qpn);
+            let cq = qp.recv_cq;
+            self.res.complete(cq, wc);
+            return Ok(());
+        }
+        qp.rq.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            sges: wr.sg_list.clone(),
+        });
+        Ok(())
+    }
+
+    // ----- the network and the clock -----
+
+    /// A UDP datagram arrived at this device: `ep.src` is the sender, `ep.dst`
+    /// this device. Bad ICRCs, malformed packets and strays are counted and dropped.
+    pub fn handle_packet(&mut self, now: Instant, ep: Endpoints, data: &[u8]) {
+        self.res.counters.rx_packets += 1;
+        self.res.counters.rx_bytes += data.len() as u64;
+        if let Err(e) = icrc::verify(&ep, data) {
+            if matches!(e, softrdma_wire::Error::IcrcMismatch { .. }) {
+                self.res.counters.icrc_errors += 1;
+            } else {
+                self.res.counters.malformed += 1;
+            }
+            return;
+        }
+        let pkt = match PacketRepr::parse(data) {
+            Ok(p) => p,
+            Err(_) => {
+                self.res.counters.malformed += 1;
+                return;
+            }
+        };
+        let info = pkt.bth.opcode.info();
+        if info.transport == Transport::Cnp {
+            self.res.counters.cnp_rcvd += 1;
+            return;
+        }
+        let qpn = pkt.bth.dest_qp;
+        let local_ip = self.cfg.local.ip();
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.res.counters.dropped += 1;
+            return;
+        };
+        qp.counters.rx_packets += 1;
+        qp.counters.rx_bytes += data.len() as u64;
+        let connected_peer_ok =
+            qp.qp_type == QpType::Ud || qp.dest.is_some_and(|d| d.ip() == ep.src.ip());
+        if info.transport != transport_of(qp.qp_type) || !connected_peer_ok {
+            qp.counters.dropped += 1;
+            self.res.counters.dropped += 1;
+            return;
+        }
+        if info.is_request {
+            qp.handle_request(&mut self.res, &pkt, ep.src, local_ip);
+        } else if info.kind != OpKind::Cnp {
+            qp.handle_response(&mut self.res, &pkt, now);
+        }
+        self.after(qpn, now);
+    }
+
+    /// Runs every timer that is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            if qp.timer_registered != Some(t) {
+                continue;
+            }
+            qp.timer_registered = None;
+            qp.handle_requester_timeout(&mut self.res, now);
+            self.after(qpn, now);
+        }
+    }
+
+    /// When `handle_timeout` must next be called.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
+            match self.qps.get(&qpn) {
+                Some(q) if q.timer_registered == Some(t) => return Some(t),
+                _ => {
+                    self.timers.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// Writes the next packet to send into `buf` (at least 4096 + 64 bytes).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some(&qpn) = self.ready.front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                self.ready.pop_front();
+                continue;
+            };
+            let mut ctx = TxCtx {
+                buf: &mut *buf,
+                local: self.cfg.local,
+                max_inflight: self.cfg.max_inflight,
+                ack_req_every: self.cfg.ack_req_every,
+                now,
+            };
+            let tx = qp
+                .next_response(&mut self.res, &mut ctx)
+                .or_else(|| qp.next_request(&mut self.res, &mut ctx));
+            self.ready.pop_front();
+            match tx {
+                Some(t) => {
+                    // Round robin: the QP goes to the back while it has more to send.
+                    self.ready.push_back(qpn);
+                    self.after_inner(qpn, now, false);
+                    return Some(t);
+                }
+                None => {
+                    if let Some(q) = self.qps.get_mut(&qpn) {
+                        q.scheduled = false;
+                    }
+                    self.after_inner(qpn, now, false);
+                }
+            }
+        }
+        None
+    }
+
+    /// The next asynchronous event or completion notification.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.res.events.pop_front()
+    }
+
+    /// Bookkeeping after anything touched a QP: schedule it for transmission,
+    /// register its timer, raise SQ drained.
+    fn after(&mut self, qpn: u32, now: Instant) {
+        self.after_inner(qpn, now, true);
+    }
+
+    fn after_inner(&mut self, qpn: u32, _now: Instant, schedule: bool) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if schedule && !qp.scheduled {
+            qp.scheduled = true;
+            self.ready.push_back(qpn);
+        }
+        if qp.state == QpState::Sqd
+            && !qp.req.drained_notified
+            && qp.req.sq.iter().all(|w| !w.assigned)
+        {
+            qp.req.drained_notified = true;
+            if qp.attr.en_sqd_async_notify {
+                self.res.events.push_back(Event::SqDrained { qpn });
+            }
+        }
+        let d = qp.deadline();
+        if d != qp.timer_registered {
+            qp.timer_registered = d;
+            if let Some(t) = d {
+                self.timers.push(Reverse((t, qpn)));
+            }
+        }
+    }
+}

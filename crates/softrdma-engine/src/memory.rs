@@ -1,0 +1,122 @@
+//! How the engine reaches registered memory.
+//!
+//! A memory region's bytes belong to the application (or to shared memory),
+//! not to the engine, and remote peers write them while the application may
+//! be reading them. So the engine never holds a `&[u8]` into a region: it
+//! copies in and out through this narrow trait, after checking keys, bounds
+//! and access rights itself. Drivers implement it over real process memory;
+//! tests implement it over a model that also asserts every access stays
+//! inside the region ([`VecMemory`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// The bytes behind one memory region, addressed by offset from its start.
+///
+/// The engine guarantees `offset + len <= self.len()` on every call, and
+/// 8-byte alignment (relative to the region's virtual address) for atomics.
+pub trait RegionMemory: Send + Sync {
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// True when the region is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    fn read(&self, offset: usize, dst: &mut [u8]);
+    /// Copies `src` into the region at `offset`.
+    fn write(&self, offset: usize, src: &[u8]);
+    /// Atomically: `old = *p; if old == compare { *p = swap }; old` on the
+    /// native-endian u64 at `offset`.
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64;
+    /// Atomically: `old = *p; *p = old + add; old` (wrapping).
+    fn fetch_add(&self, offset: usize, add: u64) -> u64;
+}
+
+/// A region model backed by a `Vec`, for tests and simulation. Every access
+/// is bounds-checked with an assertion: the engine must never ask for bytes
+/// outside the region, and a test that makes it do so fails loudly.
+#[derive(Debug)]
+pub struct VecMemory {
+    bytes: Mutex<Vec<u8>>,
+    accesses: AtomicU64,
+}
+
+impl VecMemory {
+    /// A zero-filled region of `len` bytes.
+    pub fn new(len: usize) -> Self {
+        Self::from_vec(vec![0; len])
+    }
+
+    /// A region holding `bytes`.
+    pub fn from_vec(bytes: Vec<u8>) -> Self {
+        VecMemory {
+            bytes: Mutex::new(bytes),
+            accesses: AtomicU64::new(0),
+        }
+    }
+
+    /// A copy of the current contents.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.lock().clone()
+    }
+
+    /// Overwrites bytes from the application side.
+    pub fn fill_from(&self, offset: usize, src: &[u8]) {
+        self.lock()[offset..offset + src.len()].copy_from_slice(src);
+    }
+
+    /// Number of engine accesses so far.
+    pub fn accesses(&self) -> u64 {
+        self.accesses.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        // A poisoned lock only means another test thread panicked; the bytes are still valid.
+        self.bytes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check(&self, offset: usize, len: usize, what: &str) {
+        let size = self.lock().len();
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= size),
+            "engine {what} outside region: offset {offset} len {len} region {size}"
+        );
+        self.accesses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn word(&self, offset: usize) -> u64 {
+        let b = self.lock();
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[offset..offset + 8]);
+        u64::from_ne_bytes(w)
+    }
+}
+
+impl RegionMemory for VecMemory {
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.check(offset, dst.len(), "read");
+        dst.copy_from_slice(&self.lock()[offset..offset + dst.len()]);
+    }
+    fn write(&self, offset: usize, src: &[u8]) {
+        self.check(offset, src.len(), "write");
+        self.lock()[offset..offset + src.len()].copy_from_slice(src);
+    }
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
+        self.check(offset, 8, "atomic");
+        let old = self.word(offset);
+        if old == compare {
+            self.lock()[offset..offset + 8].copy_from_slice(&swap.to_ne_bytes());
+        }
+        old
+    }
+    fn fetch_add(&self, offset: usize, add: u64) -> u64 {
+        self.check(offset, 8, "atomic");
+        let old = self.word(offset);
+        self.lock()[offset..offset + 8].copy_from_slice(&old.wrapping_add(add).to_ne_bytes());
+        old
+    }
+}

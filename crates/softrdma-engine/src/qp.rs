@@ -1,0 +1,281 @@
+//! A queue pair: its state, send and receive queues, and the glue between
+//! the requester (`requester.rs`) and responder (`responder.rs`) halves.
+//!
+//! Vocabulary follows rdma-core and rxe: a WQE is a posted work request as
+//! the HCA holds it; the requester turns send WQEs into packets, the
+//! completer (here part of the requester) retires them on ACKs and
+//! responses, and the responder executes incoming requests.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use softrdma_wire::{Msn, Psn, Syndrome};
+
+use crate::counters::Counters;
+use crate::qp_attr::{QpAttr, QpCap, QpState, QpType};
+use crate::resources::{Event, RecvWqe, Resources};
+use crate::time::Instant;
+use crate::wr::{SendFlags, SendOp, Sge, WcOpcode, WcStatus, WorkCompletion};
+
+/// A send WQE.
+#[derive(Debug, Clone)]
+pub(crate) struct SendWqe {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub sges: Vec<Sge>,
+    pub inline: Option<Box<[u8]>>,
+    pub len: u64,
+    pub flags: SendFlags,
+    pub signaled: bool,
+    /// UD: (address handle, remote QPN, Q_Key as posted).
+    pub ud: Option<(u32, u32, u32)>,
+    /// PSNs are assigned on first transmission and never change after.
+    pub assigned: bool,
+    pub first_psn: Psn,
+    pub npkts: u32,
+    /// READ: response packets received in order so far.
+    pub read_done: u32,
+}
+
+impl SendWqe {
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts.saturating_sub(1))
+    }
+}
+
+/// What the responder still has to send.
+#[derive(Debug, Clone)]
+pub(crate) enum RespOut {
+    /// ACK or NAK for `psn`. Credits of an ACK are filled in when it is sent.
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: Msn,
+    },
+    AtomicAck {
+        psn: Psn,
+        orig: u64,
+        msn: Msn,
+    },
+    Read(ReadJob),
+}
+
+/// A READ being answered, one response packet at a time.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadJob {
+    pub psn: Psn,
+    pub rkey: u32,
+    pub va: u64,
+    pub remaining: u64,
+    pub first: bool,
+    pub msn: Msn,
+}
+
+/// A saved atomic result, replayed for duplicate requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AtomicResource {
+    pub psn: Psn,
+    pub orig: u64,
+}
+
+/// The message the responder is in the middle of.
+#[derive(Debug, Clone)]
+pub(crate) enum InMsg {
+    Send {
+        wqe: RecvWqe,
+        offset: u64,
+    },
+    Write {
+        rkey: u32,
+        va: u64,
+        remaining: u64,
+        total: u64,
+    },
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    pub sq: VecDeque<SendWqe>,
+    /// Index in `sq` of the next WQE to transmit from.
+    pub next: usize,
+    /// Bytes of `sq[next]` already transmitted (READ: already requested).
+    pub next_offset: u64,
+    /// PSN of the next packet to transmit.
+    pub psn: Psn,
+    /// Oldest unacknowledged PSN.
+    pub una: Psn,
+    /// One past the highest PSN ever transmitted (to count retransmissions).
+    pub high: Psn,
+    /// READ/atomic WQEs transmitted and not yet completed.
+    pub inflight_rd_atomic: u32,
+    pub ack_deadline: Option<Instant>,
+    pub rnr_until: Option<Instant>,
+    pub retry_left: u8,
+    pub rnr_retry_left: u8,
+    pub since_ack_req: u32,
+    /// A READ response gap already answered by a re-request.
+    pub read_gap: Option<Psn>,
+    /// SQD: the drained event was raised.
+    pub drained_notified: bool,
+    /// End-to-end credits: messages that consume a receive WQE, sent and acknowledged.
+    pub rq_msgs_sent: u64,
+    pub rq_msgs_acked: u64,
+    /// Receive-consuming messages the responder can take, counted from `rq_msgs_acked`
+    /// at the last ACK; `None` = unlimited (SRQ responders, or no ACK yet with credits).
+    pub credit_limit: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    pub epsn: Psn,
+    pub msn: Msn,
+    pub nak_sent: bool,
+    pub cur: Option<InMsg>,
+    pub out: VecDeque<RespOut>,
+    pub atomics: VecDeque<AtomicResource>,
+    /// UC: drop packets until the next FIRST/ONLY.
+    pub uc_dropping: bool,
+}
+
+pub(crate) struct Qp {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub srq: Option<u32>,
+    pub cap: QpCap,
+    pub sq_sig_all: bool,
+    pub state: QpState,
+    pub attr: QpAttr,
+    pub dest: Option<SocketAddr>,
+    pub src_port: u16,
+    /// Path MTU in bytes (the device MTU for UD).
+    pub mtu: u32,
+    pub rq: VecDeque<RecvWqe>,
+    pub req: Requester,
+    pub resp: Responder,
+    pub counters: Counters,
+    pub scheduled: bool,
+    /// Deadline last registered with the engine's timer heap.
+    pub timer_registered: Option<Instant>,
+}
+
+impl Qp {
+    /// The earliest time this QP needs `handle_timeout`.
+    pub fn deadline(&self) -> Option<Instant> {
+        match (self.req.ack_deadline, self.req.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// States in which incoming requests are executed.
+    pub fn can_receive(&self) -> bool {
+        matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
+    }
+
+    pub fn wc_for_send(&self, w: &SendWqe, status: WcStatus) -> WorkCompletion {
+        let mut wc = WorkCompletion::new(w.wr_id, status, w.op.wc_opcode(), self.qpn);
+        if status.is_ok() {
+            wc.byte_len = match w.op {
+                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 8,
+                _ => w.len.min(u64::from(u32::MAX)) as u32,
+            };
+        }
+        wc
+    }
+
+    /// Retires the head send WQE with `status`, posting a completion when it is
+    /// signaled or failed.
+    pub fn complete_head(&mut self, res: &mut Resources, status: WcStatus) {
+        let Some(w) = self.req.sq.pop_front() else {
+            return;
+        };
+        if self.req.next > 0 {
+            self.req.next -= 1;
+        } else {
+            self.req.next_offset = 0;
+        }
+        if w.op.is_read_or_atomic() && w.assigned && self.req.inflight_rd_atomic > 0 {
+            self.req.inflight_rd_atomic -= 1;
+        }
+        if w.signaled || !status.is_ok() {
+            let wc = self.wc_for_send(&w, status);
+            res.complete(self.send_cq, wc);
+        }
+    }
+
+    /// Moves the QP to ERR, flushing every outstanding WQE with WR_FLUSH_ERR.
+    /// `fatal` raises the asynchronous QP event (transport and local errors do;
+    /// an application's own modify to ERR does not).
+    pub fn enter_error(&mut self, res: &mut Resources, fatal: bool) {
+        self.state = QpState::Err;
+        self.attr.qp_state = QpState::Err;
+        self.flush_sq(res);
+        while let Some(r) = self.rq.pop_front() {
+            let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+            res.complete(self.recv_cq, wc);
+        }
+        // An in-flight receive WQE was taken off the queue: flush it too.
+        if let Some(InMsg::Send { wqe, .. }) = self.resp.cur.take() {
+            let wc = WorkCompletion::new(wqe.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+            res.complete(self.recv_cq, wc);
+        }
+        // Keep only NAKs already queued: they tell the peer why.
+        self.resp.out.retain(|o| {
+            matches!(
+                o,
+                RespOut::Ack {
+                    syndrome: Syndrome::Nak(_),
+                    ..
+                }
+            )
+        });
+        self.req.ack_deadline = None;
+        self.req.rnr_until = None;
+        if fatal {
+            res.events.push_back(Event::QpFatal { qpn: self.qpn });
+        }
+        if self.srq.is_some() {
+            res.events
+                .push_back(Event::LastWqeReached { qpn: self.qpn });
+        }
+    }
+
+    /// Completes every send WQE with WR_FLUSH_ERR.
+    pub fn flush_sq(&mut self, res: &mut Resources) {
+        while !self.req.sq.is_empty() {
+            self.complete_head(res, WcStatus::WrFlushErr);
+        }
+        self.req.next = 0;
+        self.req.next_offset = 0;
+        self.req.inflight_rd_atomic = 0;
+    }
+
+    /// A local or remote error on the head send WQE: it completes with
+    /// `status`, and the QP goes to ERR (RC) or SQE (UC, UD).
+    pub fn fail_head(&mut self, res: &mut Resources, status: WcStatus) {
+        self.complete_head(res, status);
+        match self.qp_type {
+            QpType::Rc => self.enter_error(res, true),
+            QpType::Uc | QpType::Ud => {
+                self.state = QpState::Sqe;
+                self.attr.qp_state = QpState::Sqe;
+                self.flush_sq(res);
+            }
+        }
+    }
+
+    /// Back to the RESET state: every queue emptied without completions.
+    pub fn reset(&mut self) {
+        self.state = QpState::Reset;
+        self.req = Requester::default();
+        self.resp = Responder::default();
+        self.rq.clear();
+        self.dest = None;
+    }
+}

@@ -1,0 +1,761 @@
+//! The requester and completer of a QP: turns send WQEs into request
+//! packets (segmenting by path MTU, assigning PSNs, setting AckReq), and
+//! retires WQEs on ACKs, NAKs, READ responses, atomic ACKs and timeouts,
+//! with go-back-N retransmission, RNR waits, retry counters, the
+//! `max_rd_atomic` limit, fences and end-to-end credits.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use softrdma_wire::packet::{emit_in_place, payload_offset};
+use softrdma_wire::{
+    aeth, AtomicEthRepr, BthRepr, DethRepr, Endpoints, Headers, NakCode, OpKind, Opcode,
+    PacketRepr, Position, Psn, RethRepr, Syndrome, Transport,
+};
+
+use crate::qp::{Qp, SendWqe};
+use crate::qp_attr::{QpState, QpType};
+use crate::resources::Resources;
+use crate::time::{local_ack_timeout, Instant};
+use crate::wr::{SendFlags, SendOp, WcStatus};
+
+/// Largest message a WQE may carry (2^31 bytes, as on real HCAs).
+pub const MAX_MSG_SIZE: u64 = 1 << 31;
+
+/// What `poll_transmit` hands the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written to the buffer (a whole UDP payload, ICRC included).
+    pub len: usize,
+    /// The UDP endpoints: send from `src` (the port matters: the ICRC covers it) to `dst`.
+    pub endpoints: Endpoints,
+    /// The QP that sent it.
+    pub qpn: u32,
+}
+
+/// The per-call context of packet production.
+pub(crate) struct TxCtx<'a> {
+    pub buf: &'a mut [u8],
+    pub local: SocketAddr,
+    pub max_inflight: u32,
+    pub ack_req_every: u32,
+    pub now: Instant,
+}
+
+pub(crate) fn transport_of(t: QpType) -> Transport {
+    match t {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    }
+}
+
+impl Qp {
+    pub(crate) fn endpoints(&self, ctx: &TxCtx<'_>, dst: SocketAddr) -> Endpoints {
+        Endpoints::new(SocketAddr::new(ctx.local.ip(), self.src_port), dst)
+    }
+
+    /// Writes headers around a payload already placed at its offset, and counts it.
+    pub(crate) fn finish_packet(
+        &mut self,
+        res: &mut Resources,
+        ctx: &mut TxCtx<'_>,
+        bth: BthRepr,
+        headers: Headers,
+        payload_len: usize,
+        dst: SocketAddr,
+    ) -> Option<Transmit> {
+        let ep = self.endpoints(ctx, dst);
+        let len = emit_in_place(&bth, &headers, ctx.buf, payload_len, &ep).ok()?;
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += len as u64;
+        res.counters.tx_packets += 1;
+        res.counters.tx_bytes += len as u64;
+        Some(Transmit {
+            len,
+            endpoints: ep,
+            qpn: self.qpn,
+        })
+    }
+
+    fn npkts_of(&self, w: &SendWqe) -> u32 {
+        match w.op {
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+            _ if self.qp_type == QpType::Ud => 1,
+            _ => w.len.div_ceil(u64::from(self.mtu)).max(1) as u32,
+        }
+    }
+
+    /// Checks a WQE when it first starts executing, the way an HCA does: bad
+    /// local keys or lengths become error completions, not post failures.
+    fn validate_wqe(&self, res: &Resources, w: &SendWqe) -> Result<(), WcStatus> {
+        if w.len > MAX_MSG_SIZE {
+            return Err(WcStatus::LocLenErr);
+        }
+        if self.qp_type == QpType::Ud {
+            if w.len > u64::from(self.mtu) {
+                return Err(WcStatus::LocLenErr);
+            }
+            let (ah, _, _) = w.ud.ok_or(WcStatus::LocQpOpErr)?;
+            match res.ahs.get(&ah) {
+                Some(a) if a.pd == self.pd => {}
+                _ => return Err(WcStatus::LocQpOpErr),
+            }
+        }
+        if w.inline.is_none() {
+            let write = w.op.is_read_or_atomic();
+            res.check_sges(&w.sges, self.pd, write)?;
+        }
+        if w.op.is_atomic() && w.len < 8 {
+            return Err(WcStatus::LocLenErr);
+        }
+        Ok(())
+    }
+
+    /// Produces the next request packet, if the send queue has one to go.
+    pub(crate) fn next_request(
+        &mut self,
+        res: &mut Resources,
+        ctx: &mut TxCtx<'_>,
+    ) -> Option<Transmit> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        if let Some(t) = self.req.rnr_until {
+            if ctx.now < t {
+                return None;
+            }
+            self.req.rnr_until = None;
+        }
+        loop {
+            let idx = self.req.next;
+            let w = self.req.sq.get(idx)?;
+            if self.qp_type == QpType::Rc
+                && self.req.psn.distance_from(self.req.una) >= ctx.max_inflight
+            {
+                return None;
+            }
+            if !w.assigned {
+                // A WQE that has not started: drain, fence, read/atomic limit and credits apply.
+                if self.state == QpState::Sqd {
+                    return None;
+                }
+                if w.flags.contains(SendFlags::FENCE) && self.req.inflight_rd_atomic > 0 {
+                    return None;
+                }
+                if w.op.is_read_or_atomic()
+                    && self.req.inflight_rd_atomic >= u32::from(self.attr.max_rd_atomic.max(1))
+                {
+                    return None;
+                }
+                if self.qp_type == QpType::Rc && consumes_rq(&w.op) && !self.has_credit() {
+                    return None;
+                }
+                if let Err(status) = self.validate_wqe(res, w) {
+                    // Only the head can fail: everything before it is sent, so
+                    // complete the earlier ones first when they are acknowledged.
+                    if idx == 0 {
+                        self.fail_head(res, status);
+                        return None;
+                    }
+                    if self.qp_type != QpType::Rc {
+                        // UC/UD WQEs before it already completed on transmission.
+                        return None;
+                    }
+                    return None;
+                }
+                let npkts = self.npkts_of(w);
+                let psn = self.req.psn;
+                let w = &mut self.req.sq[idx];
+                w.assigned = true;
+                w.first_psn = psn;
+                w.npkts = npkts;
+                if consumes_rq(&w.op) {
+                    self.req.rq_msgs_sent += 1;
+                }
+            }
+            return match self.qp_type {
+                QpType::Ud => self.send_ud(res, ctx),
+                _ => self.send_connected(res, ctx, idx),
+            };
+        }
+    }
+
+    fn has_credit(&self) -> bool {
+        match self.req.credit_limit {
+            None => true,
+            Some(limit) => {
+                // With no credit, one message may still probe (it may be RNR NAKed).
+                self.req.rq_msgs_sent < limit || self.req.rq_msgs_sent == self.req.rq_msgs_acked
+            }
+        }
+    }
+
+    fn send_ud(&mut self, res: &mut Resources, ctx: &mut TxCtx<'_>) -> Option<Transmit> {
+        let w = self.req.sq.front()?.clone();
+        let (ah, remote_qpn, qkey) = w.ud?;
+        let dst = res.ahs.get(&ah)?.dest;
+        let qkey = if qkey & 0x8000_0000 != 0 {
+            self.attr.qkey
+        } else {
+            qkey
+        };
+        let deth = DethRepr {
+            qkey,
+            src_qp: self.qpn,
+        };
+        let (opcode, headers) = match w.op {
+            SendOp::SendWithImm { imm } => (Opcode::UD_SEND_ONLY_IMM, Headers::DethImm(deth, imm)),
+            _ => (Opcode::UD_SEND_ONLY, Headers::Deth(deth)),
+        };
+        let off = payload_offset(&headers);
+        let len = w.len as usize;
+        if let Err(s) = self.fill_payload(res, &w, 0, ctx.buf.get_mut(off..off + len)?) {
+            self.fail_head(res, s);
+            return None;
+        }
+        let mut bth = BthRepr::new(opcode, remote_qpn, self.req.psn);
+        bth.solicited = w.flags.contains(SendFlags::SOLICITED);
+        self.req.psn = self.req.psn.next();
+        let tx = self.finish_packet(res, ctx, bth, headers, len, dst);
+        self.complete_head(res, WcStatus::Success);
+        tx
+    }
+
+    fn fill_payload(
+        &self,
+        res: &Resources,
+        w: &SendWqe,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), WcStatus> {
+        match &w.inline {
+            Some(data) => {
+                let o = offset as usize;
+                dst.copy_from_slice(data.get(o..o + dst.len()).ok_or(WcStatus::LocLenErr)?);
+                Ok(())
+            }
+            None => res.gather(&w.sges, self.pd, offset, dst),
+        }
+    }
+
+    fn send_connected(
+        &mut self,
+        res: &mut Resources,
+        ctx: &mut TxCtx<'_>,
+        idx: usize,
+    ) -> Option<Transmit> {
+        let dst = self.dest?;
+        let mtu = u64::from(self.mtu);
+        let transport = transport_of(self.qp_type);
+        let w = self.req.sq[idx].clone();
+        let psn = self.req.psn;
+        let offset = self.req.next_offset;
+        let remote_qpn = self.attr.dest_qp_num;
+        let (bth, headers, payload_len, advance_psn) = match w.op {
+            SendOp::Read { remote_addr, rkey } => {
+                let reth = RethRepr {
+                    va: remote_addr.wrapping_add(offset),
+                    rkey,
+                    dma_len: (w.len - offset) as u32,
+                };
+                let mut bth = BthRepr::new(Opcode::RC_READ_REQUEST, remote_qpn, psn);
+                bth.ack_req = true;
+                let remaining_pkts = w.npkts - (offset / mtu) as u32;
+                (bth, Headers::Reth(reth), 0usize, remaining_pkts)
+            }
+            SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                let a = AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: swap,
+                    compare,
+                };
+                let mut bth = BthRepr::new(Opcode::RC_COMPARE_SWAP, remote_qpn, psn);
+                bth.ack_req = true;
+                (bth, Headers::Atomic(a), 0, 1)
+            }
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                let a = AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: add,
+                    compare: 0,
+                };
+                let mut bth = BthRepr::new(Opcode::RC_FETCH_ADD, remote_qpn, psn);
+                bth.ack_req = true;
+                (bth, Headers::Atomic(a), 0, 1)
+            }
+            _ => {
+                let seg = (w.len - offset).min(mtu);
+                let first = offset == 0;
+                let last = offset + seg == w.len;
+                let position = match (first, last) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, false) => Position::Middle,
+                    (false, true) => Position::Last,
+                };
+                let (kind, headers) = message_headers(&w.op, position, w.len);
+                let layout = headers.layout();
+                let opcode = Opcode::find(transport, kind, position, layout)?;
+                let mut bth = BthRepr::new(opcode, remote_qpn, psn);
+                bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
+                self.req.since_ack_req += 1;
+                let window_full = psn.next().distance_from(self.req.una) >= ctx.max_inflight;
+                bth.ack_req = self.qp_type == QpType::Rc
+                    && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
+                let off = payload_offset(&headers);
+                let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
+                if let Err(s) = self.fill_payload(res, &w, offset, dstbuf) {
+                    if idx == 0 {
+                        self.fail_head(res, s);
+                    } else {
+                        // Let earlier WQEs finish; the head check fails it later.
+                        self.req.sq[idx].assigned = false;
+                    }
+                    return None;
+                }
+                (bth, headers, seg as usize, 1)
+            }
+        };
+        if bth.ack_req {
+            self.req.since_ack_req = 0;
+        }
+        // Advance the send position.
+        let is_rd = w.op.is_read_or_atomic();
+        if is_rd || offset + payload_len as u64 >= w.len {
+            self.req.next += 1;
+            self.req.next_offset = 0;
+            if is_rd {
+                self.req.inflight_rd_atomic += 1;
+            }
+        } else {
+            self.req.next_offset += payload_len as u64;
+        }
+        self.req.psn = psn.add(advance_psn);
+        if psn.is_before(self.req.high) {
+            self.counters.retransmits += 1;
+            res.counters.retransmits += 1;
+        }
+        if self.req.high.is_before(self.req.psn) {
+            self.req.high = self.req.psn;
+        }
+        let tx = self.finish_packet(res, ctx, bth, headers, payload_len, dst);
+        match self.qp_type {
+            QpType::Uc => {
+                if self.req.next > 0 {
+                    // UC completes on transmission of the last packet.
+                    self.complete_head(res, WcStatus::Success);
+                }
+            }
+            _ => {
+                if self.req.ack_deadline.is_none() {
+                    self.arm_ack_timer(ctx.now);
+                }
+            }
+        }
+        tx
+    }
+
+    pub(crate) fn arm_ack_timer(&mut self, now: Instant) {
+        self.req.ack_deadline = local_ack_timeout(self.attr.timeout).map(|d| now + d);
+    }
+
+    fn progress(&mut self, now: Instant, new_una: Psn) {
+        if new_una.is_after(self.req.una) {
+            self.req.una = new_una;
+            self.req.retry_left = self.attr.retry_cnt;
+            self.req.rnr_retry_left = self.attr.rnr_retry;
+            if self.req.una == self.req.psn {
+                self.req.ack_deadline = None;
+            } else {
+                self.arm_ack_timer(now);
+            }
+        }
+    }
+
+    /// Completes send WQEs wholly acknowledged by an ACK of `psn`. A READ or
+    /// atomic still missing responses in that range means they were lost:
+    /// resend from the first missing one.
+    fn complete_through(&mut self, res: &mut Resources, psn: Psn, now: Instant) {
+        while let Some(w) = self.req.sq.front() {
+            if !w.assigned {
+                break;
+            }
+            if w.op.is_read_or_atomic() {
+                if !w.first_psn.is_after(psn) {
+                    let missing = w.first_psn.add(w.read_done);
+                    self.progress(now, missing);
+                    self.rewind(missing);
+                }
+                return;
+            }
+            // Fully transmitted and acknowledged?
+            let sent_all = self.req.next > 0;
+            if sent_all && !w.last_psn().is_after(psn) {
+                if consumes_rq(&w.op) {
+                    self.req.rq_msgs_acked += 1;
+                }
+                self.complete_head(res, WcStatus::Success);
+            } else {
+                break;
+            }
+        }
+        self.progress(now, psn.next());
+    }
+
+    /// Go back to `psn`: the next packet transmitted is the one with that PSN.
+    pub(crate) fn rewind(&mut self, psn: Psn) {
+        let mtu = u64::from(self.mtu);
+        let mut idx = self.req.sq.len();
+        let mut offset = 0;
+        for (i, w) in self.req.sq.iter().enumerate() {
+            if !w.assigned {
+                idx = i;
+                break;
+            }
+            if psn.in_window(w.first_psn, w.npkts) {
+                idx = i;
+                offset = u64::from(psn.distance_from(w.first_psn)) * mtu;
+                break;
+            }
+        }
+        let old_next = self.req.next.min(self.req.sq.len());
+        for j in idx..old_next {
+            let w = &self.req.sq[j];
+            if w.op.is_read_or_atomic() && self.req.inflight_rd_atomic > 0 {
+                self.req.inflight_rd_atomic -= 1;
+            }
+        }
+        if idx < self.req.sq.len() && !self.req.sq[idx].assigned {
+            // Nothing assigned at `psn`: resume with fresh WQEs.
+            self.req.next = idx;
+            self.req.next_offset = 0;
+            return;
+        }
+        self.req.next = idx;
+        self.req.next_offset = offset;
+        self.req.psn = psn;
+        self.req.since_ack_req = 0;
+    }
+
+    /// An ACK, NAK, RNR NAK, READ response or atomic ACK arrived.
+    pub(crate) fn handle_response(
+        &mut self,
+        res: &mut Resources,
+        pkt: &PacketRepr<'_>,
+        now: Instant,
+    ) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.qp_type != QpType::Rc {
+            self.counters.dropped += 1;
+            res.counters.dropped += 1;
+            return;
+        }
+        let psn = pkt.bth.psn;
+        // A response for a PSN never sent is bogus.
+        if !psn.is_before(self.req.high) {
+            self.counters.dropped += 1;
+            res.counters.dropped += 1;
+            return;
+        }
+        let info = pkt.bth.opcode.info();
+        match info.kind {
+            OpKind::Ack => {
+                let Some(a) = pkt.headers.aeth() else { return };
+                self.handle_aeth(res, psn, a.syndrome, now);
+            }
+            OpKind::ReadResponse => self.handle_read_response(res, pkt, now),
+            OpKind::AtomicAck => {
+                if let Headers::AtomicAck(a, orig) = pkt.headers {
+                    if let Syndrome::Ack { .. } = a.syndrome {
+                        self.handle_atomic_ack(res, psn, orig, now);
+                    } else {
+                        self.handle_aeth(res, psn, a.syndrome, now);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn handle_aeth(&mut self, res: &mut Resources, psn: Psn, syn: Syndrome, now: Instant) {
+        if psn.next().is_before(self.req.una) {
+            // Older than anything outstanding: a stale duplicate.
+            return;
+        }
+        match syn {
+            Syndrome::Ack { credits } => {
+                self.complete_through(res, psn, now);
+                if self.srq_peer_credits(credits) {
+                    self.req.credit_limit = aeth::credits_from_code(credits)
+                        .map(|c| self.req.rq_msgs_acked + u64::from(c));
+                }
+            }
+            Syndrome::RnrNak { timer } => {
+                self.counters.rnr_naks_rcvd += 1;
+                res.counters.rnr_naks_rcvd += 1;
+                self.complete_through(res, psn.sub(1), now);
+                if self.req.rnr_retry_left == 0 {
+                    self.fail_at(res, psn, WcStatus::RnrRetryExcErr);
+                    return;
+                }
+                if self.req.rnr_retry_left != 7 {
+                    self.req.rnr_retry_left -= 1;
+                }
+                self.rewind(psn);
+                let wait = Duration::from_micros(aeth::rnr_timer_micros(timer));
+                self.req.rnr_until = Some(now + wait);
+                self.req.ack_deadline = None;
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                self.counters.seq_naks_rcvd += 1;
+                res.counters.seq_naks_rcvd += 1;
+                let before = self.req.una;
+                self.complete_through(res, psn.sub(1), now);
+                if self.req.una == before {
+                    if self.req.retry_left == 0 {
+                        self.fail_at(res, psn, WcStatus::RetryExcErr);
+                        return;
+                    }
+                    self.req.retry_left -= 1;
+                }
+                self.rewind(psn);
+                self.arm_ack_timer(now);
+            }
+            Syndrome::Nak(code) => {
+                self.complete_through(res, psn.sub(1), now);
+                let status = match code {
+                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                    _ => WcStatus::RemInvReqErr,
+                };
+                self.fail_at(res, psn, status);
+            }
+        }
+    }
+
+    fn srq_peer_credits(&self, code: u8) -> bool {
+        // 0x1F (invalid) means the responder does not count: no limit.
+        code != aeth::CREDITS_INVALID || self.req.credit_limit.is_some()
+    }
+
+    /// Fails the WQE holding `psn` (it must be the head after completions).
+    fn fail_at(&mut self, res: &mut Resources, _psn: Psn, status: WcStatus) {
+        if self.req.sq.is_empty() {
+            self.enter_error(res, true);
+        } else {
+            self.fail_head(res, status);
+        }
+    }
+
+    fn handle_read_response(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>, now: Instant) {
+        let psn = pkt.bth.psn;
+        if psn.is_before(self.req.una) {
+            return; // duplicate of something already received
+        }
+        // Find the WQE this PSN belongs to; everything before it is implicitly acknowledged.
+        let Some(idx) = self
+            .req
+            .sq
+            .iter()
+            .take(self.req.next.max(1))
+            .position(|w| w.assigned && psn.in_window(w.first_psn, w.npkts))
+        else {
+            return;
+        };
+        if !matches!(self.req.sq[idx].op, SendOp::Read { .. }) {
+            self.fail_bad_response(res, idx);
+            return;
+        }
+        let w = &self.req.sq[idx];
+        let expected = w.first_psn.add(w.read_done);
+        if psn != expected {
+            if psn.is_after(expected) && self.req.read_gap != Some(expected) {
+                // A response went missing: ask again from it, once per gap.
+                self.req.read_gap = Some(expected);
+                self.complete_before(res, idx, now, expected);
+                self.rewind(expected);
+            }
+            return;
+        }
+        let mtu = u64::from(self.mtu);
+        let offset = u64::from(w.read_done) * mtu;
+        let remaining = w.len - offset;
+        let is_last_pkt = w.read_done + 1 == w.npkts;
+        // A READ re-requested from the middle is answered starting with FIRST
+        // (or ONLY), so the position only has to agree with "last or not".
+        let pos = pkt.bth.opcode.info().position;
+        let pos_ok = if is_last_pkt {
+            matches!(pos, Position::Last | Position::Only)
+        } else {
+            matches!(pos, Position::First | Position::Middle)
+        };
+        let want_len = remaining.min(mtu) as usize;
+        if !pos_ok || pkt.payload.len() != want_len {
+            self.fail_bad_response(res, idx);
+            return;
+        }
+        let sges = w.sges.clone();
+        if let Err(s) = res.scatter(&sges, self.pd, offset, pkt.payload) {
+            self.complete_before(res, idx, now, psn);
+            self.fail_head(res, s);
+            return;
+        }
+        self.complete_before(res, idx, now, psn);
+        let idx = 0;
+        self.req.sq[idx].read_done += 1;
+        self.req.read_gap = None;
+        self.progress(now, psn.next());
+        if is_last_pkt {
+            self.complete_head(res, WcStatus::Success);
+            // More WQEs may already be acknowledged by later ACKs we saw: nothing to do,
+            // the next ACK covers them.
+        }
+    }
+
+    /// Completes the WQEs before index `idx`: a response for a later WQE
+    /// acknowledges them implicitly.
+    fn complete_before(&mut self, res: &mut Resources, idx: usize, now: Instant, psn: Psn) {
+        for _ in 0..idx {
+            if let Some(w) = self.req.sq.front() {
+                if consumes_rq(&w.op) {
+                    self.req.rq_msgs_acked += 1;
+                }
+            }
+            self.complete_head(res, WcStatus::Success);
+        }
+        self.progress(now, psn);
+    }
+
+    fn fail_bad_response(&mut self, res: &mut Resources, idx: usize) {
+        for _ in 0..idx {
+            self.complete_head(res, WcStatus::Success);
+        }
+        self.fail_head(res, WcStatus::BadRespErr);
+    }
+
+    fn handle_atomic_ack(&mut self, res: &mut Resources, psn: Psn, orig: u64, now: Instant) {
+        if psn.is_before(self.req.una) {
+            return;
+        }
+        let Some(idx) = self
+            .req
+            .sq
+            .iter()
+            .take(self.req.next.max(1))
+            .position(|w| w.assigned && w.first_psn == psn)
+        else {
+            return;
+        };
+        if !self.req.sq[idx].op.is_atomic() {
+            self.fail_bad_response(res, idx);
+            return;
+        }
+        // Earlier READs must have finished before this atomic's response.
+        if self
+            .req
+            .sq
+            .iter()
+            .take(idx)
+            .any(|w| w.op.is_read_or_atomic())
+        {
+            return;
+        }
+        let sges = self.req.sq[idx].sges.clone();
+        self.complete_before(res, idx, now, psn);
+        if let Err(s) = res.scatter(&sges, self.pd, 0, &orig.to_ne_bytes()) {
+            self.fail_head(res, s);
+            return;
+        }
+        self.progress(now, psn.next());
+        self.complete_head(res, WcStatus::Success);
+    }
+
+    /// The local ACK timer or the RNR wait expired.
+    pub(crate) fn handle_requester_timeout(&mut self, res: &mut Resources, now: Instant) {
+        if let Some(t) = self.req.rnr_until {
+            if now >= t {
+                self.req.rnr_until = None;
+                self.arm_ack_timer(now);
+            }
+        }
+        let Some(t) = self.req.ack_deadline else {
+            return;
+        };
+        if now < t {
+            return;
+        }
+        if self.req.una == self.req.psn {
+            self.req.ack_deadline = None;
+            return;
+        }
+        self.counters.timeouts += 1;
+        res.counters.timeouts += 1;
+        if self.req.retry_left == 0 {
+            self.fail_head(res, WcStatus::RetryExcErr);
+            return;
+        }
+        self.req.retry_left -= 1;
+        let una = self.req.una;
+        self.rewind(una);
+        self.arm_ack_timer(now);
+    }
+}
+
+/// Messages that consume a receive WQE at the responder.
+pub(crate) fn consumes_rq(op: &SendOp) -> bool {
+    matches!(
+        op,
+        SendOp::Send
+            | SendOp::SendWithImm { .. }
+            | SendOp::SendWithInv { .. }
+            | SendOp::WriteWithImm { .. }
+    )
+}
+
+/// Opcode kind and extension headers of a SEND or WRITE packet at `position`.
+fn message_headers(op: &SendOp, position: Position, len: u64) -> (OpKind, Headers) {
+    let ends = position.ends_message();
+    let starts = position.starts_message();
+    match *op {
+        SendOp::SendWithImm { imm } if ends => (OpKind::Send, Headers::Imm(imm)),
+        SendOp::SendWithInv { invalidate_rkey } if ends => {
+            (OpKind::Send, Headers::Ieth(invalidate_rkey))
+        }
+        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
+            (OpKind::Send, Headers::None)
+        }
+        SendOp::Write { remote_addr, rkey }
+        | SendOp::WriteWithImm {
+            remote_addr, rkey, ..
+        } => {
+            let reth = RethRepr {
+                va: remote_addr,
+                rkey,
+                dma_len: len as u32,
+            };
+            let imm = match *op {
+                SendOp::WriteWithImm { imm, .. } if ends => Some(imm),
+                _ => None,
+            };
+            let h = match (starts, imm) {
+                (true, Some(i)) => Headers::RethImm(reth, i),
+                (true, None) => Headers::Reth(reth),
+                (false, Some(i)) => Headers::Imm(i),
+                (false, None) => Headers::None,
+            };
+            (OpKind::Write, h)
+        }
+        _ => (OpKind::Send, Headers::None),
+    }
+}

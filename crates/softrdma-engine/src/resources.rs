@@ -1,0 +1,323 @@
+//! The verbs objects other than QPs: protection domains, memory regions,
+//! completion queues, shared receive queues and address handles, plus the
+//! engine's counters and event queue. QPs borrow this table mutably while
+//! they run, which keeps the transport code free of lookups through `self`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::counters::Counters;
+use crate::error::{Result, VerbsError};
+use crate::memory::RegionMemory;
+use crate::qp_attr::{AccessFlags, AhAttr};
+use crate::rng::Rng;
+use crate::wr::{Sge, WcStatus, WorkCompletion};
+
+/// An asynchronous event, as `ibv_get_async_event` and completion channels report them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A completion arrived on a CQ that was armed with `req_notify_cq`.
+    Completion { cq: u32 },
+    /// A CQ overflowed: the completion was lost (`IBV_EVENT_CQ_ERR`).
+    CqOverrun { cq: u32 },
+    /// A QP entered the error state because of a transport or local error
+    /// (`IBV_EVENT_QP_FATAL`, `..._REQ_ERR`, `..._ACCESS_ERR`).
+    QpFatal { qpn: u32 },
+    /// A QP in SQD has no more outstanding send work (`IBV_EVENT_SQ_DRAINED`).
+    SqDrained { qpn: u32 },
+    /// A QP on an SRQ entered the error state and will take no more WQEs
+    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`).
+    LastWqeReached { qpn: u32 },
+    /// An SRQ dropped below its limit (`IBV_EVENT_SRQ_LIMIT_REACHED`).
+    SrqLimitReached { srq: u32 },
+}
+
+/// A registered memory region.
+pub(crate) struct Mr {
+    pub pd: u32,
+    pub iova: u64,
+    pub len: u64,
+    pub access: AccessFlags,
+    pub mem: Arc<dyn RegionMemory>,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+impl Mr {
+    /// Offset of `[va, va + len)` in this region, when it lies inside it.
+    pub fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
+        let off = va.checked_sub(self.iova)?;
+        let end = off.checked_add(len)?;
+        (end <= self.len).then_some(off as usize)
+    }
+}
+
+/// The keys of a registered region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrKeys {
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// Whether and how a CQ asks for a completion event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Notify {
+    Off,
+    Next,
+    Solicited,
+}
+
+pub(crate) struct Cq {
+    pub depth: usize,
+    pub entries: VecDeque<WorkCompletion>,
+    pub notify: Notify,
+    pub overrun: bool,
+    pub users: u32,
+}
+
+/// A receive WQE: where an incoming SEND (or the immediate of a WRITE) goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RecvWqe {
+    pub wr_id: u64,
+    pub sges: Vec<Sge>,
+}
+
+impl RecvWqe {
+    pub fn capacity(&self) -> u64 {
+        self.sges.iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+pub(crate) struct Srq {
+    pub pd: u32,
+    pub wqes: VecDeque<RecvWqe>,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub limit: u32,
+    pub users: u32,
+}
+
+pub(crate) struct Ah {
+    pub pd: u32,
+    #[allow(dead_code)] // kept for query_ah
+    pub attr: AhAttr,
+    pub dest: SocketAddr,
+}
+
+/// How many recently freed keys are kept out of reuse.
+const KEY_QUARANTINE: usize = 4096;
+
+/// Everything but the QPs.
+pub(crate) struct Resources {
+    pub pds: HashMap<u32, u32>,   // pd -> users
+    pub mrs: HashMap<u32, Mr>,    // by lkey
+    pub rkeys: HashMap<u32, u32>, // rkey -> lkey
+    pub cqs: HashMap<u32, Cq>,
+    pub srqs: HashMap<u32, Srq>,
+    pub ahs: HashMap<u32, Ah>,
+    pub events: VecDeque<Event>,
+    pub counters: Counters,
+    pub rng: Rng,
+    next_handle: u32,
+    quarantine: VecDeque<u32>,
+    quarantined: HashSet<u32>,
+}
+
+/// Why a local scatter/gather access failed.
+pub(crate) type SgeResult<T> = core::result::Result<T, WcStatus>;
+
+impl Resources {
+    pub fn new(seed: u64) -> Self {
+        Resources {
+            pds: HashMap::new(),
+            mrs: HashMap::new(),
+            rkeys: HashMap::new(),
+            cqs: HashMap::new(),
+            srqs: HashMap::new(),
+            ahs: HashMap::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            rng: Rng::new(seed),
+            next_handle: 1,
+            quarantine: VecDeque::new(),
+            quarantined: HashSet::new(),
+        }
+    }
+
+    pub fn handle(&mut self) -> u32 {
+        let h = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        h
+    }
+
+    /// A fresh random key: non-zero, unused, and not freed recently, so that a
+    /// stale or guessed key does not reach a new region.
+    pub fn new_key(&mut self) -> u32 {
+        loop {
+            let k = self.rng.next_u32();
+            if k != 0
+                && !self.mrs.contains_key(&k)
+                && !self.rkeys.contains_key(&k)
+                && !self.quarantined.contains(&k)
+            {
+                return k;
+            }
+        }
+    }
+
+    pub fn retire_key(&mut self, k: u32) {
+        if self.quarantine.len() == KEY_QUARANTINE {
+            if let Some(old) = self.quarantine.pop_front() {
+                self.quarantined.remove(&old);
+            }
+        }
+        self.quarantine.push_back(k);
+        self.quarantined.insert(k);
+    }
+
+    pub fn check_pd(&self, pd: u32) -> Result<()> {
+        if self.pds.contains_key(&pd) {
+            Ok(())
+        } else {
+            Err(VerbsError::NotFound {
+                kind: "protection domain",
+                handle: pd,
+            })
+        }
+    }
+
+    pub fn pd_ref(&mut self, pd: u32, delta: i32) {
+        if let Some(u) = self.pds.get_mut(&pd) {
+            *u = u.saturating_add_signed(delta);
+        }
+    }
+
+    /// Finds the region behind a remote key for `[va, va + len)` with `access`,
+    /// in protection domain `pd`. Zero-length accesses need no valid key.
+    pub fn remote_mr(
+        &self,
+        rkey: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        access: AccessFlags,
+    ) -> Option<(&Mr, usize)> {
+        let lkey = self.rkeys.get(&rkey)?;
+        let mr = self.mrs.get(lkey)?;
+        if mr.pd != pd || !mr.access.contains(access) {
+            return None;
+        }
+        let off = mr.offset_of(va, len)?;
+        Some((mr, off))
+    }
+
+    fn local_mr(&self, sge: &Sge, pd: u32, write: bool) -> SgeResult<(&Mr, usize)> {
+        let mr = self.mrs.get(&sge.lkey).ok_or(WcStatus::LocProtErr)?;
+        if mr.pd != pd || (write && !mr.access.contains(AccessFlags::LOCAL_WRITE)) {
+            return Err(WcStatus::LocProtErr);
+        }
+        let off = mr
+            .offset_of(sge.addr, u64::from(sge.length))
+            .ok_or(WcStatus::LocProtErr)?;
+        Ok((mr, off))
+    }
+
+    /// Checks every SGE of a list for access (without touching memory).
+    pub fn check_sges(&self, sges: &[Sge], pd: u32, write: bool) -> SgeResult<()> {
+        for s in sges {
+            self.local_mr(s, pd, write)?;
+        }
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes starting `offset` bytes into the SGE list.
+    pub fn gather(&self, sges: &[Sge], pd: u32, mut offset: u64, dst: &mut [u8]) -> SgeResult<()> {
+        let mut done = 0usize;
+        for s in sges {
+            if done == dst.len() {
+                break;
+            }
+            let l = u64::from(s.length);
+            if offset >= l {
+                offset -= l;
+                continue;
+            }
+            let (mr, base) = self.local_mr(s, pd, false)?;
+            let n = ((l - offset) as usize).min(dst.len() - done);
+            mr.mem
+                .read(base + offset as usize, &mut dst[done..done + n]);
+            done += n;
+            offset = 0;
+        }
+        if done == dst.len() {
+            Ok(())
+        } else {
+            Err(WcStatus::LocLenErr)
+        }
+    }
+
+    /// Copies `src` into the SGE list starting `offset` bytes in.
+    pub fn scatter(&self, sges: &[Sge], pd: u32, mut offset: u64, src: &[u8]) -> SgeResult<()> {
+        let mut done = 0usize;
+        for s in sges {
+            if done == src.len() {
+                break;
+            }
+            let l = u64::from(s.length);
+            if offset >= l {
+                offset -= l;
+                continue;
+            }
+            let (mr, base) = self.local_mr(s, pd, true)?;
+            let n = ((l - offset) as usize).min(src.len() - done);
+            mr.mem.write(base + offset as usize, &src[done..done + n]);
+            done += n;
+            offset = 0;
+        }
+        if done == src.len() {
+            Ok(())
+        } else {
+            Err(WcStatus::LocLenErr)
+        }
+    }
+
+    /// Adds a completion to a CQ, raising the events real HCAs raise.
+    pub fn complete(&mut self, cq_id: u32, wc: WorkCompletion) {
+        let Some(cq) = self.cqs.get_mut(&cq_id) else {
+            return;
+        };
+        if cq.entries.len() >= cq.depth {
+            // Reported, never silent: the CQ is marked overrun and an async
+            // error event tells the application (IBV_EVENT_CQ_ERR).
+            self.counters.cq_overruns += 1;
+            if !cq.overrun {
+                cq.overrun = true;
+                self.events.push_back(Event::CqOverrun { cq: cq_id });
+            }
+            return;
+        }
+        let fire = match cq.notify {
+            Notify::Off => false,
+            Notify::Next => true,
+            Notify::Solicited => wc.solicited || !wc.status.is_ok(),
+        };
+        cq.entries.push_back(wc);
+        if fire {
+            cq.notify = Notify::Off;
+            self.events.push_back(Event::Completion { cq: cq_id });
+        }
+    }
+
+    /// Takes the next receive WQE from an SRQ, raising the limit event.
+    pub fn srq_pop(&mut self, srq_id: u32) -> Option<RecvWqe> {
+        let srq = self.srqs.get_mut(&srq_id)?;
+        let w = srq.wqes.pop_front()?;
+        if srq.limit > 0 && (srq.wqes.len() as u32) < srq.limit {
+            srq.limit = 0;
+            self.events
+                .push_back(Event::SrqLimitReached { srq: srq_id });
+        }
+        Some(w)
+    }
+}

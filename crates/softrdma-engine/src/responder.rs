@@ -1,0 +1,679 @@
+//! The responder of a QP: executes incoming SEND, WRITE, READ and atomic
+//! requests in PSN order against registered memory, and queues what goes
+//! back: coalesced ACKs, NAKs (sequence, RNR, invalid request, remote access,
+//! remote operational), READ responses and atomic ACKs. Duplicates are
+//! re-acknowledged, READs re-executed and atomics replayed from saved
+//! results, never re-executed.
+
+use std::net::{IpAddr, SocketAddr};
+
+use softrdma_wire::packet::payload_offset;
+use softrdma_wire::{
+    aeth, AethRepr, BthRepr, Headers, NakCode, OpKind, Opcode, PacketRepr, Position, Psn, Syndrome,
+};
+
+use crate::qp::{AtomicResource, InMsg, Qp, ReadJob, RespOut};
+use crate::qp_attr::{AccessFlags, Gid, QpType};
+use crate::requester::{Transmit, TxCtx};
+use crate::resources::{RecvWqe, Resources};
+use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+
+/// Bytes of GRH space in front of every UD receive.
+pub const GRH_LEN: usize = 40;
+
+/// How a request failed at the responder.
+enum Fail {
+    /// Send this NAK and move to ERR.
+    Nak(NakCode),
+    /// No receive WQE: RNR NAK, retry later.
+    Rnr,
+    /// Drop silently (UC/UD, or nothing to say).
+    Drop,
+}
+
+impl Qp {
+    fn take_recv_wqe(&mut self, res: &mut Resources) -> Option<RecvWqe> {
+        match self.srq {
+            Some(s) => res.srq_pop(s),
+            None => self.rq.pop_front(),
+        }
+    }
+
+    fn give_back_recv_wqe(&mut self, res: &mut Resources, w: RecvWqe) {
+        match self.srq {
+            Some(s) => {
+                if let Some(srq) = res.srqs.get_mut(&s) {
+                    srq.wqes.push_front(w);
+                }
+            }
+            None => self.rq.push_front(w),
+        }
+    }
+
+    fn queue_ack(&mut self, psn: Psn) {
+        let msn = self.resp.msn;
+        if let Some(RespOut::Ack {
+            psn: p,
+            syndrome: Syndrome::Ack { .. },
+            msn: m,
+        }) = self.resp.out.back_mut()
+        {
+            // Coalesce: one ACK for the newest PSN stands for all before it.
+            *p = psn;
+            *m = msn;
+            return;
+        }
+        self.resp.out.push_back(RespOut::Ack {
+            psn,
+            syndrome: Syndrome::Ack { credits: 0 },
+            msn,
+        });
+    }
+
+    fn queue_nak(&mut self, psn: Psn, syndrome: Syndrome) {
+        let msn = self.resp.msn;
+        self.resp.out.push_back(RespOut::Ack { psn, syndrome, msn });
+    }
+
+    fn recv_completion(&self, wqe: &RecvWqe, status: WcStatus, opcode: WcOpcode) -> WorkCompletion {
+        WorkCompletion::new(wqe.wr_id, status, opcode, self.qpn)
+    }
+
+    /// A request packet for this QP arrived from `src`.
+    pub(crate) fn handle_request(
+        &mut self,
+        res: &mut Resources,
+        pkt: &PacketRepr<'_>,
+        src: SocketAddr,
+        local: IpAddr,
+    ) {
+        if !self.can_receive() {
+            self.counters.dropped += 1;
+            res.counters.dropped += 1;
+            return;
+        }
+        match self.qp_type {
+            QpType::Ud => self.handle_ud(res, pkt, src, local),
+            QpType::Uc => self.handle_uc(res, pkt),
+            QpType::Rc => self.handle_rc(res, pkt),
+        }
+    }
+
+    fn handle_rc(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>) {
+        let psn = pkt.bth.psn;
+        let d = psn.diff(self.resp.epsn);
+        if d > 0 {
+            self.counters.out_of_sequence += 1;
+            res.counters.out_of_sequence += 1;
+            if !self.resp.nak_sent {
+                self.resp.nak_sent = true;
+                self.counters.seq_naks_sent += 1;
+                res.counters.seq_naks_sent += 1;
+                let e = self.resp.epsn;
+                self.queue_nak(e, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return;
+        }
+        if d < 0 {
+            self.counters.duplicates += 1;
+            res.counters.duplicates += 1;
+            self.handle_duplicate(res, pkt);
+            return;
+        }
+        self.resp.nak_sent = false;
+        match self.execute(res, pkt) {
+            Ok(()) => {}
+            Err(Fail::Rnr) => {
+                self.counters.rnr_naks_sent += 1;
+                res.counters.rnr_naks_sent += 1;
+                let t = self.attr.min_rnr_timer;
+                self.queue_nak(psn, Syndrome::RnrNak { timer: t });
+            }
+            Err(Fail::Nak(code)) => {
+                self.counters.error_naks_sent += 1;
+                res.counters.error_naks_sent += 1;
+                self.queue_nak(psn, Syndrome::Nak(code));
+                self.enter_error(res, true);
+            }
+            Err(Fail::Drop) => {}
+        }
+    }
+
+    fn handle_duplicate(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>) {
+        let info = pkt.bth.opcode.info();
+        match info.kind {
+            OpKind::ReadRequest => {
+                // Re-execute from the request as sent now (it may start mid-way).
+                if let Some(reth) = pkt.headers.reth() {
+                    if self.check_remote(
+                        res,
+                        reth.rkey,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        AccessFlags::REMOTE_READ,
+                    ) {
+                        let msn = self.resp.msn;
+                        self.resp.out.push_back(RespOut::Read(ReadJob {
+                            psn: pkt.bth.psn,
+                            rkey: reth.rkey,
+                            va: reth.va,
+                            remaining: u64::from(reth.dma_len),
+                            first: true,
+                            msn,
+                        }));
+                    }
+                }
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                let psn = pkt.bth.psn;
+                if let Some(r) = self.resp.atomics.iter().find(|r| r.psn == psn).copied() {
+                    let msn = self.resp.msn;
+                    self.resp.out.push_back(RespOut::AtomicAck {
+                        psn,
+                        orig: r.orig,
+                        msn,
+                    });
+                }
+            }
+            _ => {
+                let last = self.resp.epsn.sub(1);
+                self.queue_ack(last);
+            }
+        }
+    }
+
+    fn check_remote(
+        &self,
+        res: &Resources,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: AccessFlags,
+    ) -> bool {
+        if !self.attr.qp_access_flags.contains(access) {
+            return false;
+        }
+        len == 0 || res.remote_mr(rkey, self.pd, va, len, access).is_some()
+    }
+
+    fn write_remote(&self, res: &Resources, rkey: u32, va: u64, data: &[u8]) -> bool {
+        if data.is_empty() {
+            return true;
+        }
+        match res.remote_mr(
+            rkey,
+            self.pd,
+            va,
+            data.len() as u64,
+            AccessFlags::REMOTE_WRITE,
+        ) {
+            Some((mr, off))
+                if self
+                    .attr
+                    .qp_access_flags
+                    .contains(AccessFlags::REMOTE_WRITE) =>
+            {
+                mr.mem.write(off, data);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Executes the in-sequence request `pkt`. On success `epsn` has moved on.
+    fn execute(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>) -> Result<(), Fail> {
+        let info = pkt.bth.opcode.info();
+        let psn = pkt.bth.psn;
+        let mtu = self.mtu as usize;
+        let pos = info.position;
+        // Opcode sequence: a FIRST/ONLY may not interrupt a message, MIDDLE/LAST must continue one.
+        let continues = matches!(
+            (&self.resp.cur, info.kind),
+            (Some(InMsg::Send { .. }), OpKind::Send) | (Some(InMsg::Write { .. }), OpKind::Write)
+        );
+        if pos.starts_message() == self.resp.cur.is_some() || (!pos.starts_message() && !continues)
+        {
+            if self.qp_type == QpType::Uc {
+                return Err(Fail::Drop);
+            }
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+        if info.has_payload
+            && matches!(pos, Position::First | Position::Middle)
+            && pkt.payload.len() != mtu
+            || pkt.payload.len() > mtu
+        {
+            return Err(self.local_fail(res, NakCode::InvalidRequest, None));
+        }
+        match info.kind {
+            OpKind::Send => {
+                let (mut wqe, offset) = match self.resp.cur.take() {
+                    Some(InMsg::Send { wqe, offset }) => (wqe, offset),
+                    _ => match self.take_recv_wqe(res) {
+                        Some(w) => (w, 0),
+                        None => {
+                            return Err(if self.qp_type == QpType::Rc {
+                                Fail::Rnr
+                            } else {
+                                Fail::Drop
+                            })
+                        }
+                    },
+                };
+                if offset + pkt.payload.len() as u64 > wqe.capacity() {
+                    let wc = self.recv_completion(&wqe, WcStatus::LocLenErr, WcOpcode::Recv);
+                    res.complete(self.recv_cq, wc);
+                    return Err(self.local_fail(res, NakCode::InvalidRequest, None));
+                }
+                if let Err(st) = res.scatter(&wqe.sges, self.pd, offset, pkt.payload) {
+                    let wc = self.recv_completion(&wqe, st, WcOpcode::Recv);
+                    res.complete(self.recv_cq, wc);
+                    return Err(self.local_fail(res, NakCode::RemoteOperationalError, None));
+                }
+                let offset = offset + pkt.payload.len() as u64;
+                if pos.ends_message() {
+                    let mut wc = self.recv_completion(&wqe, WcStatus::Success, WcOpcode::Recv);
+                    wc.byte_len = offset as u32;
+                    wc.solicited = pkt.bth.solicited;
+                    match pkt.headers {
+                        Headers::Imm(i) => {
+                            wc.imm_data = i;
+                            wc.wc_flags = WcFlags::WITH_IMM;
+                        }
+                        Headers::Ieth(k) => {
+                            wc.imm_data = k;
+                            wc.wc_flags = WcFlags::WITH_INV;
+                        }
+                        _ => {}
+                    }
+                    res.complete(self.recv_cq, wc);
+                    self.resp.msn = self.resp.msn.next();
+                } else {
+                    wqe.sges.shrink_to_fit();
+                    self.resp.cur = Some(InMsg::Send { wqe, offset });
+                }
+            }
+            OpKind::Write => {
+                let (rkey, va, remaining, total) = match self.resp.cur.take() {
+                    Some(InMsg::Write {
+                        rkey,
+                        va,
+                        remaining,
+                        total,
+                    }) => (rkey, va, remaining, total),
+                    _ => {
+                        let Some(reth) = pkt.headers.reth() else {
+                            return Err(Fail::Nak(NakCode::InvalidRequest));
+                        };
+                        let len = u64::from(reth.dma_len);
+                        if !self.check_remote(
+                            res,
+                            reth.rkey,
+                            reth.va,
+                            len,
+                            AccessFlags::REMOTE_WRITE,
+                        ) {
+                            return Err(self.remote_fail(NakCode::RemoteAccessError));
+                        }
+                        (reth.rkey, reth.va, len, len)
+                    }
+                };
+                let n = pkt.payload.len() as u64;
+                if n > remaining || (pos.ends_message() && n != remaining) {
+                    return Err(self.remote_fail(NakCode::InvalidRequest));
+                }
+                // WRITE with immediate needs a receive WQE before anything is written.
+                let imm_wqe = match pkt.headers.imm() {
+                    Some(_) => match self.take_recv_wqe(res) {
+                        Some(w) => Some(w),
+                        None => {
+                            if !pos.starts_message() {
+                                self.resp.cur = Some(InMsg::Write {
+                                    rkey,
+                                    va,
+                                    remaining,
+                                    total,
+                                });
+                            }
+                            return Err(if self.qp_type == QpType::Rc {
+                                Fail::Rnr
+                            } else {
+                                Fail::Drop
+                            });
+                        }
+                    },
+                    None => None,
+                };
+                if !self.write_remote(res, rkey, va, pkt.payload) {
+                    // The region went away mid-message.
+                    return Err(self.remote_fail(NakCode::RemoteAccessError));
+                }
+                if pos.ends_message() {
+                    if let (Some(w), Some(imm)) = (imm_wqe, pkt.headers.imm()) {
+                        let mut wc =
+                            self.recv_completion(&w, WcStatus::Success, WcOpcode::RecvRdmaWithImm);
+                        wc.byte_len = total as u32;
+                        wc.imm_data = imm;
+                        wc.wc_flags = WcFlags::WITH_IMM;
+                        wc.solicited = pkt.bth.solicited;
+                        res.complete(self.recv_cq, wc);
+                    }
+                    self.resp.msn = self.resp.msn.next();
+                } else {
+                    self.resp.cur = Some(InMsg::Write {
+                        rkey,
+                        va: va + n,
+                        remaining: remaining - n,
+                        total,
+                    });
+                }
+            }
+            OpKind::ReadRequest => {
+                let Some(reth) = pkt.headers.reth() else {
+                    return Err(Fail::Nak(NakCode::InvalidRequest));
+                };
+                let len = u64::from(reth.dma_len);
+                let pending = self
+                    .resp
+                    .out
+                    .iter()
+                    .filter(|o| matches!(o, RespOut::Read(_)))
+                    .count();
+                if pending >= usize::from(self.attr.max_dest_rd_atomic.max(1)) {
+                    return Err(Fail::Nak(NakCode::InvalidRequest));
+                }
+                if !self.check_remote(res, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ) {
+                    return Err(Fail::Nak(NakCode::RemoteAccessError));
+                }
+                self.resp.msn = self.resp.msn.next();
+                let msn = self.resp.msn;
+                self.resp.out.push_back(RespOut::Read(ReadJob {
+                    psn,
+                    rkey: reth.rkey,
+                    va: reth.va,
+                    remaining: len,
+                    first: true,
+                    msn,
+                }));
+                let npkts = len.div_ceil(mtu as u64).max(1) as u32;
+                self.resp.epsn = psn.add(npkts);
+                return Ok(());
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                let Headers::Atomic(a) = pkt.headers else {
+                    return Err(Fail::Nak(NakCode::InvalidRequest));
+                };
+                if a.va % 8 != 0 {
+                    return Err(Fail::Nak(NakCode::InvalidRequest));
+                }
+                if !self
+                    .attr
+                    .qp_access_flags
+                    .contains(AccessFlags::REMOTE_ATOMIC)
+                {
+                    return Err(Fail::Nak(NakCode::RemoteAccessError));
+                }
+                let Some((mr, off)) =
+                    res.remote_mr(a.rkey, self.pd, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+                else {
+                    return Err(Fail::Nak(NakCode::RemoteAccessError));
+                };
+                let orig = if info.kind == OpKind::CompareSwap {
+                    mr.mem.compare_swap(off, a.compare, a.swap_add)
+                } else {
+                    mr.mem.fetch_add(off, a.swap_add)
+                };
+                self.resp.msn = self.resp.msn.next();
+                let depth = usize::from(self.attr.max_dest_rd_atomic.max(1));
+                while self.resp.atomics.len() >= depth {
+                    self.resp.atomics.pop_front();
+                }
+                self.resp.atomics.push_back(AtomicResource { psn, orig });
+                let msn = self.resp.msn;
+                self.resp
+                    .out
+                    .push_back(RespOut::AtomicAck { psn, orig, msn });
+                self.resp.epsn = psn.next();
+                return Ok(());
+            }
+            _ => return Err(Fail::Drop),
+        }
+        self.resp.epsn = psn.next();
+        if pkt.bth.ack_req && self.qp_type == QpType::Rc {
+            self.queue_ack(psn);
+        }
+        Ok(())
+    }
+
+    /// A receive-side failure: UC drops, RC NAKs.
+    fn local_fail(&mut self, _res: &mut Resources, code: NakCode, _w: Option<RecvWqe>) -> Fail {
+        self.resp.cur = None;
+        if self.qp_type == QpType::Uc {
+            Fail::Drop
+        } else {
+            Fail::Nak(code)
+        }
+    }
+
+    fn remote_fail(&mut self, code: NakCode) -> Fail {
+        self.resp.cur = None;
+        if self.qp_type == QpType::Uc {
+            Fail::Drop
+        } else {
+            Fail::Nak(code)
+        }
+    }
+
+    fn handle_uc(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>) {
+        let psn = pkt.bth.psn;
+        let starts = pkt.bth.opcode.info().position.starts_message();
+        if psn != self.resp.epsn {
+            // A lost packet: the message in progress is dropped silently.
+            self.counters.out_of_sequence += 1;
+            res.counters.out_of_sequence += 1;
+            self.abort_uc_message(res);
+        }
+        self.resp.epsn = psn.next();
+        if starts {
+            if self.resp.cur.is_some() {
+                self.abort_uc_message(res);
+            }
+            self.resp.uc_dropping = false;
+        }
+        if self.resp.uc_dropping {
+            self.counters.dropped += 1;
+            res.counters.dropped += 1;
+            return;
+        }
+        if self.execute(res, pkt).is_err() {
+            self.counters.dropped += 1;
+            res.counters.dropped += 1;
+            self.abort_uc_message(res);
+            // execute() advanced nothing on failure; keep epsn past this packet.
+            self.resp.epsn = psn.next();
+        }
+    }
+
+    fn abort_uc_message(&mut self, res: &mut Resources) {
+        if let Some(InMsg::Send { wqe, .. }) = self.resp.cur.take() {
+            self.give_back_recv_wqe(res, wqe);
+        }
+        self.resp.cur = None;
+        self.resp.uc_dropping = true;
+    }
+
+    fn handle_ud(
+        &mut self,
+        res: &mut Resources,
+        pkt: &PacketRepr<'_>,
+        src: SocketAddr,
+        local: IpAddr,
+    ) {
+        let Some(deth) = pkt.headers.deth() else {
+            return;
+        };
+        if deth.qkey != self.attr.qkey {
+            self.counters.qkey_violations += 1;
+            res.counters.qkey_violations += 1;
+            return;
+        }
+        let Some(wqe) = self.take_recv_wqe(res) else {
+            self.counters.dropped += 1;
+            res.counters.dropped += 1;
+            return;
+        };
+        let total = GRH_LEN + pkt.payload.len();
+        if total as u64 > wqe.capacity() {
+            let wc = self.recv_completion(&wqe, WcStatus::LocLenErr, WcOpcode::Recv);
+            res.complete(self.recv_cq, wc);
+            return;
+        }
+        let grh = build_grh(src.ip(), local, pkt.payload.len());
+        let r = res
+            .scatter(&wqe.sges, self.pd, 0, &grh)
+            .and_then(|_| res.scatter(&wqe.sges, self.pd, GRH_LEN as u64, pkt.payload));
+        let mut wc = self.recv_completion(&wqe, WcStatus::Success, WcOpcode::Recv);
+        if let Err(s) = r {
+            wc.status = s;
+            res.complete(self.recv_cq, wc);
+            return;
+        }
+        wc.byte_len = total as u32;
+        wc.src_qp = deth.src_qp;
+        wc.wc_flags = WcFlags::GRH;
+        wc.sgid = Gid::from_ip(src.ip());
+        wc.solicited = pkt.bth.solicited;
+        if let Some(i) = pkt.headers.imm() {
+            wc.imm_data = i;
+            wc.wc_flags = WcFlags(WcFlags::GRH.0 | WcFlags::WITH_IMM.0);
+        }
+        res.complete(self.recv_cq, wc);
+    }
+
+    /// Produces the next ACK, NAK or response packet, if any is queued.
+    pub(crate) fn next_response(
+        &mut self,
+        res: &mut Resources,
+        ctx: &mut TxCtx<'_>,
+    ) -> Option<Transmit> {
+        let dst = self.dest?;
+        let remote_qpn = self.attr.dest_qp_num;
+        let mtu = u64::from(self.mtu);
+        loop {
+            let out = self.resp.out.front_mut()?;
+            match out {
+                RespOut::Ack { psn, syndrome, msn } => {
+                    let mut syndrome = *syndrome;
+                    if let Syndrome::Ack { .. } = syndrome {
+                        let credits = match self.srq {
+                            Some(_) => aeth::CREDITS_INVALID,
+                            None => aeth::code_from_credits(self.rq.len() as u32),
+                        };
+                        syndrome = Syndrome::Ack { credits };
+                    }
+                    let bth = BthRepr::new(Opcode::RC_ACK, remote_qpn, *psn);
+                    let headers = Headers::Aeth(AethRepr {
+                        syndrome,
+                        msn: *msn,
+                    });
+                    self.resp.out.pop_front();
+                    return self.finish_packet(res, ctx, bth, headers, 0, dst);
+                }
+                RespOut::AtomicAck { psn, orig, msn } => {
+                    let bth = BthRepr::new(Opcode::RC_ATOMIC_ACK, remote_qpn, *psn);
+                    let a = AethRepr {
+                        syndrome: Syndrome::Ack {
+                            credits: aeth::CREDITS_INVALID,
+                        },
+                        msn: *msn,
+                    };
+                    let headers = Headers::AtomicAck(a, *orig);
+                    self.resp.out.pop_front();
+                    return self.finish_packet(res, ctx, bth, headers, 0, dst);
+                }
+                RespOut::Read(job) => {
+                    let seg = job.remaining.min(mtu);
+                    let last = seg == job.remaining;
+                    let (opcode, with_aeth) = match (job.first, last) {
+                        (true, true) => (Opcode::RC_READ_RESPONSE_ONLY, true),
+                        (true, false) => (Opcode::RC_READ_RESPONSE_FIRST, true),
+                        (false, false) => (Opcode::RC_READ_RESPONSE_MIDDLE, false),
+                        (false, true) => (Opcode::RC_READ_RESPONSE_LAST, true),
+                    };
+                    let aeth = AethRepr {
+                        syndrome: Syndrome::Ack {
+                            credits: aeth::CREDITS_INVALID,
+                        },
+                        msn: job.msn,
+                    };
+                    let headers = if with_aeth {
+                        Headers::Aeth(aeth)
+                    } else {
+                        Headers::None
+                    };
+                    let off = payload_offset(&headers);
+                    let (psn, rkey, va) = (job.psn, job.rkey, job.va);
+                    // Look the region up again for every packet: it may have been
+                    // deregistered since the request, and then must not be touched.
+                    let region = if seg == 0 {
+                        None
+                    } else {
+                        match res.remote_mr(rkey, self.pd, va, seg, AccessFlags::REMOTE_READ) {
+                            Some((mr, o)) => Some((mr.mem.clone(), o)),
+                            None => {
+                                self.resp.out.pop_front();
+                                self.counters.error_naks_sent += 1;
+                                res.counters.error_naks_sent += 1;
+                                self.queue_nak(psn, Syndrome::Nak(NakCode::RemoteAccessError));
+                                self.enter_error(res, true);
+                                continue;
+                            }
+                        }
+                    };
+                    let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
+                    if let Some((mem, o)) = region {
+                        mem.read(o, dstbuf);
+                    }
+                    if last {
+                        self.resp.out.pop_front();
+                    } else if let Some(RespOut::Read(job)) = self.resp.out.front_mut() {
+                        job.first = false;
+                        job.psn = job.psn.next();
+                        job.va += seg;
+                        job.remaining -= seg;
+                    }
+                    let bth = BthRepr::new(opcode, remote_qpn, psn);
+                    return self.finish_packet(res, ctx, bth, headers, seg as usize, dst);
+                }
+            }
+        }
+    }
+}
+
+/// The 40 bytes placed in front of a UD receive: an IPv6 header for IPv6
+/// peers, or 20 unused bytes then the IPv4 header for IPv4 peers (RoCEv2).
+fn build_grh(src: IpAddr, dst: IpAddr, payload_len: usize) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    let udp_len = (8 + 12 + 8 + payload_len + 4) as u16;
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let h = &mut g[20..];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&(udp_len + 20).to_be_bytes());
+            h[6] = 0x40;
+            h[8] = 64;
+            h[9] = 17;
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d.octets());
+        }
+        _ => {
+            g[0] = 0x60;
+            g[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            g[6] = 17;
+            g[7] = 64;
+            g[8..24].copy_from_slice(&Gid::from_ip(src).0);
+            g[24..40].copy_from_slice(&Gid::from_ip(dst).0);
+        }
+    }
+    g
+}
