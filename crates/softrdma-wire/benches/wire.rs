@@ -1,0 +1,206 @@
+//! `cargo bench -p softrdma-wire`: ICRC throughput (GB/s) by packet size,
+//! and parse/emit rates (packets/s) of a 4 KiB RC RDMA WRITE_ONLY packet.
+//!
+//! A small self-contained harness (no bench framework, so no extra
+//! dependencies): each case is calibrated to ~40 ms batches and the best of
+//! several batches is reported, which is the figure least disturbed by other
+//! load on the machine. Run without `--bench` (as `cargo test --benches`
+//! does) it only smoke-tests each case once.
+
+use std::hint::black_box;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use softrdma_wire::packet::{emit_in_place, payload_offset};
+use softrdma_wire::{frame, icrc, BthRepr, Endpoints, Headers, Opcode, PacketRepr, Psn, RethRepr};
+
+const BATCH: Duration = Duration::from_millis(40);
+const BATCHES: usize = 7;
+
+struct Bench {
+    full: bool,
+    filter: Option<String>,
+}
+
+impl Bench {
+    /// Seconds per call of `f`: best of `BATCHES` calibrated batches.
+    fn time<F: FnMut()>(&self, name: &str, mut f: F) -> Option<f64> {
+        if self.filter.as_deref().is_some_and(|p| !name.contains(p)) {
+            return None;
+        }
+        if !self.full {
+            f();
+            return None;
+        }
+        // Calibrate: double the iteration count until a batch takes BATCH.
+        let mut iters = 1u64;
+        loop {
+            let t = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            if t.elapsed() >= BATCH / 4 {
+                let per = t.elapsed().as_secs_f64() / iters as f64;
+                iters = ((BATCH.as_secs_f64() / per) as u64).max(1);
+                break;
+            }
+            iters *= 2;
+        }
+        let mut best = f64::INFINITY;
+        for _ in 0..BATCHES {
+            let t = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            best = best.min(t.elapsed().as_secs_f64() / iters as f64);
+        }
+        Some(best)
+    }
+
+    fn throughput<F: FnMut()>(&self, name: &str, bytes: usize, f: F) {
+        if let Some(s) = self.time(name, f) {
+            println!(
+                "{name:<44} {:>9.1} ns  {:>7.2} GB/s  {:>6.2} Mpkt/s",
+                s * 1e9,
+                bytes as f64 / s / 1e9,
+                1e-6 / s
+            );
+        }
+    }
+}
+
+fn ep4() -> Endpoints {
+    Endpoints::new(
+        SocketAddr::new(Ipv4Addr::new(10, 0, 0, 1).into(), 0xC000),
+        SocketAddr::new(Ipv4Addr::new(10, 0, 0, 2).into(), frame::ROCE_PORT),
+    )
+}
+
+fn ep6() -> Endpoints {
+    Endpoints::new(
+        SocketAddr::new(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).into(), 0xC000),
+        SocketAddr::new(
+            Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2).into(),
+            frame::ROCE_PORT,
+        ),
+    )
+}
+
+fn write_only(payload: &[u8]) -> PacketRepr<'_> {
+    PacketRepr {
+        bth: BthRepr::new(Opcode::RC_WRITE_ONLY, 0x11, Psn::new(0x12_3456)),
+        headers: Headers::Reth(RethRepr {
+            va: 0x7f00_0000_1000,
+            rkey: 0x1234,
+            dma_len: payload.len() as u32,
+        }),
+        payload,
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let b = Bench {
+        full: args.iter().any(|a| a == "--bench"),
+        filter: args.iter().find(|a| !a.starts_with('-')).cloned(),
+    };
+    if b.full {
+        #[cfg(target_arch = "x86_64")]
+        println!(
+            "CPU: pclmulqdq {} sse4.1 {} (crc32fast picks its folding kernel at run time)",
+            std::arch::is_x86_feature_detected!("pclmulqdq"),
+            std::arch::is_x86_feature_detected!("sse4.1"),
+        );
+        println!(
+            "{:<44} {:>12}  {:>12}  {:>13}",
+            "case", "time/op", "throughput", "rate"
+        );
+    }
+
+    let data: Vec<u8> = (0..65536u32).map(|i| i.wrapping_mul(2_654_435_761) as u8).collect();
+
+    // ICRC over a whole UDP payload (BTH .. pad) of each size. The largest
+    // is the biggest RoCE packet an IPv4 datagram can carry.
+    for &size in &[256usize, 1024, 4096, 16384, 65504 - 4] {
+        let body = &data[..size];
+        let name = format!("icrc::compute IPv4 {size} B");
+        b.throughput(&name, size, || {
+            black_box(icrc::compute(black_box(&ep4()), black_box(body)).unwrap());
+        });
+    }
+    let body = &data[..4096];
+    b.throughput("icrc::compute IPv6 4096 B", 4096, || {
+        black_box(icrc::compute(black_box(&ep6()), black_box(body)).unwrap());
+    });
+    b.throughput("crc32fast alone 4096 B (reference)", 4096, || {
+        let mut h = crc32fast::Hasher::new();
+        h.update(black_box(body));
+        black_box(h.finalize());
+    });
+    b.throughput("crc32fast alone 65500 B (reference)", 65500, || {
+        let mut h = crc32fast::Hasher::new();
+        h.update(black_box(&data[..65500]));
+        black_box(h.finalize());
+    });
+
+    // A 4 KiB RDMA WRITE_ONLY: 12 + 16 + 4096 + 4 = 4128 bytes.
+    let payload = &data[..4096];
+    let repr = write_only(payload);
+    let len = repr.buffer_len();
+    let mut buf = vec![0u8; len];
+    repr.emit(&mut buf, &ep4()).unwrap();
+    let ip = frame::build_ip(ep4().src, ep4().dst, &buf, &Default::default()).unwrap();
+
+    b.throughput("icrc::verify 4 KiB WRITE_ONLY", len, || {
+        icrc::verify(black_box(&ep4()), black_box(&buf)).unwrap();
+    });
+    b.throughput("icrc::over_ip_packet 4 KiB WRITE_ONLY", len, || {
+        black_box(icrc::over_ip_packet(black_box(&ip)).unwrap());
+    });
+    b.throughput("PacketRepr::parse 4 KiB WRITE_ONLY (no ICRC)", len, || {
+        black_box(PacketRepr::parse(black_box(&buf)).unwrap());
+    });
+    b.throughput("parse + icrc::verify 4 KiB WRITE_ONLY", len, || {
+        let p = PacketRepr::parse(black_box(&buf)).unwrap();
+        icrc::verify(&ep4(), &buf).unwrap();
+        black_box(p);
+    });
+    let mut out = vec![0u8; len];
+    b.throughput("PacketRepr::emit 4 KiB WRITE_ONLY (copy+ICRC)", len, || {
+        black_box(black_box(&repr).emit(&mut out, &ep4()).unwrap());
+    });
+    let headers = repr.headers;
+    let off = payload_offset(&headers);
+    out[off..off + payload.len()].copy_from_slice(payload);
+    b.throughput("emit_in_place 4 KiB WRITE_ONLY (ICRC)", len, || {
+        let n = emit_in_place(black_box(&repr.bth), &headers, &mut out, 4096, &ep4()).unwrap();
+        black_box(n);
+    });
+    let frame_opts = Default::default();
+    b.throughput("frame::build_frame 4 KiB (capture path)", len, || {
+        black_box(frame::build_frame(ep4().src, ep4().dst, black_box(&buf), &frame_opts).unwrap());
+    });
+
+    // Small packets: per-packet overhead dominates.
+    let ack = PacketRepr {
+        bth: BthRepr::new(Opcode::RC_ACK, 0x11, Psn::new(1)),
+        headers: Headers::Aeth(softrdma_wire::AethRepr {
+            syndrome: softrdma_wire::Syndrome::Ack { credits: 0x1F },
+            msn: softrdma_wire::Msn::new(1),
+        }),
+        payload: &[],
+    };
+    let mut ack_buf = [0u8; 20];
+    ack.emit(&mut ack_buf, &ep4()).unwrap();
+    b.throughput("PacketRepr::emit ACK (20 B)", 20, || {
+        black_box(black_box(&ack).emit(&mut ack_buf, &ep4()).unwrap());
+    });
+    b.throughput("parse + icrc::verify ACK (20 B)", 20, || {
+        let p = PacketRepr::parse(black_box(&ack_buf)).unwrap();
+        icrc::verify(&ep4(), &ack_buf).unwrap();
+        black_box(p);
+    });
+    if !b.full {
+        println!("wire bench: smoke run ok (pass --bench, as `cargo bench` does, to measure)");
+    }
+}
