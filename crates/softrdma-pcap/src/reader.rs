@@ -429,7 +429,20 @@ impl<R: Read> CaptureReader<R> {
                 ),
             ));
         }
-        let body = self.read_vec_at("pcapng block", start, total - read - 4, u64::from(read))?;
+        let body = self
+            .read_vec_at("pcapng block", start, total - read - 4, u64::from(read))
+            .map_err(|e| match e {
+                // Report the whole block as needed, not just its body.
+                Error::Truncated {
+                    what, offset, have, ..
+                } => Error::Truncated {
+                    what,
+                    offset,
+                    need: u64::from(total),
+                    have,
+                },
+                e => e,
+            })?;
         let mut trailer = [0u8; 4];
         self.read_exact_at("pcapng block", start, &mut trailer, u64::from(total - 4))?;
         let t2 = u32_at(&trailer, 0, big);

@@ -179,10 +179,23 @@ fn errors_name_what_is_wrong() {
     let idb = shb_len;
     odd[idb + 4] += 1;
     assert!(msg(&odd).contains("not a multiple of 4"), "{}", msg(&odd));
-    assert!(
-        msg(&good[..good.len() - 2]).starts_with("file cut short in pcapng block at byte"),
-        "{}",
-        msg(&good[..good.len() - 2])
+    // The last block (the EPB) starts where the SHB and IDB end.
+    let idb_len = u32::from_le_bytes([good[idb + 4], good[idb + 5], good[idb + 6], good[idb + 7]]);
+    let epb = idb + idb_len as usize;
+    let epb_len = good.len() - epb;
+    assert_eq!(
+        msg(&good[..good.len() - 10]),
+        format!(
+            "file cut short in pcapng block at byte {epb}: need {epb_len} bytes, have {}",
+            epb_len - 10
+        )
+    );
+    assert_eq!(
+        msg(&good[..good.len() - 2]),
+        format!(
+            "file cut short in pcapng block at byte {epb}: need {epb_len} bytes, have {}",
+            epb_len - 2
+        )
     );
     let mut ng = Ng::new(false);
     ng.idb(1, None, None).epb(3, 0, &IPV4);
