@@ -117,7 +117,9 @@ fn main() {
         );
     }
 
-    let data: Vec<u8> = (0..65536u32).map(|i| i.wrapping_mul(2_654_435_761) as u8).collect();
+    let data: Vec<u8> = (0..65536u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) as u8)
+        .collect();
 
     // ICRC over a whole UDP payload (BTH .. pad) of each size. The largest
     // is the biggest RoCE packet an IPv4 datagram can carry.

@@ -266,6 +266,7 @@ impl<'a> PacketRepr<'a> {
     }
 
     /// Writes the packet, pad and ICRC into `buf`; returns the length written.
+    /// Fails as [`emit_in_place`] does.
     pub fn emit(&self, buf: &mut [u8], ep: &Endpoints) -> Result<usize> {
         let off = payload_offset(&self.headers);
         let need = self.buffer_len();
@@ -283,7 +284,9 @@ impl<'a> PacketRepr<'a> {
 /// Emits the headers, pad and ICRC around a payload that the caller already
 /// wrote at `buf[payload_offset(headers)..][..payload_len]`, sparing a copy.
 /// `bth.pad_count` is ignored and derived from `payload_len`. Returns the
-/// packet length.
+/// packet length. Values too wide for their wire field (a 25-bit DestQP or
+/// DETH.SrcQP, an AETH credit count or RNR timer above 31) are refused with
+/// [`Error::BadField`] rather than silently truncated.
 pub fn emit_in_place(
     bth: &BthRepr,
     headers: &Headers,
