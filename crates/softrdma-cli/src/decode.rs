@@ -526,6 +526,42 @@ mod tests {
     }
 
     #[test]
+    fn random_ip_packets_never_panic() {
+        // xorshift64*: deterministic, no dependency.
+        let mut x: u64 = 0x0DEC_0DE5_EED5;
+        let mut next = || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let base = softrdma_pcap::roce_frame(
+            "10.0.0.1:49152".parse().unwrap(),
+            "10.0.0.2:4791".parse().unwrap(),
+            &[0u8; 40],
+        )
+        .unwrap()[14..]
+            .to_vec();
+        for _ in 0..20_000 {
+            let mut ip = base.clone();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % ip.len() as u64) as usize;
+                match next() % 3 {
+                    0 => ip[at] ^= 1 << (next() % 8),
+                    1 => ip[at] = next() as u8,
+                    _ => ip.truncate(at),
+                }
+                if ip.is_empty() {
+                    break;
+                }
+            }
+            if udp_endpoints(&ip).is_some() {
+                let _ = decode_roce(&ip).map(|d| d.icrc_ok);
+            }
+        }
+    }
+
+    #[test]
     fn lenient_endpoints_survive_cut_packets() {
         let mut ip = vec![0x45, 0, 0, 200, 0, 0, 0x40, 0, 64, 17, 0, 0];
         ip.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
