@@ -1,0 +1,111 @@
+//! Connecting QPs over a TCP socket, like the common rdma_cm flow but
+//! without a kernel: each side sends one line describing its QP (and
+//! optionally a region), and reads the other's.
+//!
+//! Line format (stable, human-readable): `softrdma-conn/1 gid=… qpn=0x…
+//! psn=0x… mtu=… qkey=0x…[ addr=0x… rkey=0x… len=…]\n`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::verbs::{QpEndpoint, RemoteRegion};
+use crate::{Error, Result};
+
+const MAGIC: &str = "softrdma-conn/1";
+
+/// What each side tells the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// The QP to connect to.
+    pub endpoint: QpEndpoint,
+    /// A region the peer may access, if offered.
+    pub region: Option<RemoteRegion>,
+}
+
+impl ConnInfo {
+    /// The wire line (without newline).
+    pub fn to_line(&self) -> String {
+        match &self.region {
+            Some(r) => format!("{MAGIC} {} {}", self.endpoint, r),
+            None => format!("{MAGIC} {}", self.endpoint),
+        }
+    }
+
+    /// Parses a line.
+    pub fn from_line(line: &str) -> Result<Self> {
+        let rest = line.trim().strip_prefix(MAGIC).ok_or_else(|| {
+            Error::Config(format!(
+                "connection line does not start with {MAGIC}: {line:?}"
+            ))
+        })?;
+        let endpoint: QpEndpoint = rest.parse()?;
+        let region = if rest.contains("rkey=") {
+            Some(rest.parse()?)
+        } else {
+            None
+        };
+        Ok(ConnInfo { endpoint, region })
+    }
+}
+
+fn io(e: std::io::Error) -> Error {
+    Error::Io(e.to_string())
+}
+
+/// Sends ours, reads theirs.
+pub fn exchange(stream: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(io)?;
+    stream
+        .write_all(format!("{}\n", mine.to_line()).as_bytes())
+        .map_err(io)?;
+    let mut line = String::new();
+    BufReader::new(stream.try_clone().map_err(io)?)
+        .read_line(&mut line)
+        .map_err(io)?;
+    if line.is_empty() {
+        return Err(Error::Io(
+            "peer closed the connection before sending its QP".into(),
+        ));
+    }
+    ConnInfo::from_line(&line)
+}
+
+/// Server side: waits for one client on `listener` and exchanges.
+pub fn accept(listener: &TcpListener, mine: &ConnInfo) -> Result<(TcpStream, ConnInfo)> {
+    let (mut s, _) = listener.accept().map_err(io)?;
+    let theirs = exchange(&mut s, mine)?;
+    Ok((s, theirs))
+}
+
+/// Client side: connects (retrying for up to `wait` while the server starts) and exchanges.
+pub fn connect(
+    addr: impl ToSocketAddrs + Copy,
+    mine: &ConnInfo,
+    wait: Duration,
+) -> Result<(TcpStream, ConnInfo)> {
+    let start = std::time::Instant::now();
+    let mut s = loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(e) if start.elapsed() < wait => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(io(e)),
+        }
+    };
+    let theirs = exchange(&mut s, mine)?;
+    Ok((s, theirs))
+}
+
+/// Waits until the peer closes or writes a byte (a barrier at the end of a test).
+pub fn sync(stream: &mut TcpStream) -> Result<()> {
+    use std::io::Read;
+    stream.write_all(b"S").map_err(io)?;
+    let mut b = [0u8; 1];
+    stream.read_exact(&mut b).map_err(io)?;
+    Ok(())
+}

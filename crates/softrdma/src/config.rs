@@ -1,0 +1,211 @@
+//! Which devices exist and how they are set up, from code or environment.
+//!
+//! `SOFTRDMA_DEVICES` lists devices as `name=address[:port]`, comma
+//! separated, e.g. `srx0=192.168.1.10,srx1=[fd00::2]:4791`. Without it there
+//! is one device, `srx0`, on loopback: it binds UDP port 4791 on the first
+//! free address of 127.0.0.1, 127.0.0.2, … 127.0.0.254, so every process on a
+//! host gets its own address (its GID) with no configuration.
+//! `SOFTRDMA_CAPTURE=FILE.pcap` records every packet; `SOFTRDMA_FAULT=…`
+//! injects faults on receive (see [`crate::FaultSpec`]).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use crate::fault::FaultSpec;
+use crate::Error;
+
+/// The UDP port of RoCEv2.
+pub const ROCE_PORT: u16 = 4791;
+/// Name of the default device.
+pub const DEFAULT_DEVICE: &str = "srx0";
+
+/// Where a device listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bind {
+    /// A fixed address and port.
+    Addr(SocketAddr),
+    /// The first free 127.0.0.N (N = 1..=254) on `port`.
+    AutoLoopback {
+        /// UDP port to bind.
+        port: u16,
+    },
+}
+
+/// How to open one device.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Device name (`srx0`, …).
+    pub name: String,
+    /// Where it listens; its IP address is its GID.
+    pub bind: Bind,
+    /// Record every packet sent and received to this pcap file.
+    pub capture: Option<PathBuf>,
+    /// Faults injected on receive.
+    pub fault: Option<FaultSpec>,
+    /// Seed for keys; `None` takes one from the OS.
+    pub seed: Option<u64>,
+}
+
+impl DeviceConfig {
+    /// The default loopback device, with SOFTRDMA_CAPTURE/SOFTRDMA_FAULT applied.
+    pub fn default_loopback() -> Self {
+        DeviceConfig {
+            name: DEFAULT_DEVICE.into(),
+            bind: Bind::AutoLoopback { port: ROCE_PORT },
+            capture: None,
+            fault: None,
+            seed: None,
+        }
+        .with_env()
+    }
+
+    /// A device named `name` bound to `addr`.
+    pub fn new(name: impl Into<String>, addr: SocketAddr) -> Self {
+        DeviceConfig {
+            name: name.into(),
+            bind: Bind::Addr(addr),
+            capture: None,
+            fault: None,
+            seed: None,
+        }
+    }
+
+    /// Records every packet to `path` (classic pcap).
+    pub fn capture(mut self, path: impl Into<PathBuf>) -> Self {
+        self.capture = Some(path.into());
+        self
+    }
+
+    /// Injects faults on receive.
+    pub fn fault(mut self, spec: FaultSpec) -> Self {
+        self.fault = Some(spec);
+        self
+    }
+
+    /// Fixes the key seed (tests that want reproducible keys).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Applies SOFTRDMA_CAPTURE and SOFTRDMA_FAULT when set and not already configured.
+    pub fn with_env(mut self) -> Self {
+        if self.capture.is_none() {
+            if let Some(p) = std::env::var_os("SOFTRDMA_CAPTURE").filter(|v| !v.is_empty()) {
+                self.capture = Some(p.into());
+            }
+        }
+        if self.fault.is_none() {
+            if let Ok(s) = std::env::var("SOFTRDMA_FAULT") {
+                match s.parse() {
+                    Ok(f) => self.fault = Some(f),
+                    Err(e) => eprintln!("softrdma: ignoring SOFTRDMA_FAULT: {e}"),
+                }
+            }
+        }
+        self
+    }
+}
+
+/// Parses one `name=address[:port]` entry.
+fn parse_entry(entry: &str) -> Result<DeviceConfig, Error> {
+    let (name, addr) = entry.split_once('=').ok_or_else(|| {
+        Error::Config(format!(
+            "SOFTRDMA_DEVICES entry {entry:?} is not name=address"
+        ))
+    })?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(Error::Config(format!(
+            "SOFTRDMA_DEVICES entry {entry:?} has an empty name"
+        )));
+    }
+    let addr = addr.trim();
+    if addr == "auto" {
+        return Ok(DeviceConfig {
+            name: name.into(),
+            bind: Bind::AutoLoopback { port: ROCE_PORT },
+            capture: None,
+            fault: None,
+            seed: None,
+        });
+    }
+    let sa = if let Ok(sa) = addr.parse::<SocketAddr>() {
+        sa
+    } else if let Ok(ip) = addr.parse::<IpAddr>() {
+        SocketAddr::new(ip, ROCE_PORT)
+    } else {
+        return Err(Error::Config(format!(
+            "SOFTRDMA_DEVICES entry {entry:?}: {addr:?} is not an IP address, ip:port, [ipv6]:port or \"auto\""
+        )));
+    };
+    if sa.ip().is_unspecified() {
+        return Err(Error::Config(format!(
+            "SOFTRDMA_DEVICES entry {entry:?}: a device needs a concrete address (its GID), not {}",
+            sa.ip()
+        )));
+    }
+    Ok(DeviceConfig::new(name, sa))
+}
+
+/// Parses a SOFTRDMA_DEVICES value.
+pub fn parse_devices(spec: &str) -> Result<Vec<DeviceConfig>, Error> {
+    let mut v: Vec<DeviceConfig> = Vec::new();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let d = parse_entry(entry)?;
+        if v.iter().any(|x| x.name == d.name) {
+            return Err(Error::Config(format!(
+                "SOFTRDMA_DEVICES names device {:?} twice",
+                d.name
+            )));
+        }
+        v.push(d);
+    }
+    if v.is_empty() {
+        return Err(Error::Config("SOFTRDMA_DEVICES lists no devices".into()));
+    }
+    Ok(v)
+}
+
+/// The configured devices: SOFTRDMA_DEVICES, or the default loopback device.
+pub fn devices() -> Result<Vec<DeviceConfig>, Error> {
+    match std::env::var("SOFTRDMA_DEVICES") {
+        Ok(s) if !s.trim().is_empty() => Ok(parse_devices(&s)?
+            .into_iter()
+            .map(DeviceConfig::with_env)
+            .collect()),
+        _ => Ok(vec![DeviceConfig::default_loopback()]),
+    }
+}
+
+/// The candidate addresses of automatic loopback binding.
+pub(crate) fn auto_loopback_candidates(port: u16) -> impl Iterator<Item = SocketAddr> {
+    (1..=254u8).map(move |n| SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_entries() {
+        let v = parse_devices("srx0=192.0.2.1, srx1=[fd00::2]:5000,srx2=auto").unwrap();
+        assert_eq!(v[0].bind, Bind::Addr("192.0.2.1:4791".parse().unwrap()));
+        assert_eq!(v[1].bind, Bind::Addr("[fd00::2]:5000".parse().unwrap()));
+        assert_eq!(v[2].bind, Bind::AutoLoopback { port: 4791 });
+    }
+
+    #[test]
+    fn rejects_bad_entries_naming_them() {
+        let e = parse_devices("srx0").unwrap_err().to_string();
+        assert!(e.contains("\"srx0\" is not name=address"), "{e}");
+        let e = parse_devices("srx0=nothost").unwrap_err().to_string();
+        assert!(e.contains("\"nothost\" is not an IP address"), "{e}");
+        let e = parse_devices("a=127.0.0.2,a=127.0.0.3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("twice"), "{e}");
+        let e = parse_devices("a=0.0.0.0").unwrap_err().to_string();
+        assert!(e.contains("concrete address"), "{e}");
+    }
+}

@@ -1,0 +1,111 @@
+//! # softrdma
+//!
+//! RDMA verbs in userspace Rust. A [`Context`] is an open soft HCA: a
+//! RoCEv2 device on a UDP socket, driven by the sans-I/O protocol engine of
+//! `softrdma-engine`. On it you allocate protection domains, register memory
+//! regions, create completion queues and queue pairs (RC, UC, UD, with shared
+//! receive queues), connect them, and post SEND/RECV, RDMA WRITE/READ and
+//! atomics, with the states, error completions and limits of real hardware.
+//!
+//! ```no_run
+//! use softrdma::{Context, AccessFlags, QpType};
+//! let ctx = Context::open_default()?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(64)?;
+//! let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let qp = pd.create_qp(QpType::Rc, &cq, &cq).build()?;
+//! println!("my endpoint: {}", qp.endpoint());
+//! # Ok::<(), softrdma::Error>(())
+//! ```
+//!
+//! Memory regions own their memory (or borrow it through an `unsafe`
+//! constructor). Remote peers write it at any time, so the safe API never
+//! hands out references into it: [`Mr::read`] and [`Mr::write`] copy, and
+//! [`Mr::as_ptr`] is the raw escape hatch for zero-copy users.
+//!
+//! Devices come from `SOFTRDMA_DEVICES` (see [`config`]); the default is one
+//! loopback device, `srx0`, on the first free 127.0.0.N.
+
+#![warn(missing_docs)]
+
+pub mod cm;
+pub mod config;
+mod device;
+mod fault;
+mod region;
+mod sys;
+mod verbs;
+
+use std::fmt;
+
+pub use config::{devices, DeviceConfig};
+pub use device::{active_mtu_for, DriverCounters};
+pub use fault::FaultSpec;
+pub use region::{OwnedRegion, RawRegion};
+pub use softrdma_engine::{
+    errno, AccessFlags, AhAttr, AttrMask, Counters, Event, Gid, Mtu, QpAttr, QpCap, QpState,
+    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, VerbsError, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion, GRH_LEN,
+};
+pub use verbs::{
+    Ah, CompChannel, ConnectOptions, Context, Cq, DeviceAttr, Mr, Pd, PortAttr, Qp, QpBuilder,
+    QpEndpoint, RemoteRegion, Srq,
+};
+
+/// Errors of the softrdma API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// A verbs call failed as it would on real hardware (with its errno).
+    Verbs(VerbsError),
+    /// Bad configuration (environment or builder); the message names the setting.
+    Config(String),
+    /// An operating-system failure (sockets, threads, files).
+    Io(String),
+    /// No device with that name.
+    NoDevice(String),
+    /// A wait ran out of time.
+    Timeout(String),
+    /// A completion carried an error status.
+    Completion(WcStatus, u64),
+}
+
+impl Error {
+    /// The errno the C library reports for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Verbs(v) => v.errno(),
+            Error::Config(_) | Error::NoDevice(_) => errno::EINVAL,
+            Error::Io(_) => 5,
+            Error::Timeout(_) => 110,
+            Error::Completion(..) => 5,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Verbs(v) => write!(f, "{v}"),
+            Error::Config(m) => write!(f, "configuration: {m}"),
+            Error::Io(m) => write!(f, "I/O: {m}"),
+            Error::NoDevice(n) => {
+                write!(f, "no softrdma device named {n:?} (see SOFTRDMA_DEVICES)")
+            }
+            Error::Timeout(m) => write!(f, "timed out: {m}"),
+            Error::Completion(s, id) => {
+                write!(f, "work request {id} completed with status {s:?} ({s})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<VerbsError> for Error {
+    fn from(e: VerbsError) -> Self {
+        Error::Verbs(e)
+    }
+}
+
+/// Result of the softrdma API.
+pub type Result<T> = std::result::Result<T, Error>;

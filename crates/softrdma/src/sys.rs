@@ -1,0 +1,173 @@
+//! The few system calls std does not wrap: eventfd, ppoll, the IPv4
+//! "don't fragment" socket option, and link MTU discovery. All `unsafe` FFI
+//! of the UDP driver lives here, each block with its safety argument.
+
+use std::io;
+use std::net::{IpAddr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// An eventfd: a counter file descriptor used to wake a sleeping thread
+/// and as the pollable fd of completion channels.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// A non-blocking eventfd (or blocking, for fds applications read directly).
+    pub fn new(nonblocking: bool) -> io::Result<Self> {
+        let flags = libc::EFD_CLOEXEC | if nonblocking { libc::EFD_NONBLOCK } else { 0 };
+        // SAFETY: eventfd has no pointer arguments; the result is checked.
+        let fd = unsafe { libc::eventfd(0, flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor we exclusively own.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adds one to the counter (wakes readers and pollers).
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our own fd.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Reads and clears the counter; 0 if it was zero (non-blocking fds) —
+    /// blocks until non-zero for blocking fds.
+    pub fn drain(&self) -> u64 {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a valid u64 we own.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        if n == 8 {
+            v
+        } else {
+            0
+        }
+    }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes (None = forever).
+/// Returns the readable flags in order.
+pub fn wait_readable<const N: usize>(fds: [RawFd; N], timeout: Option<Duration>) -> [bool; N] {
+    let mut p = fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `p` is a valid array of N pollfd for the duration of the call;
+    // `tsp` is null or points to a live timespec; no signal mask is passed.
+    let _ = unsafe { libc::ppoll(p.as_mut_ptr(), N as libc::nfds_t, tsp, std::ptr::null()) };
+    p.map(|q| q.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+}
+
+/// Makes the kernel send IPv4 datagrams of this socket with DF set (and so,
+/// on an unconnected socket, IP ID 0), as RoCE senders do.
+pub fn set_dont_fragment(sock: &UdpSocket) -> io::Result<()> {
+    let v: libc::c_int = libc::IP_PMTUDISC_DO;
+    // SAFETY: passes a pointer to a live c_int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets SO_RCVBUF/SO_SNDBUF (best effort: the kernel caps them).
+pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+        // SAFETY: passes a pointer to a live c_int and its size.
+        let _ = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
+}
+
+/// The name of the network interface that holds `ip`, if any.
+pub fn interface_of(ip: IpAddr) -> Option<String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points to a sockaddr whose family says its real type.
+            let fam = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            let addr = match fam {
+                libc::AF_INET => {
+                    // SAFETY: family AF_INET means the sockaddr is a sockaddr_in.
+                    let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                    Some(IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ))
+                }
+                libc::AF_INET6 => {
+                    // SAFETY: family AF_INET6 means the sockaddr is a sockaddr_in6.
+                    let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => None,
+            };
+            if addr == Some(ip) {
+                // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+                let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+                found = Some(name.to_string_lossy().into_owned());
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed exactly once.
+    unsafe { libc::freeifaddrs(head) };
+    found
+}
+
+/// The MTU of the link that holds `ip`; 65536 for loopback addresses not
+/// configured on any interface (127.0.0.0/8 beyond 127.0.0.1).
+pub fn link_mtu(ip: IpAddr) -> u32 {
+    if let Some(name) = interface_of(ip) {
+        if let Ok(s) = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")) {
+            if let Ok(m) = s.trim().parse() {
+                return m;
+            }
+        }
+    }
+    if ip.is_loopback() {
+        65536
+    } else {
+        1500
+    }
+}

@@ -1,0 +1,1160 @@
+//! The public verbs objects. Each holds its [`Context`] (so the device
+//! lives as long as any object does) and its engine handle, and is destroyed
+//! on drop like `ibv_destroy_*`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use softrdma_engine::{
+    AccessFlags, AhAttr, AttrMask, Counters, Event, Gid, Mtu, QpAttr, QpCap, QpInit, QpState,
+    QpType, RecvWr, RegionMemory, SendWr, Sge, SrqInit, WorkCompletion,
+};
+use softrdma_wire::Psn;
+
+use crate::config::{devices, DeviceConfig};
+use crate::device::{ChannelShared, Device, DriverCounters, Lifetime};
+use crate::region::{OwnedRegion, RawRegion};
+use crate::sys::{self, EventFd};
+use crate::{Error, Result};
+
+/// An open device.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) dev: Arc<Device>,
+    _life: Arc<Lifetime>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("name", &self.dev.name)
+            .field("addr", &self.dev.addr)
+            .finish()
+    }
+}
+
+/// Device attributes, as `ibv_query_device` reports them (fields named as
+/// in `struct ibv_device_attr`).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttr {
+    pub fw_ver: String,
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_qp_rd_atom: u32,
+    pub max_qp_init_rd_atom: u32,
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
+    pub max_inline_data: u32,
+    pub phys_port_cnt: u8,
+    /// IBV_ATOMIC_HCA (1): atomics are atomic with respect to this device.
+    pub atomic_cap: u32,
+}
+
+/// Port attributes, as `ibv_query_port` reports them (fields named as in
+/// `struct ibv_port_attr`).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortAttr {
+    /// 4 = ACTIVE.
+    pub state: u32,
+    pub max_mtu: Mtu,
+    pub active_mtu: Mtu,
+    pub gid_tbl_len: u32,
+    pub pkey_tbl_len: u32,
+    /// 2 = Ethernet (RoCE).
+    pub link_layer: u8,
+    pub lid: u16,
+    pub active_speed: u8,
+    pub active_width: u8,
+    pub phys_state: u8,
+    pub max_msg_sz: u32,
+    /// MTU of the underlying link in bytes.
+    pub link_mtu: u32,
+}
+
+impl Context {
+    /// Opens the first configured device (the default loopback device `srx0`
+    /// unless SOFTRDMA_DEVICES says otherwise).
+    pub fn open_default() -> Result<Context> {
+        let list = devices()?;
+        Self::open_with(&list[0])
+    }
+
+    /// Opens the device named `name` from SOFTRDMA_DEVICES (or `srx0`).
+    pub fn open(name: &str) -> Result<Context> {
+        let list = devices()?;
+        let cfg = list
+            .iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| Error::NoDevice(name.into()))?;
+        Self::open_with(cfg)
+    }
+
+    /// Opens a device from an explicit configuration.
+    pub fn open_with(cfg: &DeviceConfig) -> Result<Context> {
+        let dev = Device::open(cfg)?;
+        Ok(Context {
+            _life: Arc::new(Lifetime(dev.clone())),
+            dev,
+        })
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.dev.name
+    }
+
+    /// UDP address of the device.
+    pub fn addr(&self) -> SocketAddr {
+        self.dev.addr
+    }
+
+    /// GID 0: the device's address as a RoCEv2 GID.
+    pub fn gid(&self) -> Gid {
+        Gid::from_ip(self.dev.addr.ip())
+    }
+
+    /// Node GUID: derived from the address, stable across runs.
+    pub fn node_guid(&self) -> u64 {
+        let g = self.gid().0;
+        u64::from_be_bytes([0x02, 0x50, 0x56, 0xff, g[12], g[13], g[14], g[15]])
+            ^ u64::from(self.dev.addr.port())
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        let l = self.dev.lock().engine.config().limits;
+        DeviceAttr {
+            fw_ver: format!("softrdma {}", env!("CARGO_PKG_VERSION")),
+            node_guid: self.node_guid(),
+            sys_image_guid: self.node_guid(),
+            max_mr_size: 1 << 40,
+            page_size_cap: 0xFFFF_F000,
+            vendor_id: 0,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            max_qp: softrdma_engine::MAX_QP,
+            max_qp_wr: l.max_qp_wr,
+            max_sge: l.max_sge,
+            max_cq: 1 << 16,
+            max_cqe: softrdma_engine::MAX_CQE,
+            max_mr: 1 << 20,
+            max_pd: 1 << 16,
+            max_qp_rd_atom: u32::from(l.max_qp_rd_atom),
+            max_qp_init_rd_atom: u32::from(l.max_qp_init_rd_atom),
+            max_srq: 1 << 16,
+            max_srq_wr: l.max_qp_wr,
+            max_srq_sge: l.max_sge,
+            max_inline_data: l.max_inline_data,
+            phys_port_cnt: 1,
+            atomic_cap: 1,
+        }
+    }
+
+    /// `ibv_query_port` for port 1.
+    pub fn query_port(&self) -> PortAttr {
+        PortAttr {
+            state: 4,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.dev.active_mtu,
+            gid_tbl_len: 1,
+            pkey_tbl_len: 1,
+            link_layer: 2,
+            lid: 0,
+            active_speed: 32,
+            active_width: 2,
+            phys_state: 5,
+            max_msg_sz: 1 << 31,
+            link_mtu: self.dev.link_mtu,
+        }
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        let handle = self.dev.with_engine(|e, _| e.alloc_pd());
+        Ok(Pd {
+            ctx: self.clone(),
+            handle,
+        })
+    }
+
+    /// `ibv_create_cq` with room for `depth` completions.
+    pub fn create_cq(&self, depth: u32) -> Result<Cq> {
+        let handle = self.dev.with_engine(|e, _| e.create_cq(depth))?;
+        Ok(Cq {
+            ctx: self.clone(),
+            handle,
+            channel: None,
+        })
+    }
+
+    /// `ibv_create_cq` bound to a completion channel.
+    pub fn create_cq_with_channel(&self, depth: u32, channel: &CompChannel) -> Result<Cq> {
+        let handle = self.dev.with_engine(|e, _| e.create_cq(depth))?;
+        self.dev
+            .lock()
+            .channels
+            .insert(handle, channel.shared.clone());
+        Ok(Cq {
+            ctx: self.clone(),
+            handle,
+            channel: Some(channel.shared.clone()),
+        })
+    }
+
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        let fd = EventFd::new(true).map_err(|e| Error::Io(e.to_string()))?;
+        Ok(CompChannel {
+            ctx: self.clone(),
+            shared: Arc::new(ChannelShared {
+                fd,
+                ready: Mutex::new(Default::default()),
+            }),
+        })
+    }
+
+    /// Device counters (packets, retransmissions, NAKs, ICRC errors, …).
+    pub fn counters(&self) -> Counters {
+        self.dev.counters().0
+    }
+
+    /// Counters of the UDP driver itself.
+    pub fn driver_counters(&self) -> DriverCounters {
+        self.dev.counters().1
+    }
+
+    /// Counters of one QP.
+    pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
+        self.dev.lock().engine.qp_counters(qpn).copied()
+    }
+
+    /// QP numbers of this device's QPs.
+    pub fn qp_numbers(&self) -> Vec<u32> {
+        self.dev.lock().engine.qp_numbers()
+    }
+
+    /// The next asynchronous event (`ibv_get_async_event` without blocking).
+    pub fn poll_async_event(&self) -> Option<Event> {
+        self.dev.poll_progress(|st| st.async_events.pop_front())
+    }
+
+    /// A file descriptor that becomes readable when async events may be waiting.
+    pub fn async_fd(&self) -> RawFd {
+        self.dev.async_fd.as_raw_fd()
+    }
+
+    /// Runs progress once (receive, timers, transmit) from this thread.
+    pub fn progress(&self) {
+        self.dev.poll_progress(|_| ());
+    }
+}
+
+/// A protection domain.
+pub struct Pd {
+    ctx: Context,
+    handle: u32,
+}
+
+impl fmt::Debug for Pd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pd({})", self.handle)
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        let h = self.handle;
+        let _ = self.ctx.dev.with_engine(|e, _| e.dealloc_pd(h));
+    }
+}
+
+impl Pd {
+    /// The context.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The engine handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// Allocates `len` zeroed bytes and registers them (the region owns its memory).
+    pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<Mr> {
+        let region = Arc::new(OwnedRegion::new(len).map_err(|e| Error::Io(e.to_string()))?);
+        let addr = region.addr();
+        let mem: Arc<dyn RegionMemory> = region;
+        self.register(mem, addr, len, access)
+    }
+
+    /// Registers caller memory at `ptr` under virtual address `iova`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid for reads and writes until the returned
+    /// [`Mr`] is dropped, and the caller accepts that remote peers write it
+    /// concurrently (as with `ibv_reg_mr`).
+    pub unsafe fn register_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Mr> {
+        // SAFETY: forwarded from this function's contract.
+        let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
+        self.register(mem, iova, len, access)
+    }
+
+    fn register(
+        &self,
+        mem: Arc<dyn RegionMemory>,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Mr> {
+        let pd = self.handle;
+        let m = mem.clone();
+        let keys = self
+            .ctx
+            .dev
+            .with_engine(|e, _| e.reg_mr(pd, addr, access, m))?;
+        Ok(Mr {
+            ctx: self.ctx.clone(),
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+            addr,
+            len,
+            mem,
+        })
+    }
+
+    /// Starts building a QP of `qp_type` using these CQs.
+    pub fn create_qp<'a>(
+        &'a self,
+        qp_type: QpType,
+        send_cq: &'a Cq,
+        recv_cq: &'a Cq,
+    ) -> QpBuilder<'a> {
+        QpBuilder {
+            pd: self,
+            init: QpInit {
+                pd: self.handle,
+                qp_type,
+                send_cq: send_cq.handle,
+                recv_cq: recv_cq.handle,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 128,
+                    max_recv_wr: 128,
+                    max_send_sge: 4,
+                    max_recv_sge: 4,
+                    max_inline_data: 64,
+                },
+                sq_sig_all: false,
+            },
+        }
+    }
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq> {
+        let pd = self.handle;
+        let handle = self.ctx.dev.with_engine(|e, _| {
+            e.create_srq(
+                pd,
+                SrqInit {
+                    max_wr,
+                    max_sge,
+                    limit: 0,
+                },
+            )
+        })?;
+        Ok(Srq {
+            ctx: self.ctx.clone(),
+            handle,
+        })
+    }
+
+    /// `ibv_create_ah` towards a GID.
+    pub fn create_ah(&self, dgid: Gid) -> Result<Ah> {
+        self.create_ah_attr(AhAttr {
+            dgid,
+            is_global: true,
+            port_num: 1,
+            hop_limit: 64,
+            ..Default::default()
+        })
+    }
+
+    /// `ibv_create_ah` with full attributes.
+    pub fn create_ah_attr(&self, attr: AhAttr) -> Result<Ah> {
+        let pd = self.handle;
+        let handle = self.ctx.dev.with_engine(|e, _| e.create_ah(pd, attr))?;
+        Ok(Ah {
+            ctx: self.ctx.clone(),
+            handle,
+        })
+    }
+}
+
+/// A registered memory region.
+pub struct Mr {
+    ctx: Context,
+    lkey: u32,
+    rkey: u32,
+    addr: u64,
+    len: usize,
+    mem: Arc<dyn RegionMemory>,
+}
+
+impl fmt::Debug for Mr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Mr(addr={:#x} len={} lkey={:#x} rkey={:#x})",
+            self.addr, self.len, self.lkey, self.rkey
+        )
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let k = self.lkey;
+        let _ = self.ctx.dev.with_engine(|e, _| e.dereg_mr(k));
+    }
+}
+
+/// Where a peer's region is: what a one-sided operation needs to know.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoteRegion {
+    pub addr: u64,
+    pub rkey: u32,
+    pub len: u64,
+}
+
+impl RemoteRegion {
+    /// The virtual address `offset` bytes in.
+    pub fn at(&self, offset: u64) -> u64 {
+        self.addr.wrapping_add(offset)
+    }
+}
+
+impl fmt::Display for RemoteRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "addr={:#x} rkey={:#x} len={}",
+            self.addr, self.rkey, self.len
+        )
+    }
+}
+
+impl FromStr for RemoteRegion {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let mut r = RemoteRegion::default();
+        let mut seen = 0;
+        for kv in s.split_whitespace() {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| Error::Config(format!("region field {kv:?} is not key=value")))?;
+            match k {
+                "addr" => r.addr = parse_num(k, v)?,
+                "rkey" => r.rkey = parse_num(k, v)? as u32,
+                "len" => r.len = parse_num(k, v)?,
+                _ => continue,
+            }
+            seen += 1;
+        }
+        if seen != 3 {
+            return Err(Error::Config(format!(
+                "region {s:?} needs addr, rkey and len"
+            )));
+        }
+        Ok(r)
+    }
+}
+
+fn parse_num(k: &str, v: &str) -> Result<u64> {
+    let r = match v.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => v.parse(),
+    };
+    r.map_err(|_| Error::Config(format!("field {k}={v:?} is not a number")))
+}
+
+impl Mr {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// Virtual address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// An SGE over `len` bytes at `offset`.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.addr + offset,
+            length: len,
+            lkey: self.lkey,
+        }
+    }
+    /// What a peer needs to reach this region.
+    pub fn remote(&self) -> RemoteRegion {
+        RemoteRegion {
+            addr: self.addr,
+            rkey: self.rkey,
+            len: self.len as u64,
+        }
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        if offset.checked_add(len).is_some_and(|e| e <= self.len) {
+            Ok(())
+        } else {
+            Err(Error::Verbs(softrdma_engine::VerbsError::InvalidArgument(
+                format!(
+                    "offset {offset} + length {len} is outside the {}-byte region",
+                    self.len
+                ),
+            )))
+        }
+    }
+
+    /// Copies bytes out of the region. Serialised with the device, so a
+    /// remote write is seen either wholly or not at all per packet.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check(offset, dst.len())?;
+        let _st = self.ctx.dev.lock();
+        self.mem.read(offset, dst);
+        Ok(())
+    }
+
+    /// Copies bytes into the region.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check(offset, src.len())?;
+        let _st = self.ctx.dev.lock();
+        self.mem.write(offset, src);
+        Ok(())
+    }
+
+    /// A copy of the whole region.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len];
+        let _ = self.read(0, &mut v);
+        v
+    }
+
+    /// Reads the native-endian u64 at `offset` (atomically when aligned).
+    pub fn read_u64(&self, offset: usize) -> Result<u64> {
+        self.check(offset, 8)?;
+        let _st = self.ctx.dev.lock();
+        Ok(self.mem.fetch_add(offset, 0))
+    }
+
+    /// Raw pointer to the bytes, for zero-copy users.
+    ///
+    /// Remote peers may write through the device at any time; reading or
+    /// writing through this pointer is a data race unless the application
+    /// synchronises with its peers (as with any RDMA buffer).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+}
+
+/// A completion queue.
+pub struct Cq {
+    ctx: Context,
+    handle: u32,
+    channel: Option<Arc<ChannelShared>>,
+}
+
+impl fmt::Debug for Cq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Cq({})", self.handle)
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        let h = self.handle;
+        if self.channel.is_some() {
+            self.ctx.dev.lock().channels.remove(&h);
+        }
+        let _ = self.ctx.dev.with_engine(|e, _| e.destroy_cq(h));
+    }
+}
+
+impl Cq {
+    /// The engine handle (what completion channels report).
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// `ibv_poll_cq`: runs progress, then moves up to `max` completions into `out`.
+    pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
+        let h = self.handle;
+        Ok(self
+            .ctx
+            .dev
+            .poll_progress(|st| st.engine.poll_cq(h, max, out))?)
+    }
+
+    /// One completion, if any.
+    pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
+        let mut v = Vec::with_capacity(1);
+        self.poll(&mut v, 1)?;
+        Ok(v.pop())
+    }
+
+    /// Polls until `n` completions arrived or `timeout` passed. Spins briefly,
+    /// then backs off to short sleeps so a long wait does not burn a core.
+    pub fn wait(&self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
+        let start = std::time::Instant::now();
+        let mut out = Vec::with_capacity(n);
+        let mut idle = 0u32;
+        while out.len() < n {
+            let before = out.len();
+            self.poll(&mut out, n - before)?;
+            if out.len() > before {
+                idle = 0;
+                continue;
+            }
+            if start.elapsed() > timeout {
+                return Err(Error::Timeout(format!(
+                    "{} of {n} completions on CQ {} after {timeout:?}",
+                    out.len(),
+                    self.handle
+                )));
+            }
+            idle += 1;
+            if idle > 2000 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(out)
+    }
+
+    /// Like [`Cq::wait`] for one completion, failing unless it succeeded.
+    pub fn wait_ok(&self, timeout: Duration) -> Result<WorkCompletion> {
+        let wc = self.wait(1, timeout)?.remove(0);
+        if wc.status.is_ok() {
+            Ok(wc)
+        } else {
+            Err(Error::Completion(wc.status, wc.wr_id))
+        }
+    }
+
+    /// `ibv_req_notify_cq`.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        let h = self.handle;
+        Ok(self
+            .ctx
+            .dev
+            .with_engine(|e, _| e.req_notify_cq(h, solicited_only))?)
+    }
+
+    /// True once completions were lost to overflow.
+    pub fn overrun(&self) -> bool {
+        let h = self.handle;
+        self.ctx.dev.lock().engine.cq_overrun(h)
+    }
+}
+
+/// A completion channel: a file descriptor that becomes readable when an
+/// armed CQ gets a completion; usable with poll/epoll.
+pub struct CompChannel {
+    ctx: Context,
+    shared: Arc<ChannelShared>,
+}
+
+impl fmt::Debug for CompChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CompChannel(fd={})", self.shared.fd.as_raw_fd())
+    }
+}
+
+impl CompChannel {
+    /// The pollable fd.
+    pub fn fd(&self) -> RawFd {
+        self.shared.fd.as_raw_fd()
+    }
+
+    /// `ibv_get_cq_event`: waits for a CQ event; returns the CQ handle.
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<u32> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(cq) = self
+                .shared
+                .ready
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front()
+            {
+                return Ok(cq);
+            }
+            let left = match timeout {
+                Some(t) => match t.checked_sub(start.elapsed()) {
+                    Some(l) => Some(l),
+                    None => return Err(Error::Timeout("no completion event".into())),
+                },
+                None => None,
+            };
+            sys::wait_readable([self.fd()], left.map(|l| l.min(Duration::from_millis(100))));
+            self.shared.fd.drain();
+            // Events are produced by progress; make sure some ran.
+            self.ctx.dev.with_engine(|_, _| ());
+        }
+    }
+}
+
+/// How to connect an RC or UC QP (fields as in `ibv_qp_attr`).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    pub access: AccessFlags,
+    /// Local ACK timeout exponent (4.096 µs × 2^timeout).
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    /// Path MTU; default: the smaller of both ends' MTUs.
+    pub mtu: Option<Mtu>,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            mtu: None,
+        }
+    }
+}
+
+/// What a peer needs to connect to a QP (exchanged out of band).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpEndpoint {
+    pub gid: Gid,
+    pub qpn: u32,
+    pub psn: u32,
+    pub mtu: Mtu,
+    /// Q_Key (UD).
+    pub qkey: u32,
+}
+
+impl fmt::Display for QpEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "gid={} qpn={:#x} psn={:#x} mtu={} qkey={:#x}",
+            std::net::Ipv6Addr::from(self.gid.0),
+            self.qpn,
+            self.psn,
+            self.mtu.bytes(),
+            self.qkey
+        )
+    }
+}
+
+impl FromStr for QpEndpoint {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let mut e = QpEndpoint {
+            gid: Gid::default(),
+            qpn: 0,
+            psn: 0,
+            mtu: Mtu::Mtu1024,
+            qkey: 0,
+        };
+        let mut seen = 0u8;
+        for kv in s.split_whitespace() {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| Error::Config(format!("endpoint field {kv:?} is not key=value")))?;
+            match k {
+                "gid" => {
+                    let ip: std::net::Ipv6Addr = v
+                        .parse()
+                        .map_err(|_| Error::Config(format!("endpoint gid {v:?} is not a GID")))?;
+                    e.gid = Gid(ip.octets());
+                    seen |= 1;
+                }
+                "qpn" => {
+                    e.qpn = parse_num(k, v)? as u32 & 0xFF_FFFF;
+                    seen |= 2;
+                }
+                "psn" => {
+                    e.psn = parse_num(k, v)? as u32 & 0xFF_FFFF;
+                    seen |= 4;
+                }
+                "mtu" => {
+                    e.mtu = Mtu::from_bytes(parse_num(k, v)? as u32).ok_or_else(|| {
+                        Error::Config(format!("endpoint mtu {v} is not 256..4096"))
+                    })?;
+                    seen |= 8;
+                }
+                "qkey" => e.qkey = parse_num(k, v)? as u32,
+                _ => {}
+            }
+        }
+        if seen != 15 {
+            return Err(Error::Config(format!(
+                "endpoint {s:?} needs gid, qpn, psn and mtu"
+            )));
+        }
+        Ok(e)
+    }
+}
+
+/// Builds a QP (`ibv_create_qp`).
+pub struct QpBuilder<'a> {
+    pd: &'a Pd,
+    init: QpInit,
+}
+
+impl fmt::Debug for QpBuilder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "QpBuilder({:?})", self.init)
+    }
+}
+
+impl<'a> QpBuilder<'a> {
+    /// Send queue depth.
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.init.cap.max_send_wr = n;
+        self
+    }
+    /// Receive queue depth.
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.init.cap.max_recv_wr = n;
+        self
+    }
+    /// SGEs per send WR.
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.init.cap.max_send_sge = n;
+        self
+    }
+    /// SGEs per receive WR.
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.init.cap.max_recv_sge = n;
+        self
+    }
+    /// Largest inline send.
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.init.cap.max_inline_data = n;
+        self
+    }
+    /// Every send WR completes with a CQE.
+    pub fn sq_sig_all(mut self, v: bool) -> Self {
+        self.init.sq_sig_all = v;
+        self
+    }
+    /// Receive from a shared receive queue.
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.init.srq = Some(srq.handle);
+        self
+    }
+    /// Creates the QP (in RESET).
+    pub fn build(self) -> Result<Qp> {
+        let init = self.init;
+        let ctx = self.pd.ctx.clone();
+        let qpn = ctx.dev.with_engine(|e, _| e.create_qp(init))?;
+        let psn = {
+            let mut b = [0u8; 4];
+            if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+                use std::io::Read;
+                let _ = f.read_exact(&mut b);
+            }
+            u32::from_ne_bytes(b) & 0xFF_FFFF
+        };
+        Ok(Qp {
+            ctx,
+            qpn,
+            qp_type: init.qp_type,
+            psn,
+            qkey: 0x1111_1111,
+        })
+    }
+}
+
+/// A queue pair.
+pub struct Qp {
+    ctx: Context,
+    qpn: u32,
+    qp_type: QpType,
+    psn: u32,
+    qkey: u32,
+}
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Qp({:#x} {})", self.qpn, self.qp_type)
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let q = self.qpn;
+        let _ = self.ctx.dev.with_engine(|e, _| e.destroy_qp(q));
+    }
+}
+
+impl Qp {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    /// QP type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        let q = self.qpn;
+        self.ctx
+            .dev
+            .lock()
+            .engine
+            .qp_state(q)
+            .unwrap_or(QpState::Err)
+    }
+    /// This QP's counters.
+    pub fn counters(&self) -> Counters {
+        self.ctx.qp_counters(self.qpn).unwrap_or_default()
+    }
+    /// What a peer needs to connect to this QP.
+    pub fn endpoint(&self) -> QpEndpoint {
+        QpEndpoint {
+            gid: self.ctx.gid(),
+            qpn: self.qpn,
+            psn: self.psn,
+            mtu: self.ctx.dev.active_mtu,
+            qkey: self.qkey,
+        }
+    }
+    /// Sets the Q_Key used by [`Qp::ready_ud`] (before calling it).
+    pub fn set_qkey(&mut self, qkey: u32) {
+        self.qkey = qkey;
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        let q = self.qpn;
+        Ok(self
+            .ctx
+            .dev
+            .with_engine(|e, now| e.modify_qp(now, q, attr, mask))?)
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpAttr> {
+        let q = self.qpn;
+        Ok(self.ctx.dev.lock().engine.query_qp(q)?.0)
+    }
+
+    /// RESET→INIT→RTR→RTS towards `remote` (RC, UC).
+    pub fn connect(&self, remote: &QpEndpoint, o: &ConnectOptions) -> Result<()> {
+        let mtu = o.mtu.unwrap_or_else(|| {
+            if remote.mtu.bytes() < self.ctx.dev.active_mtu.bytes() {
+                remote.mtu
+            } else {
+                self.ctx.dev.active_mtu
+            }
+        });
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            pkey_index: 0,
+            qp_access_flags: o.access,
+            ..Default::default()
+        };
+        self.modify(
+            &a,
+            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+        )?;
+        a.qp_state = QpState::Rtr;
+        a.path_mtu = mtu;
+        a.dest_qp_num = remote.qpn;
+        a.rq_psn = Psn::new(remote.psn);
+        a.ah_attr = AhAttr {
+            dgid: remote.gid,
+            is_global: true,
+            port_num: 1,
+            hop_limit: 64,
+            ..Default::default()
+        };
+        a.max_dest_rd_atomic = o.max_rd_atomic;
+        a.min_rnr_timer = o.min_rnr_timer;
+        let mut m = AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN;
+        if self.qp_type == QpType::Rc {
+            m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
+        }
+        self.modify(&a, m)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = Psn::new(self.psn);
+        a.timeout = o.timeout;
+        a.retry_cnt = o.retry_cnt;
+        a.rnr_retry = o.rnr_retry;
+        a.max_rd_atomic = o.max_rd_atomic;
+        let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
+        if self.qp_type == QpType::Rc {
+            m = m
+                | AttrMask::TIMEOUT
+                | AttrMask::RETRY_CNT
+                | AttrMask::RNR_RETRY
+                | AttrMask::MAX_QP_RD_ATOMIC;
+        }
+        self.modify(&a, m)
+    }
+
+    /// RESET→INIT→RTR→RTS for a UD QP with its Q_Key.
+    pub fn ready_ud(&self) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            pkey_index: 0,
+            qkey: self.qkey,
+            ..Default::default()
+        };
+        self.modify(
+            &a,
+            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
+        )?;
+        a.qp_state = QpState::Rtr;
+        self.modify(&a, AttrMask::STATE)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = Psn::new(self.psn);
+        self.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
+    }
+
+    /// `ibv_post_send` (one WR).
+    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
+        let q = self.qpn;
+        Ok(self.ctx.dev.with_engine(|e, now| e.post_send(now, q, wr))?)
+    }
+
+    /// `ibv_post_send` with IBV_SEND_INLINE: `data` is copied now.
+    pub fn post_send_inline(&self, wr: &SendWr, data: &[u8]) -> Result<()> {
+        let q = self.qpn;
+        Ok(self
+            .ctx
+            .dev
+            .with_engine(|e, now| e.post_send_inline(now, q, wr, data))?)
+    }
+
+    /// `ibv_post_recv` (one WR).
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        let q = self.qpn;
+        Ok(self.ctx.dev.with_engine(|e, _| e.post_recv(q, wr))?)
+    }
+}
+
+/// A shared receive queue.
+pub struct Srq {
+    ctx: Context,
+    handle: u32,
+}
+
+impl fmt::Debug for Srq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Srq({})", self.handle)
+    }
+}
+
+impl Drop for Srq {
+    fn drop(&mut self) {
+        let h = self.handle;
+        let _ = self.ctx.dev.with_engine(|e, _| e.destroy_srq(h));
+    }
+}
+
+impl Srq {
+    /// `ibv_post_srq_recv`.
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        let h = self.handle;
+        Ok(self.ctx.dev.with_engine(|e, _| e.post_srq_recv(h, wr))?)
+    }
+    /// Arms the limit event (`ibv_modify_srq` with IBV_SRQ_LIMIT).
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        let h = self.handle;
+        Ok(self.ctx.dev.with_engine(|e, _| e.arm_srq_limit(h, limit))?)
+    }
+    /// The engine handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+}
+
+/// An address handle (UD destinations).
+pub struct Ah {
+    ctx: Context,
+    handle: u32,
+}
+
+impl fmt::Debug for Ah {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ah({})", self.handle)
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        let h = self.handle;
+        let _ = self.ctx.dev.with_engine(|e, _| e.destroy_ah(h));
+    }
+}
+
+impl Ah {
+    /// The engine handle, for [`softrdma_engine::UdDest`].
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+}
