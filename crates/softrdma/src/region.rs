@@ -119,7 +119,7 @@ fn atomic_rmw(base: *mut u8, len: usize, offset: usize, f: impl Fn(u64) -> Optio
     );
     // SAFETY: in bounds (checked above) of memory valid for `len` bytes.
     let p = unsafe { base.add(offset) };
-    if p as usize % 8 == 0 {
+    if (p as usize) & 7 == 0 {
         // SAFETY: p is valid and 8-aligned; this memory is only accessed by
         // raw copies and atomics, never through Rust references.
         let a = unsafe { AtomicU64::from_ptr(p.cast()) };
