@@ -262,6 +262,34 @@ impl Context {
         self.dev.async_fd.as_raw_fd()
     }
 
+    /// Low-level access for bindings (the C library): runs `f` on the
+    /// device's engine under the device lock, then progress (transmit what
+    /// `f` queued). Handles passed to the engine are engine handles
+    /// (`Pd::handle`, `Cq::handle`, QPNs, lkeys).
+    pub fn with_engine<R>(
+        &self,
+        f: impl FnOnce(&mut softrdma_engine::Engine, softrdma_engine::Instant) -> R,
+    ) -> R {
+        self.dev.with_engine(f)
+    }
+
+    /// Low-level access for bindings: runs receive/timer/transmit progress as a
+    /// polling application does, then `f` on the engine (e.g. `poll_cq`).
+    pub fn poll_engine<R>(&self, f: impl FnOnce(&mut softrdma_engine::Engine) -> R) -> R {
+        self.dev.poll_progress(|st| f(&mut st.engine))
+    }
+
+    /// Low-level access for bindings: binds a CQ (engine handle) to a
+    /// completion channel so its events signal the channel's fd.
+    pub fn bind_cq_channel(&self, cq: u32, channel: &CompChannel) {
+        self.dev.lock().channels.insert(cq, channel.shared.clone());
+    }
+
+    /// Low-level access for bindings: unbinds a CQ from its channel.
+    pub fn unbind_cq_channel(&self, cq: u32) {
+        self.dev.lock().channels.remove(&cq);
+    }
+
     /// Runs progress once (receive, timers, transmit) from this thread.
     pub fn progress(&self) {
         self.dev.poll_progress(|_| ());
