@@ -31,8 +31,10 @@ use crate::Error;
 
 /// Largest packet: 4096 payload + headers + ICRC, with room to spare.
 const BUF_LEN: usize = 4096 + 256;
-/// Packets received per inline progress call before transmitting.
-const RX_BATCH: usize = 64;
+/// Datagrams per `recvmmsg`.
+const RX_BATCH: usize = 32;
+/// Packets per `sendmmsg`.
+const TX_BATCH: usize = 32;
 /// The background thread leaves the device to an application that polled this recently.
 const APP_ACTIVE: Duration = Duration::from_micros(300);
 
@@ -56,8 +58,8 @@ pub(crate) struct ChannelShared {
 
 pub(crate) struct State {
     pub engine: Engine,
-    rxbuf: Vec<u8>,
-    txbuf: Vec<u8>,
+    rx: sys::RecvBatch,
+    tx: TxBatch,
     send_socks: HashMap<u16, Option<UdpSocket>>,
     capture: Option<SharedPcapWriter>,
     fault: Option<FaultInjector>,
@@ -155,8 +157,8 @@ impl Device {
             link_mtu,
             state: Mutex::new(State {
                 engine: Engine::new(ec),
-                rxbuf: vec![0; 65536],
-                txbuf: vec![0; BUF_LEN],
+                rx: sys::RecvBatch::new(RX_BATCH, 65536),
+                tx: TxBatch::new(),
                 send_socks: HashMap::new(),
                 capture,
                 fault: cfg.fault.map(FaultInjector::new),
@@ -218,44 +220,42 @@ impl Device {
     /// Receives what is waiting, runs timers, sends what is ready, routes events.
     fn progress(&self, st: &mut State, now: Instant) {
         let local = self.addr;
-        for _ in 0..RX_BATCH * 16 {
-            let mut got = 0;
-            while got < RX_BATCH {
+        for _ in 0..16 {
+            let got = {
                 let State {
                     engine,
-                    rxbuf,
+                    rx,
                     capture,
                     fault,
                     driver,
                     ..
                 } = &mut *st;
-                match self.sock.recv_from(rxbuf) {
-                    Ok((n, src)) => {
-                        got += 1;
-                        let data = &rxbuf[..n];
-                        if let Some(c) = capture {
-                            let _ = c.write_roce(Timestamp::now(), src, local, data);
-                        }
-                        match fault {
-                            Some(f) => {
-                                let before = f.injected;
-                                f.apply(src, data, |s, d| {
-                                    engine.handle_packet(now, Endpoints::new(s, local), d)
-                                });
-                                driver.faults_injected += f.injected - before;
-                            }
-                            None => engine.handle_packet(now, Endpoints::new(src, local), data),
-                        }
+                let got = rx.recv(&self.sock);
+                for i in 0..got {
+                    let Some((src, data)) = rx.get(i) else {
+                        continue;
+                    };
+                    if let Some(c) = capture {
+                        let _ = c.write_roce(Timestamp::now(), src, local, data);
                     }
-                    Err(_) => break,
+                    match fault {
+                        Some(f) => {
+                            let before = f.injected;
+                            f.apply(src, data, |s, d| {
+                                engine.handle_packet(now, Endpoints::new(s, local), d)
+                            });
+                            driver.faults_injected += f.injected - before;
+                        }
+                        None => engine.handle_packet(now, Endpoints::new(src, local), data),
+                    }
                 }
-            }
-            if got == 0 {
-                let State { engine, fault, .. } = &mut *st;
-                if let Some(f) = fault {
-                    f.flush(|s, d| engine.handle_packet(now, Endpoints::new(s, local), d));
+                if got == 0 {
+                    if let Some(f) = fault {
+                        f.flush(|s, d| engine.handle_packet(now, Endpoints::new(s, local), d));
+                    }
                 }
-            }
+                got
+            };
             st.engine.handle_timeout(now);
             self.transmit(st, now);
             if got < RX_BATCH {
@@ -267,41 +267,70 @@ impl Device {
 
     fn transmit(&self, st: &mut State, now: Instant) {
         loop {
-            let State {
-                engine,
-                txbuf,
-                send_socks,
-                capture,
-                driver,
-                ..
-            } = &mut *st;
-            let Some(t) = engine.poll_transmit(now, txbuf) else {
-                break;
-            };
-            let mut ep = t.endpoints;
-            let port = ep.src.port();
+            let State { engine, tx, .. } = &mut *st;
+            while tx.n < TX_BATCH {
+                let slot = tx.slot_mut(tx.n);
+                let Some(t) = engine.poll_transmit(now, slot) else {
+                    break;
+                };
+                tx.meta[tx.n] = (t.endpoints, t.len);
+                tx.n += 1;
+            }
+            if tx.n == 0 {
+                return;
+            }
+            let full = tx.n == TX_BATCH;
+            self.flush_tx(st);
+            if !full {
+                return;
+            }
+        }
+    }
+
+    /// Sends the batched packets, one `sendmmsg` per run of equal source ports.
+    fn flush_tx(&self, st: &mut State) {
+        let State {
+            tx,
+            send_socks,
+            capture,
+            driver,
+            ..
+        } = &mut *st;
+        let n = std::mem::take(&mut tx.n);
+        let mut start = 0;
+        while start < n {
+            let port = tx.meta[start].0.src.port();
+            let mut end = start + 1;
+            while end < n && tx.meta[end].0.src.port() == port {
+                end += 1;
+            }
             let sock = send_socks
                 .entry(port)
-                .or_insert_with(|| bind_socket(SocketAddr::new(local_ip(self.addr), port)).ok());
-            let pkt = &mut txbuf[..t.len];
-            let r = match sock {
-                Some(s) => s.send_to(pkt, ep.dst),
-                None => {
-                    // That source port is taken on this host: send from the
-                    // device port instead, resealing the ICRC that covers it.
+                .or_insert_with(|| bind_socket(SocketAddr::new(self.addr.ip(), port)).ok());
+            let use_main = sock.is_none();
+            if use_main {
+                // That source port is taken on this host: send from the
+                // device port instead, resealing the ICRC that covers it.
+                for i in start..end {
+                    let (mut ep, len) = tx.meta[i];
                     ep.src = self.addr;
-                    let _ = icrc::seal(&ep, pkt);
-                    self.sock.send_to(pkt, ep.dst)
+                    let _ = icrc::seal(&ep, &mut tx.slot_mut(i)[..len]);
+                    tx.meta[i].0 = ep;
                 }
-            };
-            match r {
-                Ok(_) => {
-                    if let Some(c) = capture {
-                        let _ = c.write_roce(Timestamp::now(), ep.src, ep.dst, pkt);
-                    }
-                }
-                Err(_) => driver.send_errors += 1,
             }
+            let pkts: Vec<(SocketAddr, &[u8])> = (start..end)
+                .map(|i| (tx.meta[i].0.dst, tx.packet(i)))
+                .collect();
+            let s = sock.as_ref().unwrap_or(&self.sock);
+            let sent = sys::send_batch(s, &pkts).unwrap_or(0);
+            driver.send_errors += (pkts.len() - sent) as u64;
+            if let Some(c) = capture {
+                for i in start..start + sent {
+                    let ep = tx.meta[i].0;
+                    let _ = c.write_roce(Timestamp::now(), ep.src, ep.dst, tx.packet(i));
+                }
+            }
+            start = end;
         }
     }
 
@@ -373,8 +402,31 @@ impl Device {
     }
 }
 
-fn local_ip(a: SocketAddr) -> std::net::IpAddr {
-    a.ip()
+/// Packets waiting for one `sendmmsg`.
+struct TxBatch {
+    data: Vec<u8>,
+    meta: Vec<(Endpoints, usize)>,
+    n: usize,
+}
+
+impl TxBatch {
+    fn new() -> Self {
+        let none = Endpoints::new(
+            SocketAddr::from(([0, 0, 0, 0], 0)),
+            SocketAddr::from(([0, 0, 0, 0], 0)),
+        );
+        TxBatch {
+            data: vec![0; TX_BATCH * BUF_LEN],
+            meta: vec![(none, 0); TX_BATCH],
+            n: 0,
+        }
+    }
+    fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.data[i * BUF_LEN..(i + 1) * BUF_LEN]
+    }
+    fn packet(&self, i: usize) -> &[u8] {
+        &self.data[i * BUF_LEN..i * BUF_LEN + self.meta[i].1]
+    }
 }
 
 /// Lives as long as any user-facing handle of a device: when the last goes,

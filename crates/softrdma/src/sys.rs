@@ -171,3 +171,210 @@ pub fn link_mtu(ip: IpAddr) -> u32 {
         1500
     }
 }
+
+fn to_sockaddr(a: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        std::net::SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+            };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = v4.port().to_be();
+            sin.sin_addr = libc::in_addr {
+                s_addr: u32::from_ne_bytes(v4.ip().octets()),
+            };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(v6) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let sin6 = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = v6.port().to_be();
+            sin6.sin6_addr = libc::in6_addr {
+                s6_addr: v6.ip().octets(),
+            };
+            sin6.sin6_flowinfo = v6.flowinfo();
+            sin6.sin6_scope_id = v6.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+fn from_sockaddr(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    match i32::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(std::net::SocketAddr::new(
+                ip.into(),
+                u16::from_be(sin.sin_port),
+            ))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6 =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(std::net::SocketAddr::new(
+                ip.into(),
+                u16::from_be(sin6.sin6_port),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Buffers for receiving many datagrams with one `recvmmsg`.
+pub struct RecvBatch {
+    data: Vec<u8>,
+    slot: usize,
+    addrs: Vec<libc::sockaddr_storage>,
+    lens: Vec<usize>,
+    n: usize,
+}
+
+impl std::fmt::Debug for RecvBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RecvBatch({} of {})", self.n, self.lens.len())
+    }
+}
+
+impl RecvBatch {
+    /// Room for `count` datagrams of up to `slot` bytes.
+    pub fn new(count: usize, slot: usize) -> Self {
+        RecvBatch {
+            data: vec![0; count * slot],
+            slot,
+            // SAFETY: all-zero sockaddr_storage is valid plain data.
+            addrs: vec![unsafe { std::mem::zeroed() }; count],
+            lens: vec![0; count],
+            n: 0,
+        }
+    }
+
+    /// Receives what is waiting (non-blocking); returns how many datagrams.
+    pub fn recv(&mut self, sock: &UdpSocket) -> usize {
+        let count = self.lens.len();
+        let mut iov: Vec<libc::iovec> = (0..count)
+            .map(|i| libc::iovec {
+                // SAFETY: slot i lies inside `data` (count * slot bytes).
+                iov_base: unsafe { self.data.as_mut_ptr().add(i * self.slot) }.cast(),
+                iov_len: self.slot,
+            })
+            .collect();
+        let mut hdrs: Vec<libc::mmsghdr> = (0..count)
+            .map(|i| {
+                // SAFETY: all-zero msghdr is valid; we fill the fields we use.
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_namelen =
+                    std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                h.msg_hdr.msg_iov = &mut iov[i];
+                h.msg_hdr.msg_iovlen = 1;
+                h
+            })
+            .collect();
+        // SAFETY: hdrs, iov, addrs and data outlive the call and describe
+        // `count` valid buffers; MSG_DONTWAIT makes it non-blocking.
+        let r = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                count as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        self.n = if r > 0 { r as usize } else { 0 };
+        for (i, h) in hdrs.iter().take(self.n).enumerate() {
+            self.lens[i] = h.msg_len as usize;
+        }
+        self.n
+    }
+
+    /// Datagram `i` of the last `recv`: its sender and bytes.
+    pub fn get(&self, i: usize) -> Option<(std::net::SocketAddr, &[u8])> {
+        if i >= self.n {
+            return None;
+        }
+        let src = from_sockaddr(&self.addrs[i])?;
+        Some((
+            src,
+            &self.data[i * self.slot..i * self.slot + self.lens[i].min(self.slot)],
+        ))
+    }
+}
+
+/// Sends datagrams with one `sendmmsg` (blocking until the kernel took them
+/// or failed). Returns how many were sent.
+pub fn send_batch(
+    sock: &UdpSocket,
+    packets: &[(std::net::SocketAddr, &[u8])],
+) -> io::Result<usize> {
+    if packets.is_empty() {
+        return Ok(0);
+    }
+    let mut addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
+        packets.iter().map(|(a, _)| to_sockaddr(*a)).collect();
+    let mut iov: Vec<libc::iovec> = packets
+        .iter()
+        .map(|(_, d)| libc::iovec {
+            iov_base: d.as_ptr() as *mut libc::c_void,
+            iov_len: d.len(),
+        })
+        .collect();
+    let mut hdrs: Vec<libc::mmsghdr> = (0..packets.len())
+        .map(|i| {
+            // SAFETY: all-zero msghdr is valid; we fill the fields we use.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = (&mut addrs[i].0 as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_namelen = addrs[i].1;
+            h.msg_hdr.msg_iov = &mut iov[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h
+        })
+        .collect();
+    let mut sent = 0;
+    while sent < packets.len() {
+        // SAFETY: the headers describe live buffers and addresses for the call's duration.
+        let r = unsafe {
+            libc::sendmmsg(
+                sock.as_raw_fd(),
+                hdrs[sent..].as_mut_ptr(),
+                (packets.len() - sent) as libc::c_uint,
+                0,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                wait_writable(sock.as_raw_fd());
+                continue;
+            }
+            if sent == 0 {
+                return Err(e);
+            }
+            break;
+        }
+        sent += r as usize;
+    }
+    Ok(sent)
+}
+
+fn wait_writable(fd: RawFd) {
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    }];
+    // SAFETY: one valid pollfd; 10 ms bound.
+    let _ = unsafe { libc::poll(p.as_mut_ptr(), 1, 10) };
+}
