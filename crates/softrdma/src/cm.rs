@@ -5,7 +5,7 @@
 //! Line format (stable, human-readable): `softrdma-conn/1 gid=… qpn=0x…
 //! psn=0x… mtu=… qkey=0x…[ addr=0x… rkey=0x… len=…]\n`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -13,6 +13,8 @@ use crate::verbs::{QpEndpoint, RemoteRegion};
 use crate::{Error, Result};
 
 const MAGIC: &str = "softrdma-conn/1";
+/// Longest connection line accepted.
+const MAX_LINE: usize = 4096;
 
 /// What each side tells the other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,16 +63,28 @@ pub fn exchange(stream: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
     stream
         .write_all(format!("{}\n", mine.to_line()).as_bytes())
         .map_err(io)?;
-    let mut line = String::new();
-    BufReader::new(stream.try_clone().map_err(io)?)
-        .read_line(&mut line)
-        .map_err(io)?;
-    if line.is_empty() {
-        return Err(Error::Io(
-            "peer closed the connection before sending its QP".into(),
-        ));
+    // Read byte by byte up to the newline: a buffered reader would swallow
+    // whatever the peer sends after its line (the next exchange, a `sync`).
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    loop {
+        match stream.read(&mut b).map_err(io)? {
+            0 if line.is_empty() => {
+                return Err(Error::Io(
+                    "peer closed the connection before sending its QP".into(),
+                ))
+            }
+            0 => break,
+            _ if b[0] == b'\n' => break,
+            _ if line.len() >= MAX_LINE => {
+                return Err(Error::Io(format!(
+                    "peer's connection line is longer than {MAX_LINE} bytes"
+                )))
+            }
+            _ => line.push(b[0]),
+        }
     }
-    ConnInfo::from_line(&line)
+    ConnInfo::from_line(&String::from_utf8_lossy(&line))
 }
 
 /// Server side: waits for one client on `listener` and exchanges.
@@ -103,7 +117,6 @@ pub fn connect(
 
 /// Waits until the peer closes or writes a byte (a barrier at the end of a test).
 pub fn sync(stream: &mut TcpStream) -> Result<()> {
-    use std::io::Read;
     stream.write_all(b"S").map_err(io)?;
     let mut b = [0u8; 1];
     stream.read_exact(&mut b).map_err(io)?;
