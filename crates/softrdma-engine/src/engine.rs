@@ -26,6 +26,9 @@ use crate::resources::{Ah, Cq, Event, MrKeys, Notify, RecvWqe, Resources, Srq};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
+mod fastpath;
+pub use fastpath::FastQpInfo;
+
 /// Largest CQ depth.
 pub const MAX_CQE: u32 = 1 << 20;
 /// Largest number of QPs per engine.

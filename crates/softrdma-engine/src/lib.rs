@@ -34,7 +34,9 @@ mod time;
 mod wr;
 
 pub use counters::Counters;
-pub use engine::{Engine, EngineConfig, QpInit, SrcPortPolicy, SrqInit, MAX_CQE, MAX_QP};
+pub use engine::{
+    Engine, EngineConfig, FastQpInfo, QpInit, SrcPortPolicy, SrqInit, MAX_CQE, MAX_QP,
+};
 pub use error::{errno, Result, VerbsError};
 pub use memory::{RegionMemory, VecMemory};
 pub use qp_attr::{

@@ -260,7 +260,8 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
-    pub(crate) fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> Self {
+    /// A completion with zero length, flags and immediate.
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> Self {
         WorkCompletion {
             wr_id,
             status,

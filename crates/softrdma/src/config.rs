@@ -44,6 +44,8 @@ pub struct DeviceConfig {
     pub fault: Option<FaultSpec>,
     /// Seed for keys; `None` takes one from the OS.
     pub seed: Option<u64>,
+    /// Transport to same-host peers (SOFTRDMA_TRANSPORT).
+    pub transport: crate::shm::Transport,
 }
 
 impl DeviceConfig {
@@ -55,6 +57,7 @@ impl DeviceConfig {
             capture: None,
             fault: None,
             seed: None,
+            transport: crate::shm::Transport::Auto,
         }
         .with_env()
     }
@@ -67,6 +70,7 @@ impl DeviceConfig {
             capture: None,
             fault: None,
             seed: None,
+            transport: crate::shm::Transport::Auto,
         }
     }
 
@@ -82,6 +86,12 @@ impl DeviceConfig {
         self
     }
 
+    /// Chooses the transport to same-host peers.
+    pub fn transport(mut self, t: crate::shm::Transport) -> Self {
+        self.transport = t;
+        self
+    }
+
     /// Fixes the key seed (tests that want reproducible keys).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -93,6 +103,12 @@ impl DeviceConfig {
         if self.capture.is_none() {
             if let Some(p) = std::env::var_os("SOFTRDMA_CAPTURE").filter(|v| !v.is_empty()) {
                 self.capture = Some(p.into());
+            }
+        }
+        if let Ok(t) = std::env::var("SOFTRDMA_TRANSPORT") {
+            match t.parse() {
+                Ok(t) => self.transport = t,
+                Err(e) => eprintln!("softrdma: ignoring SOFTRDMA_TRANSPORT: {e}"),
             }
         }
         if self.fault.is_none() {
@@ -128,6 +144,7 @@ fn parse_entry(entry: &str) -> Result<DeviceConfig, Error> {
             capture: None,
             fault: None,
             seed: None,
+            transport: crate::shm::Transport::Auto,
         });
     }
     let sa = if let Ok(sa) = addr.parse::<SocketAddr>() {

@@ -20,17 +20,25 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use softrdma_engine::{Counters, Engine, EngineConfig, Event, Instant, Mtu, SrcPortPolicy};
+use softrdma_engine::{
+    AccessFlags, Counters, Engine, EngineConfig, Event, Instant, Mtu, QpState, QpType, SendFlags,
+    SendOp, SendWr, SrcPortPolicy, WcOpcode, WcStatus, WorkCompletion,
+};
 use softrdma_pcap::{SharedPcapWriter, Timestamp};
 use softrdma_wire::{icrc, Endpoints};
 
+use crate::arena::{atomic_at, Arena};
 use crate::config::{auto_loopback_candidates, Bind, DeviceConfig};
 use crate::fault::FaultInjector;
+use crate::shm::ShmHub;
 use crate::sys::{self, EventFd};
 use crate::Error;
 
 /// Largest packet: 4096 payload + headers + ICRC, with room to spare.
 const BUF_LEN: usize = 4096 + 256;
+/// After this many empty reads, inline progress reads the UDP socket only
+/// every this many calls (the background thread still wakes on it).
+const UDP_IDLE_POLLS: u32 = 64;
 /// Datagrams per `recvmmsg`.
 const RX_BATCH: usize = 32;
 /// Packets per `sendmmsg`.
@@ -47,6 +55,8 @@ pub struct DriverCounters {
     pub faults_injected: u64,
     /// Times the background thread ran progress.
     pub background_wakeups: u64,
+    /// WRITE/READ/atomics executed directly in a same-host peer's memory.
+    pub direct_ops: u64,
 }
 
 /// Completion channel state shared with the device.
@@ -66,6 +76,24 @@ pub(crate) struct State {
     pub channels: HashMap<u32, Arc<ChannelShared>>,
     pub async_events: VecDeque<Event>,
     pub driver: DriverCounters,
+    pub shm: ShmHub,
+    /// This device's shared arena (None when shared memory is off or failed).
+    pub arena: Option<Arc<Arena>>,
+    /// Regions of this device that live in the arena, by lkey.
+    pub local_mrs: HashMap<u32, LocalMr>,
+    /// Inline progress calls so far, and how many UDP reads in a row found nothing.
+    polls: u32,
+    udp_idle: u32,
+}
+
+/// A local region in the arena, for the initiator's direct copies.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LocalMr {
+    pub pd: u32,
+    pub iova: u64,
+    pub len: u64,
+    pub off: usize,
+    pub access: AccessFlags,
 }
 
 /// One open device.
@@ -150,6 +178,18 @@ impl Device {
             None => None,
         };
         let io = |e: io::Error| Error::Io(e.to_string());
+        let wake = EventFd::new(true).map_err(io)?;
+        let arena = if cfg.transport == crate::shm::Transport::Udp {
+            None
+        } else {
+            Arena::new().ok().map(Arc::new)
+        };
+        let shm = ShmHub::new(
+            cfg.transport,
+            addr,
+            wake.as_raw_fd(),
+            arena.as_ref().map(|a| a.fd.as_raw_fd()),
+        );
         let dev = Arc::new(Device {
             name: cfg.name.clone(),
             addr,
@@ -165,9 +205,14 @@ impl Device {
                 channels: HashMap::new(),
                 async_events: VecDeque::new(),
                 driver: DriverCounters::default(),
+                shm,
+                arena,
+                local_mrs: HashMap::new(),
+                polls: 0,
+                udp_idle: 0,
             }),
             sock,
-            wake: EventFd::new(true).map_err(io)?,
+            wake,
             async_fd: EventFd::new(true).map_err(io)?,
             stop: AtomicBool::new(false),
             origin: std::time::Instant::now(),
@@ -219,7 +264,17 @@ impl Device {
 
     /// Receives what is waiting, runs timers, sends what is ready, routes events.
     fn progress(&self, st: &mut State, now: Instant) {
+        self.progress_with(st, now, false)
+    }
+
+    /// `force_udp` reads the socket even when it has been idle: the
+    /// background thread passes it because it wakes on socket readability.
+    /// Inline progress skips most reads of an idle socket, so polling a
+    /// shared-memory peer costs no system call.
+    fn progress_with(&self, st: &mut State, now: Instant, force_udp: bool) {
         let local = self.addr;
+        st.polls = st.polls.wrapping_add(1);
+        let read_udp = force_udp || st.udp_idle < UDP_IDLE_POLLS || st.polls % UDP_IDLE_POLLS == 0;
         for _ in 0..16 {
             let got = {
                 let State {
@@ -230,7 +285,7 @@ impl Device {
                     driver,
                     ..
                 } = &mut *st;
-                let got = rx.recv(&self.sock);
+                let got = if read_udp { rx.recv(&self.sock) } else { 0 };
                 for i in 0..got {
                     let Some((src, data)) = rx.get(i) else {
                         continue;
@@ -256,9 +311,32 @@ impl Device {
                 }
                 got
             };
+            let shm_got = {
+                let State {
+                    engine,
+                    shm,
+                    capture,
+                    ..
+                } = &mut *st;
+                if read_udp {
+                    // New same-host peers wait for this; cheap enough at the UDP cadence.
+                    shm.accept();
+                }
+                shm.receive(RX_BATCH, |src, d| {
+                    if let Some(c) = capture {
+                        let _ = c.write_roce(Timestamp::now(), src, local, d);
+                    }
+                    engine.handle_packet(now, Endpoints::new(src, local), d)
+                })
+            };
+            if got > 0 {
+                st.udp_idle = 0;
+            } else if read_udp {
+                st.udp_idle = st.udp_idle.saturating_add(1);
+            }
             st.engine.handle_timeout(now);
             self.transmit(st, now);
-            if got < RX_BATCH {
+            if got < RX_BATCH && shm_got < RX_BATCH {
                 break;
             }
         }
@@ -294,9 +372,32 @@ impl Device {
             send_socks,
             capture,
             driver,
+            shm,
             ..
         } = &mut *st;
-        let n = std::mem::take(&mut tx.n);
+        let mut n = std::mem::take(&mut tx.n);
+        if shm.mode != crate::shm::Transport::Udp {
+            // Same-host peers take the shared-memory path; the rest stay for UDP.
+            let mut keep = 0;
+            for i in 0..n {
+                let (ep, len) = tx.meta[i];
+                let sent = shm.send(ep.src.port(), ep.dst, &tx.slot_mut(i)[..len]);
+                if sent {
+                    if let Some(c) = capture {
+                        let _ =
+                            c.write_roce(Timestamp::now(), ep.src, ep.dst, &tx.slot_mut(i)[..len]);
+                    }
+                } else {
+                    if keep != i {
+                        tx.data
+                            .copy_within(i * BUF_LEN..i * BUF_LEN + len, keep * BUF_LEN);
+                        tx.meta[keep] = tx.meta[i];
+                    }
+                    keep += 1;
+                }
+            }
+            n = keep;
+        }
         let mut start = 0;
         while start < n {
             let port = tx.meta[start].0.src.port();
@@ -347,10 +448,150 @@ impl Device {
                     }
                 }
                 other => {
+                    if let (Event::QpFatal { qpn }, Some(a)) = (other, &st.arena) {
+                        a.map.publish_qp(qpn, None);
+                    }
                     st.async_events.push_back(other);
                     self.async_fd.signal();
                 }
             }
+        }
+    }
+
+    /// Executes an RDMA WRITE, READ or atomic directly in a same-host peer's
+    /// arena when that is exactly what the engine would do: the QP is RTS
+    /// with nothing outstanding, both regions live in arenas, and the peer's
+    /// published tables grant the access. Returns false to let the engine
+    /// handle the WR instead (which also produces every error completion).
+    pub fn try_direct(&self, qpn: u32, wr: &SendWr) -> bool {
+        let (remote_addr, rkey, need) = match wr.op {
+            SendOp::Write { remote_addr, rkey } => (remote_addr, rkey, AccessFlags::REMOTE_WRITE),
+            SendOp::Read { remote_addr, rkey } => (remote_addr, rkey, AccessFlags::REMOTE_READ),
+            SendOp::CompareSwap {
+                remote_addr, rkey, ..
+            }
+            | SendOp::FetchAdd {
+                remote_addr, rkey, ..
+            } => (remote_addr, rkey, AccessFlags::REMOTE_ATOMIC),
+            _ => return false,
+        };
+        let mut st = self.lock();
+        if st.arena.is_none()
+            || st.shm.mode == crate::shm::Transport::Udp
+            || wr.flags.contains(SendFlags::INLINE)
+        {
+            return false;
+        }
+        let Some(info) = st.engine.fast_qp_info(qpn) else {
+            return false;
+        };
+        if info.state != QpState::Rts || !info.sq_empty || info.qp_type == QpType::Ud {
+            return false;
+        }
+        if info.qp_type == QpType::Uc && need != AccessFlags::REMOTE_WRITE {
+            return false;
+        }
+        let Some(dest) = info.dest else { return false };
+        // Local SGEs: all in this device's arena, in the QP's PD, with the rights needed.
+        let local_write = need != AccessFlags::REMOTE_WRITE;
+        let mut local = Vec::with_capacity(wr.sg_list.len());
+        let mut total = 0u64;
+        for sge in &wr.sg_list {
+            let Some(m) = st.local_mrs.get(&sge.lkey) else {
+                return false;
+            };
+            let Some(off) = sge.addr.checked_sub(m.iova) else {
+                return false;
+            };
+            if m.pd != info.pd
+                || off + u64::from(sge.length) > m.len
+                || (local_write && !m.access.contains(AccessFlags::LOCAL_WRITE))
+            {
+                return false;
+            }
+            local.push((m.off + off as usize, sge.length as usize));
+            total += u64::from(sge.length);
+        }
+        let atomic = need == AccessFlags::REMOTE_ATOMIC;
+        if atomic && (total != 8 || remote_addr % 8 != 0) {
+            return false;
+        }
+        let Some(own) = st.arena.clone() else {
+            return false;
+        };
+        let Some(peer) = st.shm.peer_arena(dest) else {
+            return false;
+        };
+        // The target QP and region, as the peer published them.
+        let Some((tpd, tacc, tstate)) = peer.lookup_qp(info.dest_qpn) else {
+            return false;
+        };
+        if !matches!(tstate, QpState::Rtr | QpState::Rts) || !tacc.contains(need) {
+            return false;
+        }
+        let Some(guard) = peer.enter_mr(rkey) else {
+            return false;
+        };
+        if guard.info.pd != tpd || !guard.info.access.contains(need) {
+            return false;
+        }
+        let Some(roff) = guard.info.offset_of(remote_addr, total) else {
+            return false;
+        };
+        let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
+        wc.byte_len = total as u32;
+        match wr.op {
+            SendOp::Write { .. } => {
+                let mut r = roff;
+                for &(lo, n) in &local {
+                    // SAFETY: both ranges were bounds-checked against their
+                    // regions above; the source is ours, the target the peer's
+                    // arena, distinct mappings.
+                    unsafe { std::ptr::copy_nonoverlapping(own.map.ptr(lo), peer.ptr(r), n) };
+                    r += n;
+                }
+            }
+            SendOp::Read { .. } => {
+                let mut r = roff;
+                for &(lo, n) in &local {
+                    // SAFETY: as above, with the roles swapped.
+                    unsafe { std::ptr::copy_nonoverlapping(peer.ptr(r), own.map.ptr(lo), n) };
+                    r += n;
+                }
+            }
+            SendOp::CompareSwap { compare, swap, .. } => {
+                let old = match atomic_at(peer.ptr(roff)).compare_exchange(
+                    compare,
+                    swap,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
+                    Ok(v) | Err(v) => v,
+                };
+                atomic_at(own.map.ptr(local[0].0)).store(old, Ordering::Release);
+            }
+            SendOp::FetchAdd { add, .. } => {
+                let old = atomic_at(peer.ptr(roff)).fetch_add(add, Ordering::SeqCst);
+                atomic_at(own.map.ptr(local[0].0)).store(old, Ordering::Release);
+            }
+            _ => return false,
+        }
+        drop(guard);
+        st.driver.direct_ops += 1;
+        st.engine.complete_executed(qpn, wr.flags, wc);
+        let _ = WcOpcode::Send;
+        true
+    }
+
+    /// Publishes a QP's PD, access flags and state for same-host peers.
+    pub fn publish_qp(&self, qpn: u32) {
+        let st = self.lock();
+        let Some(a) = &st.arena else { return };
+        match st.engine.fast_qp_info(qpn) {
+            Some(i) if i.qp_type != QpType::Ud => {
+                a.map.publish_qp(qpn, Some((i.pd, i.access, i.state)))
+            }
+            _ => a.map.publish_qp(qpn, None),
         }
     }
 
@@ -371,16 +612,27 @@ impl Device {
                 self.wake.drain();
                 continue;
             }
-            let next = {
+            let (next, can_sleep, listen) = {
                 let mut st = self.lock();
                 st.driver.background_wakeups += 1;
-                self.progress(&mut st, now);
-                st.engine.poll_timeout()
+                self.progress_with(&mut st, now, true);
+                let can_sleep = st.shm.prepare_sleep();
+                (st.engine.poll_timeout(), can_sleep, st.shm.listen_fd())
             };
+            if !can_sleep {
+                continue;
+            }
             let until = next.map_or(u64::MAX, |t| t.0);
             self.sleeping_until.store(until, Ordering::Release);
             let timeout = next.map(|t| Duration::from_nanos(t.0.saturating_sub(self.now().0)));
-            sys::wait_readable([sock, wake], timeout);
+            match listen {
+                Some(l) => {
+                    sys::wait_readable([sock, wake, l], timeout);
+                }
+                None => {
+                    sys::wait_readable([sock, wake], timeout);
+                }
+            }
             self.wake.drain();
         }
     }
@@ -435,6 +687,7 @@ pub(crate) struct Lifetime(pub Arc<Device>);
 
 impl Drop for Lifetime {
     fn drop(&mut self) {
+        crate::stats::unpublish(&self.0);
         self.0.shutdown();
     }
 }

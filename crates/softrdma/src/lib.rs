@@ -28,11 +28,14 @@
 
 #![warn(missing_docs)]
 
+mod arena;
 pub mod cm;
 pub mod config;
 mod device;
 mod fault;
 mod region;
+pub mod shm;
+pub mod stats;
 mod sys;
 mod verbs;
 

@@ -97,7 +97,14 @@ pub fn set_dont_fragment(sock: &UdpSocket) -> io::Result<()> {
 /// Sets SO_RCVBUF/SO_SNDBUF (best effort: the kernel caps them).
 pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
     let v = bytes.min(i32::MAX as usize) as libc::c_int;
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+    // The FORCE variants pass the system maximum when we may (root); the
+    // plain ones follow and keep whatever is larger.
+    for opt in [
+        libc::SO_RCVBUFFORCE,
+        libc::SO_SNDBUFFORCE,
+        libc::SO_RCVBUF,
+        libc::SO_SNDBUF,
+    ] {
         // SAFETY: passes a pointer to a live c_int and its size.
         let _ = unsafe {
             libc::setsockopt(
@@ -377,4 +384,11 @@ fn wait_writable(fd: RawFd) {
     }];
     // SAFETY: one valid pollfd; 10 ms bound.
     let _ = unsafe { libc::poll(p.as_mut_ptr(), 1, 10) };
+}
+
+impl EventFd {
+    /// Wraps an eventfd received from another process.
+    pub fn from_owned(fd: OwnedFd) -> Self {
+        EventFd(fd)
+    }
 }

@@ -15,7 +15,9 @@ use softrdma_engine::{
 };
 use softrdma_wire::Psn;
 
+use crate::arena::{ArenaRegion, MrInfo};
 use crate::config::{devices, DeviceConfig};
+use crate::device::LocalMr;
 use crate::device::{ChannelShared, Device, DriverCounters, Lifetime};
 use crate::region::{OwnedRegion, RawRegion};
 use crate::sys::{self, EventFd};
@@ -111,6 +113,7 @@ impl Context {
     /// Opens a device from an explicit configuration.
     pub fn open_with(cfg: &DeviceConfig) -> Result<Context> {
         let dev = Device::open(cfg)?;
+        crate::stats::publish(&dev);
         Ok(Context {
             _life: Arc::new(Lifetime(dev.clone())),
             dev,
@@ -328,6 +331,51 @@ impl Pd {
 
     /// Allocates `len` zeroed bytes and registers them (the region owns its memory).
     pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<Mr> {
+        // In shared memory when the device has an arena, so same-host peers
+        // can reach it directly; on the heap otherwise.
+        let arena = self.ctx.dev.lock().arena.clone();
+        if let Some(arena) = arena {
+            if let Some(off) = arena.alloc(len) {
+                let addr = arena.map.ptr(off) as u64;
+                let region = Arc::new(ArenaRegion {
+                    arena: arena.clone(),
+                    off,
+                    len,
+                });
+                let mem: Arc<dyn RegionMemory> = region;
+                let mr = self.register(mem, addr, len, access)?;
+                let pd = self.handle;
+                let mut st = self.ctx.dev.lock();
+                st.local_mrs.insert(
+                    mr.lkey,
+                    LocalMr {
+                        pd,
+                        iova: addr,
+                        len: len as u64,
+                        off,
+                        access,
+                    },
+                );
+                let info = MrInfo {
+                    rkey: mr.rkey,
+                    pd,
+                    access,
+                    iova: addr,
+                    len: len as u64,
+                    arena_off: off as u64,
+                };
+                if access.bits()
+                    & (AccessFlags::REMOTE_WRITE.bits()
+                        | AccessFlags::REMOTE_READ.bits()
+                        | AccessFlags::REMOTE_ATOMIC.bits())
+                    != 0
+                {
+                    arena.publish_mr(info);
+                }
+                drop(st);
+                return Ok(mr);
+            }
+        }
         let region = Arc::new(OwnedRegion::new(len).map_err(|e| Error::Io(e.to_string()))?);
         let addr = region.addr();
         let mem: Arc<dyn RegionMemory> = region;
@@ -466,7 +514,21 @@ impl fmt::Debug for Mr {
 impl Drop for Mr {
     fn drop(&mut self) {
         let k = self.lkey;
+        // First take it out of the published table and wait until no
+        // same-host peer is inside it; only then deregister and free.
+        let (local, arena) = {
+            let mut st = self.ctx.dev.lock();
+            (st.local_mrs.remove(&k), st.arena.clone())
+        };
+        let drained = match (local, arena) {
+            (Some(_), Some(a)) => a.withdraw_mr(self.rkey),
+            _ => true,
+        };
         let _ = self.ctx.dev.with_engine(|e, _| e.dereg_mr(k));
+        if !drained {
+            // A peer died inside the region: never reuse its memory.
+            std::mem::forget(self.mem.clone());
+        }
     }
 }
 
@@ -768,6 +830,18 @@ impl CompChannel {
             self.ctx.dev.with_engine(|_, _| ());
         }
     }
+
+    /// Low-level access for bindings: the CQ handle of the oldest pending
+    /// event, without waiting, progress or touching the fd (the C library
+    /// waits on [`CompChannel::fd`] itself, honouring the application's
+    /// O_NONBLOCK).
+    pub fn try_get_event(&self) -> Option<u32> {
+        self.shared
+            .ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
 }
 
 /// How to connect an RC or UC QP (fields as in `ibv_qp_attr`).
@@ -967,6 +1041,9 @@ impl fmt::Debug for Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         let q = self.qpn;
+        if let Some(a) = self.ctx.dev.lock().arena.clone() {
+            a.map.publish_qp(q, None);
+        }
         let _ = self.ctx.dev.with_engine(|e, _| e.destroy_qp(q));
     }
 }
@@ -1012,10 +1089,11 @@ impl Qp {
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
         let q = self.qpn;
-        Ok(self
-            .ctx
+        self.ctx
             .dev
-            .with_engine(|e, now| e.modify_qp(now, q, attr, mask))?)
+            .with_engine(|e, now| e.modify_qp(now, q, attr, mask))?;
+        self.ctx.dev.publish_qp(q);
+        Ok(())
     }
 
     /// `ibv_query_qp`.
@@ -1106,6 +1184,9 @@ impl Qp {
     /// `ibv_post_send` (one WR).
     pub fn post_send(&self, wr: &SendWr) -> Result<()> {
         let q = self.qpn;
+        if self.ctx.dev.try_direct(q, wr) {
+            return Ok(());
+        }
         Ok(self.ctx.dev.with_engine(|e, now| e.post_send(now, q, wr))?)
     }
 
