@@ -186,15 +186,25 @@ pub struct MrInfo {
     pub access: AccessFlags,
     pub iova: u64,
     pub len: u64,
-    /// Offset of the region's bytes in the owner's arena.
+    /// Offset of the region's bytes in the owner's arena; `u64::MAX` for
+    /// caller memory, reached by cross-memory attach instead.
     pub arena_off: u64,
+    /// Owner process (cross-memory attach).
+    pub pid: u32,
+    /// Address of the region's first byte in the owner process.
+    pub addr: u64,
 }
 
 impl MrInfo {
-    /// Arena offset of `[va, va+len)` when inside the region.
-    pub fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
+    /// Offset of `[va, va+len)` from the region's start, when inside it.
+    pub fn offset_of(&self, va: u64, len: u64) -> Option<u64> {
         let off = va.checked_sub(self.iova)?;
-        (off.checked_add(len)? <= self.len).then(|| (self.arena_off + off) as usize)
+        (off.checked_add(len)? <= self.len).then_some(off)
+    }
+
+    /// True when the bytes live in the owner's arena (else caller memory).
+    pub fn in_arena(&self) -> bool {
+        self.arena_off != u64::MAX
     }
 }
 
@@ -232,6 +242,8 @@ impl MrEntry<'_> {
             iova: self.word64(24).load(Ordering::Acquire),
             len: self.word64(32).load(Ordering::Acquire),
             arena_off: self.word64(40).load(Ordering::Acquire),
+            pid: self.word32(48).load(Ordering::Acquire),
+            addr: self.word64(56).load(Ordering::Acquire),
         }
     }
 }
@@ -331,6 +343,8 @@ impl Arena {
                 e.word64(24).store(info.iova, Ordering::Release);
                 e.word64(32).store(info.len, Ordering::Release);
                 e.word64(40).store(info.arena_off, Ordering::Release);
+                e.word32(48).store(info.pid, Ordering::Release);
+                e.word64(56).store(info.addr, Ordering::Release);
                 e.readers().store(0, Ordering::Release);
                 e.state().store(VALID, Ordering::Release);
                 return true;

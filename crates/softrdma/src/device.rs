@@ -92,7 +92,8 @@ pub(crate) struct LocalMr {
     pub pd: u32,
     pub iova: u64,
     pub len: u64,
-    pub off: usize,
+    /// Process address of the byte at `iova`.
+    pub base: usize,
     pub access: AccessFlags,
 }
 
@@ -274,7 +275,8 @@ impl Device {
     fn progress_with(&self, st: &mut State, now: Instant, force_udp: bool) {
         let local = self.addr;
         st.polls = st.polls.wrapping_add(1);
-        let read_udp = force_udp || st.udp_idle < UDP_IDLE_POLLS || st.polls % UDP_IDLE_POLLS == 0;
+        let read_udp =
+            force_udp || st.udp_idle < UDP_IDLE_POLLS || st.polls.is_multiple_of(UDP_IDLE_POLLS);
         for _ in 0..16 {
             let got = {
                 let State {
@@ -509,16 +511,13 @@ impl Device {
             {
                 return false;
             }
-            local.push((m.off + off as usize, sge.length as usize));
+            local.push((m.base + off as usize, sge.length as usize));
             total += u64::from(sge.length);
         }
         let atomic = need == AccessFlags::REMOTE_ATOMIC;
         if atomic && (total != 8 || remote_addr % 8 != 0) {
             return false;
         }
-        let Some(own) = st.arena.clone() else {
-            return false;
-        };
         let Some(peer) = st.shm.peer_arena(dest) else {
             return false;
         };
@@ -540,41 +539,77 @@ impl Device {
         };
         let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
         wc.byte_len = total as u32;
-        match wr.op {
-            SendOp::Write { .. } => {
-                let mut r = roff;
-                for &(lo, n) in &local {
-                    // SAFETY: both ranges were bounds-checked against their
-                    // regions above; the source is ours, the target the peer's
-                    // arena, distinct mappings.
-                    unsafe { std::ptr::copy_nonoverlapping(own.map.ptr(lo), peer.ptr(r), n) };
-                    r += n;
+        let lp = |a: usize| a as *mut u8;
+        if !guard.info.in_arena() {
+            // Caller memory of the peer: cross-memory attach, WRITE and READ only
+            // (CMA cannot do atomics; those go through the peer's engine).
+            let remote = libc::iovec {
+                iov_base: (guard.info.addr + roff) as *mut libc::c_void,
+                iov_len: total as usize,
+            };
+            let iovs: Vec<libc::iovec> = local
+                .iter()
+                .map(|&(a, n)| libc::iovec {
+                    iov_base: lp(a).cast(),
+                    iov_len: n,
+                })
+                .collect();
+            let pid = guard.info.pid as libc::pid_t;
+            // SAFETY: the local iovecs lie inside our own registered regions
+            // (checked above); the remote range lies inside the peer's
+            // registered region per its table; the kernel validates the rest.
+            let done = unsafe {
+                match wr.op {
+                    SendOp::Write { .. } => {
+                        libc::process_vm_writev(pid, iovs.as_ptr(), iovs.len() as _, &remote, 1, 0)
+                    }
+                    SendOp::Read { .. } => {
+                        libc::process_vm_readv(pid, iovs.as_ptr(), iovs.len() as _, &remote, 1, 0)
+                    }
+                    _ => return false,
                 }
+            };
+            if done != total as isize {
+                return false;
             }
-            SendOp::Read { .. } => {
-                let mut r = roff;
-                for &(lo, n) in &local {
-                    // SAFETY: as above, with the roles swapped.
-                    unsafe { std::ptr::copy_nonoverlapping(peer.ptr(r), own.map.ptr(lo), n) };
-                    r += n;
+        } else {
+            let rp = |o: u64| peer.ptr((guard.info.arena_off + o) as usize);
+            match wr.op {
+                SendOp::Write { .. } => {
+                    let mut r = roff;
+                    for &(lo, n) in &local {
+                        // SAFETY: both ranges were bounds-checked against their
+                        // regions above; the source is ours, the target the
+                        // peer's arena, distinct mappings.
+                        unsafe { std::ptr::copy_nonoverlapping(lp(lo), rp(r), n) };
+                        r += n as u64;
+                    }
                 }
+                SendOp::Read { .. } => {
+                    let mut r = roff;
+                    for &(lo, n) in &local {
+                        // SAFETY: as above, with the roles swapped.
+                        unsafe { std::ptr::copy_nonoverlapping(rp(r), lp(lo), n) };
+                        r += n as u64;
+                    }
+                }
+                SendOp::CompareSwap { compare, swap, .. } => {
+                    let old = match atomic_at(rp(roff)).compare_exchange(
+                        compare,
+                        swap,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    ) {
+                        Ok(v) | Err(v) => v,
+                    };
+                    atomic_at(lp(local[0].0)).store(old, Ordering::Release);
+                }
+                SendOp::FetchAdd { add, .. } => {
+                    let old = atomic_at(rp(roff)).fetch_add(add, Ordering::SeqCst);
+                    atomic_at(lp(local[0].0)).store(old, Ordering::Release);
+                }
+                _ => return false,
             }
-            SendOp::CompareSwap { compare, swap, .. } => {
-                let old = match atomic_at(peer.ptr(roff)).compare_exchange(
-                    compare,
-                    swap,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                ) {
-                    Ok(v) | Err(v) => v,
-                };
-                atomic_at(own.map.ptr(local[0].0)).store(old, Ordering::Release);
-            }
-            SendOp::FetchAdd { add, .. } => {
-                let old = atomic_at(peer.ptr(roff)).fetch_add(add, Ordering::SeqCst);
-                atomic_at(own.map.ptr(local[0].0)).store(old, Ordering::Release);
-            }
-            _ => return false,
         }
         drop(guard);
         st.driver.direct_ops += 1;

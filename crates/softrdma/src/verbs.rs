@@ -245,6 +245,11 @@ impl Context {
         self.dev.counters().1
     }
 
+    /// Counters of the shared-memory transport.
+    pub fn shm_counters(&self) -> crate::shm::ShmCounters {
+        self.dev.lock().shm.counters
+    }
+
     /// Counters of one QP.
     pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
         self.dev.lock().engine.qp_counters(qpn).copied()
@@ -352,7 +357,7 @@ impl Pd {
                         pd,
                         iova: addr,
                         len: len as u64,
-                        off,
+                        base: addr as usize,
                         access,
                     },
                 );
@@ -363,6 +368,8 @@ impl Pd {
                     iova: addr,
                     len: len as u64,
                     arena_off: off as u64,
+                    pid: std::process::id(),
+                    addr,
                 };
                 if access.bits()
                     & (AccessFlags::REMOTE_WRITE.bits()
@@ -397,7 +404,38 @@ impl Pd {
     ) -> Result<Mr> {
         // SAFETY: forwarded from this function's contract.
         let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
-        self.register(mem, iova, len, access)
+        let mr = self.register(mem, iova, len, access)?;
+        // Same-host peers reach caller memory by cross-memory attach.
+        let pd = self.handle;
+        let mut st = self.ctx.dev.lock();
+        if let Some(arena) = st.arena.clone() {
+            st.local_mrs.insert(
+                mr.lkey,
+                LocalMr {
+                    pd,
+                    iova,
+                    len: len as u64,
+                    base: ptr as usize,
+                    access,
+                },
+            );
+            if access.bits() & (AccessFlags::REMOTE_WRITE.bits() | AccessFlags::REMOTE_READ.bits())
+                != 0
+            {
+                arena.publish_mr(MrInfo {
+                    rkey: mr.rkey,
+                    pd,
+                    access,
+                    iova,
+                    len: len as u64,
+                    arena_off: u64::MAX,
+                    pid: std::process::id(),
+                    addr: ptr as u64,
+                });
+            }
+        }
+        drop(st);
+        Ok(mr)
     }
 
     fn register(

@@ -1,0 +1,312 @@
+//! The same-host path: direct one-sided operations by the initiator, SEND
+//! through shared-memory rings, and every way of reaching memory one must
+//! not, each rejected with the status hardware gives and the target untouched.
+
+use std::time::Duration;
+
+use softrdma::shm::Transport;
+use softrdma::*;
+
+const T: Duration = Duration::from_secs(10);
+
+fn all() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+struct Pair {
+    a: Context,
+    b: Context,
+    pa: Pd,
+    pb: Pd,
+    ca: Cq,
+    cb: Cq,
+    qa: Qp,
+    qb: Qp,
+}
+
+fn pair(transport: Transport, b_access: AccessFlags) -> Pair {
+    let a = Context::open_with(&DeviceConfig::default_loopback().transport(transport)).unwrap();
+    let b = Context::open_with(&DeviceConfig::default_loopback().transport(transport)).unwrap();
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, cb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
+    let qa = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
+    let qb = pb.create_qp(QpType::Rc, &cb, &cb).build().unwrap();
+    let fast = ConnectOptions {
+        timeout: 10,
+        retry_cnt: 2,
+        ..Default::default()
+    };
+    qa.connect(&qb.endpoint(), &fast).unwrap();
+    qb.connect(
+        &qa.endpoint(),
+        &ConnectOptions {
+            access: b_access,
+            ..fast
+        },
+    )
+    .unwrap();
+    Pair {
+        a,
+        b,
+        pa,
+        pb,
+        ca,
+        cb,
+        qa,
+        qb,
+    }
+}
+
+#[test]
+fn one_sided_operations_are_direct_copies() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(1 << 20, all()).unwrap();
+    let mb = p.pb.alloc_mr(1 << 20, all()).unwrap();
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    ma.write(8, &data).unwrap();
+    let rb = mb.remote();
+    // Two SGEs, unaligned offsets.
+    let wr = SendWr::new(
+        1,
+        SendOp::Write {
+            remote_addr: rb.at(3),
+            rkey: rb.rkey,
+        },
+        vec![ma.sge(8, 40_000), ma.sge(40_008, 60_000)],
+    );
+    p.qa.post_send(&wr).unwrap();
+    assert_eq!(p.ca.wait_ok(T).unwrap().byte_len, 100_000);
+    let mut got = vec![0u8; data.len()];
+    mb.read(3, &mut got).unwrap();
+    assert!(got == data);
+    p.qa.post_send(&SendWr::new(
+        2,
+        SendOp::Read {
+            remote_addr: rb.at(3),
+            rkey: rb.rkey,
+        },
+        vec![ma.sge(500_000, 100_000)],
+    ))
+    .unwrap();
+    p.ca.wait_ok(T).unwrap();
+    ma.read(500_000, &mut got).unwrap();
+    assert!(got == data);
+    mb.write(4096, &40u64.to_ne_bytes()).unwrap();
+    p.qa.post_send(&SendWr::new(
+        3,
+        SendOp::FetchAdd {
+            remote_addr: rb.at(4096),
+            rkey: rb.rkey,
+            add: 2,
+        },
+        vec![ma.sge(0, 8)],
+    ))
+    .unwrap();
+    p.qa.post_send(&SendWr::new(
+        4,
+        SendOp::CompareSwap {
+            remote_addr: rb.at(4096),
+            rkey: rb.rkey,
+            compare: 42,
+            swap: 7,
+        },
+        vec![ma.sge(8, 8)],
+    ))
+    .unwrap();
+    let wcs = p.ca.wait(2, T).unwrap();
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(ma.read_u64(0).unwrap(), 40);
+    assert_eq!(ma.read_u64(8).unwrap(), 42);
+    assert_eq!(mb.read_u64(4096).unwrap(), 7);
+    assert_eq!(
+        p.a.driver_counters().direct_ops,
+        4,
+        "all four went the direct way"
+    );
+    assert_eq!(p.a.counters().tx_packets, 0, "no packet was needed");
+}
+
+#[test]
+fn sends_travel_through_rings() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(1 << 16, all()).unwrap();
+    let mb = p.pb.alloc_mr(1 << 16, all()).unwrap();
+    ma.write(0, &[7u8; 9000]).unwrap();
+    p.qb.post_recv(&RecvWr {
+        wr_id: 5,
+        sg_list: vec![mb.sge(0, 10_000)],
+    })
+    .unwrap();
+    p.qa.post_send(&SendWr::new(
+        1,
+        SendOp::SendWithImm { imm: 99 },
+        vec![ma.sge(0, 9000)],
+    ))
+    .unwrap();
+    let r = p.cb.wait_ok(T).unwrap();
+    assert_eq!((r.byte_len, r.imm_data), (9000, 99));
+    assert_eq!(mb.to_vec()[..9000], [7u8; 9000]);
+    p.ca.wait_ok(T).unwrap();
+    let s = p.a.shm_counters();
+    assert!(s.tx_packets >= 3 && s.links >= 1, "{s:?}");
+    assert_eq!(p.a.driver_counters().send_errors, 0);
+}
+
+/// Runs one WRITE that must fail with REM_ACCESS_ERR and leave `mb` untouched.
+fn expect_access_error(p: &Pair, ma: &Mr, mb: &Mr, remote_addr: u64, rkey: u32, len: u32) {
+    let before = mb.to_vec();
+    p.qa.post_send(&SendWr::new(
+        9,
+        SendOp::Write { remote_addr, rkey },
+        vec![ma.sge(0, len)],
+    ))
+    .unwrap();
+    let wc = p.ca.wait(1, T).unwrap()[0];
+    assert_eq!(wc.status, WcStatus::RemAccessErr, "{wc:?}");
+    assert!(mb.to_vec() == before, "target memory untouched");
+    assert_eq!(p.qa.state(), QpState::Err);
+}
+
+#[test]
+fn wrong_rkey_is_rejected() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0xAB; 4096]).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey() ^ 0x5A5A, 64);
+}
+
+#[test]
+fn out_of_bounds_is_rejected() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(8192, all()).unwrap();
+    ma.write(0, &[0xAB; 8192]).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    expect_access_error(&p, &ma, &mb, mb.addr() + 4000, mb.rkey(), 200);
+}
+
+#[test]
+fn missing_region_access_flag_is_rejected() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0xAB; 4096]).unwrap();
+    let mb =
+        p.pb.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            .unwrap();
+    expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey(), 64);
+}
+
+#[test]
+fn missing_qp_access_flag_is_rejected() {
+    let p = pair(
+        Transport::Shm,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    );
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0xAB; 4096]).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey(), 64);
+}
+
+#[test]
+fn other_protection_domain_is_rejected() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0xAB; 4096]).unwrap();
+    let other_pd = p.b.alloc_pd().unwrap();
+    let mb = other_pd.alloc_mr(4096, all()).unwrap();
+    expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey(), 64);
+}
+
+#[test]
+fn deregistered_region_is_rejected() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0xAB; 4096]).unwrap();
+    let keep = p.pb.alloc_mr(4096, all()).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    let (addr, rkey) = (mb.addr(), mb.rkey());
+    drop(mb);
+    expect_access_error(&p, &ma, &keep, addr, rkey, 64);
+}
+
+#[test]
+fn caller_memory_is_reached_by_cross_memory_attach() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(1 << 16, all()).unwrap();
+    let mut target = vec![0u8; 1 << 16];
+    let tp = target.as_mut_ptr();
+    // SAFETY: `target` outlives the region (dropped at the end of the test, after `mb`).
+    let mb = unsafe { p.pb.register_raw(tp, target.len(), tp as u64, all()) }.unwrap();
+    ma.write(0, &[0x5C; 5000]).unwrap();
+    let rb = mb.remote();
+    p.qa.post_send(&SendWr::new(
+        1,
+        SendOp::Write {
+            remote_addr: rb.at(100),
+            rkey: rb.rkey,
+        },
+        vec![ma.sge(0, 5000)],
+    ))
+    .unwrap();
+    p.ca.wait_ok(T).unwrap();
+    assert_eq!(mb.to_vec()[100..5100], [0x5C; 5000]);
+    p.qa.post_send(&SendWr::new(
+        2,
+        SendOp::Read {
+            remote_addr: rb.at(100),
+            rkey: rb.rkey,
+        },
+        vec![ma.sge(10_000, 5000)],
+    ))
+    .unwrap();
+    p.ca.wait_ok(T).unwrap();
+    assert_eq!(ma.to_vec()[10_000..15_000], [0x5C; 5000]);
+    assert_eq!(p.a.driver_counters().direct_ops, 2);
+    // Atomics on caller memory go through the target's engine, still atomically.
+    mb.write(8, &1u64.to_ne_bytes()).unwrap();
+    p.qa.post_send(&SendWr::new(
+        3,
+        SendOp::FetchAdd {
+            remote_addr: rb.at(8),
+            rkey: rb.rkey,
+            add: 10,
+        },
+        vec![ma.sge(0, 8)],
+    ))
+    .unwrap();
+    p.ca.wait_ok(T).unwrap();
+    assert_eq!(ma.read_u64(0).unwrap(), 1);
+    assert_eq!(mb.read_u64(8).unwrap(), 11);
+    assert_eq!(
+        p.a.driver_counters().direct_ops,
+        2,
+        "the atomic was not direct"
+    );
+    drop(mb);
+    drop(target);
+}
+
+#[test]
+fn udp_transport_never_uses_shared_memory() {
+    let p = pair(Transport::Udp, all());
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    p.qa.post_send(&SendWr::new(
+        1,
+        SendOp::Write {
+            remote_addr: mb.addr(),
+            rkey: mb.rkey(),
+        },
+        vec![ma.sge(0, 64)],
+    ))
+    .unwrap();
+    p.ca.wait_ok(T).unwrap();
+    assert_eq!(p.a.driver_counters().direct_ops, 0);
+    assert_eq!(p.a.shm_counters().tx_packets, 0);
+    assert!(p.a.counters().tx_packets > 0);
+    let _ = (&p.b, &p.cb, &p.qb);
+}
