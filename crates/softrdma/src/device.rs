@@ -323,6 +323,7 @@ impl Device {
                 if read_udp {
                     // New same-host peers wait for this; cheap enough at the UDP cadence.
                     shm.accept();
+                    shm.check_dead();
                 }
                 shm.receive(RX_BATCH, |src, d| {
                     if let Some(c) = capture {

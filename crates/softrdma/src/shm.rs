@@ -377,7 +377,7 @@ impl ShmHub {
     }
 
     /// Drops links whose peer process is gone (its socket closed).
-    fn check_dead(&mut self) {
+    pub fn check_dead(&mut self) {
         for l in &mut self.links {
             let mut b = [0u8; 1];
             // SAFETY: non-blocking peek of one byte into a live buffer.
