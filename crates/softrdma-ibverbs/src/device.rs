@@ -1,0 +1,732 @@
+//! Devices and contexts: `ibv_get_device_list`, `ibv_open_device`, the
+//! query verbs, GIDs and P_Keys, asynchronous events, and the small
+//! process-wide helpers (sysfs, fork).
+//!
+//! The device list comes from softrdma's configuration (SOFTRDMA_DEVICES or
+//! the default loopback device `srx0`) and is built on first use, never in
+//! a constructor: provider libraries that perftest links call into this
+//! library while it is still being loaded. Listing devices opens nothing;
+//! a device binds its UDP socket and starts its progress thread when
+//! `ibv_open_device` opens it.
+
+use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::ptr::{self, null_mut};
+use std::sync::{Mutex, OnceLock};
+
+use softrdma::{Context, DeviceConfig};
+
+use crate::abi::*;
+use crate::convert;
+use crate::ffi::{self, guard};
+use crate::objects::{self, Chan, Ctx, Dev, Objects};
+use crate::verbs;
+
+/// The device list, built once per process (addresses of leaked [`Dev`]s).
+fn devices() -> Result<&'static [usize], c_int> {
+    static LIST: OnceLock<Result<Vec<usize>, c_int>> = OnceLock::new();
+    LIST.get_or_init(|| match softrdma::devices() {
+        Ok(cfgs) => Ok(cfgs
+            .into_iter()
+            .enumerate()
+            .map(|(i, cfg)| objects::leak(new_dev(i as i32, cfg)) as usize)
+            .collect()),
+        Err(e) => {
+            eprintln!("softrdma: {e}");
+            Err(e.errno())
+        }
+    })
+    .as_ref()
+    .map(|v| v.as_slice())
+    .map_err(|e| *e)
+}
+
+fn copy_str(dst: &mut [c_char], s: &str) {
+    let n = dst.len() - 1;
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
+        *d = b as c_char;
+    }
+}
+
+fn new_dev(index: i32, cfg: DeviceConfig) -> Dev {
+    let mut ibv = ibv_device {
+        _ops: [null_mut(); 2],
+        node_type: IBV_NODE_CA,
+        transport_type: IBV_TRANSPORT_IB,
+        name: [0; 64],
+        dev_name: [0; 64],
+        dev_path: [0; 256],
+        ibdev_path: [0; 256],
+    };
+    copy_str(&mut ibv.name, &cfg.name);
+    copy_str(&mut ibv.dev_name, &format!("uverbs{index}"));
+    copy_str(
+        &mut ibv.dev_path,
+        &format!("/sys/class/infiniband_verbs/uverbs{index}"),
+    );
+    copy_str(
+        &mut ibv.ibdev_path,
+        &format!("/sys/class/infiniband/{}", cfg.name),
+    );
+    // A locally administered, name-derived GUID (FNV-1a of the name): stable
+    // across runs without opening the device.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in cfg.name.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    let guid = 0x0250_5600_0000_0000 | (h & 0x00FF_FFFF_FFFF);
+    Dev {
+        ibv,
+        cfg,
+        index,
+        guid_be: guid.to_be(),
+    }
+}
+
+/// # Safety
+/// `device` must come from this library's device list.
+unsafe fn dev<'a>(device: *mut ibv_device) -> Option<&'a Dev> {
+    // SAFETY: Dev is repr(C) with the ibv_device first, and devices are
+    // never freed; NULL is rejected.
+    unsafe { device.cast::<Dev>().as_ref() }
+}
+
+/// Returns the NULL-terminated device array (calloc'ed, freed by
+/// `ibv_free_device_list`).
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    guard(null_mut(), || {
+        let list = match devices() {
+            Ok(l) => l,
+            Err(e) => {
+                ffi::set_errno(e);
+                return null_mut();
+            }
+        };
+        // SAFETY: calloc of n+1 pointers; checked for NULL below.
+        let arr = unsafe { libc::calloc(list.len() + 1, std::mem::size_of::<usize>()) }
+            .cast::<*mut ibv_device>();
+        if arr.is_null() {
+            ffi::set_errno(libc::ENOMEM);
+            return null_mut();
+        }
+        for (i, d) in list.iter().enumerate() {
+            // SAFETY: i < len + 1, inside the allocation.
+            unsafe { *arr.add(i) = *d as *mut ibv_device };
+        }
+        if !num_devices.is_null() {
+            // SAFETY: the caller passes a valid int pointer or NULL.
+            unsafe { *num_devices = list.len() as c_int };
+        }
+        arr
+    })
+}
+
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: list came from ibv_get_device_list's calloc (or is NULL).
+    guard((), || unsafe { libc::free(list.cast()) })
+}
+
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
+    guard(ptr::null(), || match unsafe { dev(device) } {
+        Some(d) => d.ibv.name.as_ptr(),
+        None => ptr::null(),
+    })
+}
+
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+    guard(0, || unsafe { dev(device) }.map_or(0, |d| d.guid_be))
+}
+
+pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
+    guard(-1, || unsafe { dev(device) }.map_or(-1, |d| d.index))
+}
+
+/// Opens the device: binds its UDP socket and starts its progress thread.
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    guard(null_mut(), || {
+        let Some(d) = (unsafe { dev(device) }) else {
+            ffi::fail_with("ibv_open_device", libc::EINVAL, "NULL device");
+            return null_mut();
+        };
+        let ctx = match Context::open_with(&d.cfg) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("softrdma: cannot open device {}: {e}", d.cfg.name);
+                ffi::set_errno(e.errno());
+                return null_mut();
+            }
+        };
+        let async_fd = ctx.async_fd();
+        ffi::set_blocking(async_fd);
+        let c = objects::leak(Ctx {
+            vctx: new_vctx(device, async_fd),
+            dev: ctx,
+            objs: Mutex::new(Objects::default()),
+        });
+        // SAFETY: just allocated, live until ibv_close_device.
+        unsafe { (*c).as_ibv() }
+    })
+}
+
+fn new_vctx(device: *mut ibv_device, async_fd: c_int) -> verbs_context {
+    let n = null_mut();
+    verbs_context {
+        query_port: Some(query_port_ex),
+        advise_mr: n,
+        alloc_null_mr: n,
+        read_counters: n,
+        attach_counters_point_flow: n,
+        create_counters: n,
+        destroy_counters: n,
+        reg_dm_mr: n,
+        alloc_dm: n,
+        free_dm: n,
+        modify_flow_action_esp: n,
+        destroy_flow_action: n,
+        create_flow_action_esp: n,
+        modify_qp_rate_limit: n,
+        alloc_parent_domain: n,
+        dealloc_td: n,
+        alloc_td: n,
+        modify_cq: n,
+        post_srq_ops: n,
+        destroy_rwq_ind_table: n,
+        create_rwq_ind_table: n,
+        destroy_wq: n,
+        modify_wq: n,
+        create_wq: n,
+        query_rt_values: n,
+        create_cq_ex: n,
+        priv_: n,
+        query_device_ex: Some(query_device_ex),
+        ibv_destroy_flow: n,
+        abi_placeholder2: n,
+        ibv_create_flow: n,
+        abi_placeholder1: n,
+        open_qp: n,
+        create_qp_ex: n,
+        get_srq_num: n,
+        create_srq_ex: n,
+        open_xrcd: n,
+        close_xrcd: n,
+        abi_placeholder3: 0,
+        sz: std::mem::size_of::<verbs_context>(),
+        context: ibv_context {
+            device,
+            ops: ibv_context_ops {
+                _compat_query_device: n,
+                _compat_query_port: n,
+                _compat_alloc_pd: n,
+                _compat_dealloc_pd: n,
+                _compat_reg_mr: n,
+                _compat_rereg_mr: n,
+                _compat_dereg_mr: n,
+                alloc_mw: n,
+                bind_mw: n,
+                dealloc_mw: n,
+                _compat_create_cq: n,
+                poll_cq: Some(verbs::poll_cq),
+                req_notify_cq: Some(verbs::req_notify_cq),
+                _compat_cq_event: n,
+                _compat_resize_cq: n,
+                _compat_destroy_cq: n,
+                _compat_create_srq: n,
+                _compat_modify_srq: n,
+                _compat_query_srq: n,
+                _compat_destroy_srq: n,
+                post_srq_recv: Some(verbs::post_srq_recv),
+                _compat_create_qp: n,
+                _compat_query_qp: n,
+                _compat_modify_qp: n,
+                _compat_destroy_qp: n,
+                post_send: Some(verbs::post_send),
+                post_recv: Some(verbs::post_recv),
+                _compat_create_ah: n,
+                _compat_destroy_ah: n,
+                _compat_attach_mcast: n,
+                _compat_detach_mcast: n,
+                _compat_async_event: n,
+            },
+            cmd_fd: -1,
+            async_fd,
+            num_comp_vectors: 1,
+            mutex: objects::new_mutex(),
+            abi_compat: VERBS_ABI_IS_EXTENDED,
+        },
+    }
+}
+
+/// Closes the device. Objects still open on it become invalid, as with
+/// rdma-core; the device's socket and thread go away with its last user.
+pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    guard(libc::EIO, || {
+        if context.is_null() {
+            return ffi::fail_with("ibv_close_device", libc::EINVAL, "NULL context");
+        }
+        // SAFETY: a live context from ibv_open_device, freed exactly once here.
+        unsafe {
+            let c = Ctx::from_ptr(context) as *const Ctx as *mut Ctx;
+            objects::free(c);
+        }
+        0
+    })
+}
+
+/// `ibv_query_device`.
+pub unsafe extern "C" fn ibv_query_device(
+    context: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        if context.is_null() || attr.is_null() {
+            return ffi::fail_with("ibv_query_device", libc::EINVAL, "NULL argument");
+        }
+        // SAFETY: live context; attr points to a writable ibv_device_attr.
+        unsafe {
+            let c = Ctx::from_ptr(context);
+            attr.write(convert::device_attr(&c.dev.query_device()));
+        }
+        0
+    })
+}
+
+/// The `query_device_ex` slot of the verbs_context (`ibv_query_device_ex`).
+unsafe extern "C" fn query_device_ex(
+    context: *mut ibv_context,
+    _input: *const c_void,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        if context.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        if attr_size < std::mem::size_of::<ibv_device_attr>() {
+            return libc::EINVAL;
+        }
+        // SAFETY: live context; attr is writable for attr_size bytes (the
+        // caller's struct), of which we write at most our struct's size.
+        unsafe {
+            let c = Ctx::from_ptr(context);
+            let ex = ibv_device_attr_ex {
+                orig_attr: convert::device_attr(&c.dev.query_device()),
+                comp_mask: 0,
+                _caps: [0; 160],
+                phys_port_cnt_ex: 1,
+            };
+            let n = attr_size.min(std::mem::size_of::<ibv_device_attr_ex>());
+            ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
+            ptr::copy_nonoverlapping(
+                (&ex as *const ibv_device_attr_ex).cast::<u8>(),
+                attr.cast(),
+                n,
+            );
+        }
+        0
+    })
+}
+
+fn port_attr(c: &Ctx, port: u8) -> Result<ibv_port_attr, c_int> {
+    if port != 1 {
+        return Err(ffi::fail_with(
+            "ibv_query_port",
+            libc::EINVAL,
+            &format!("port {port} does not exist (softrdma devices have port 1)"),
+        ));
+    }
+    Ok(convert::port_attr(&c.dev.query_port()))
+}
+
+/// The `query_port` slot of the verbs_context: what `ibv_query_port()`
+/// in a program compiled against rdma-core's header calls.
+unsafe extern "C" fn query_port_ex(
+    context: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    attr_len: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        if context.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: live context; attr is writable for attr_len bytes.
+        unsafe {
+            let a = match port_attr(Ctx::from_ptr(context), port) {
+                Ok(a) => a,
+                Err(e) => return e,
+            };
+            let n = attr_len.min(std::mem::size_of::<ibv_port_attr>());
+            ptr::write_bytes(attr.cast::<u8>(), 0, attr_len);
+            ptr::copy_nonoverlapping((&a as *const ibv_port_attr).cast::<u8>(), attr.cast(), n);
+        }
+        0
+    })
+}
+
+/// The exported `ibv_query_port`: fills the 48-byte compat struct only.
+pub unsafe extern "C" fn ibv_query_port(
+    context: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+) -> c_int {
+    // SAFETY: forwarded; old callers pass at least the compat struct.
+    unsafe { query_port_ex(context, port, attr, COMPAT_PORT_ATTR_LEN) }
+}
+
+fn check_gid(c: &Ctx, port: u32, index: u32, verb: &str) -> Result<[u8; 16], c_int> {
+    let gids = c.dev.query_port().gid_tbl_len;
+    if port != 1 || index >= gids {
+        return Err(ffi::fail_with(
+            verb,
+            libc::EINVAL,
+            &format!("no GID {index} on port {port} (port 1 has {gids})"),
+        ));
+    }
+    Ok(c.dev.gid().0)
+}
+
+/// `ibv_query_gid`: GID 0 is the device's IP address (IPv4-mapped for IPv4).
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    guard(-1, || {
+        if context.is_null() || gid.is_null() || index < 0 {
+            ffi::set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: live context; gid is writable.
+        unsafe {
+            match check_gid(
+                Ctx::from_ptr(context),
+                port.into(),
+                index as u32,
+                "ibv_query_gid",
+            ) {
+                Ok(raw) => {
+                    gid.write(ibv_gid::from_raw(raw));
+                    0
+                }
+                Err(_) => -1,
+            }
+        }
+    })
+}
+
+/// `ibv_query_gid_type` (provider-private): every GID is RoCE v2.
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut ibv_context,
+    port: u8,
+    index: u32,
+    gid_type: *mut u32,
+) -> c_int {
+    guard(-1, || {
+        if context.is_null() || gid_type.is_null() {
+            ffi::set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: live context; gid_type is writable.
+        unsafe {
+            match check_gid(
+                Ctx::from_ptr(context),
+                port.into(),
+                index,
+                "ibv_query_gid_type",
+            ) {
+                Ok(_) => {
+                    gid_type.write(IBV_GID_TYPE_SYSFS_ROCE_V2);
+                    0
+                }
+                Err(_) => -1,
+            }
+        }
+    })
+}
+
+fn gid_entry(c: &Ctx, port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
+    let raw = check_gid(c, port, index, "ibv_query_gid_ex")?;
+    Ok(ibv_gid_entry {
+        gid: ibv_gid::from_raw(raw),
+        gid_index: index,
+        port_num: port,
+        gid_type: IBV_GID_TYPE_ROCE_V2,
+        ndev_ifindex: 0,
+    })
+}
+
+/// `ibv_query_gid_ex`.
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        if context.is_null() || entry.is_null() || flags != 0 {
+            return ffi::fail_with("ibv_query_gid_ex", libc::EINVAL, "bad argument");
+        }
+        if entry_size < std::mem::size_of::<ibv_gid_entry>() {
+            return ffi::fail_with("ibv_query_gid_ex", libc::EINVAL, "entry_size too small");
+        }
+        // SAFETY: live context; entry is writable.
+        unsafe {
+            match gid_entry(Ctx::from_ptr(context), port, index) {
+                Ok(e) => {
+                    entry.write(e);
+                    0
+                }
+                Err(e) => e,
+            }
+        }
+    })
+}
+
+/// `ibv_query_gid_table`: the one GID of port 1.
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    guard(-(libc::EIO as isize), || {
+        if context.is_null() || flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
+            return -(libc::EINVAL as isize);
+        }
+        if max_entries == 0 || entries.is_null() {
+            return -(libc::EINVAL as isize);
+        }
+        // SAFETY: live context; entries[0] is writable (max_entries >= 1).
+        unsafe {
+            match gid_entry(Ctx::from_ptr(context), 1, 0) {
+                Ok(e) => {
+                    entries.write(e);
+                    1
+                }
+                Err(e) => -(e as isize),
+            }
+        }
+    })
+}
+
+/// `ibv_query_pkey`: the one P_Key is the default 0xFFFF.
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    guard(-1, || {
+        if context.is_null() || pkey.is_null() || port != 1 || index != 0 {
+            ffi::set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: pkey is writable.
+        unsafe { pkey.write(0xFFFF) };
+        0
+    })
+}
+
+/// `ibv_get_pkey_index`.
+pub unsafe extern "C" fn ibv_get_pkey_index(
+    context: *mut ibv_context,
+    port: u8,
+    pkey: u16,
+) -> c_int {
+    guard(-1, || {
+        if context.is_null() || port != 1 || pkey != 0xFFFF {
+            ffi::set_errno(libc::ENOENT);
+            return -1;
+        }
+        0
+    })
+}
+
+/// `ibv_get_async_event`: blocks on `context->async_fd` unless the
+/// application made it non-blocking (then EAGAIN).
+pub unsafe extern "C" fn ibv_get_async_event(
+    context: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    guard(-1, || {
+        if context.is_null() || event.is_null() {
+            ffi::set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: live context.
+        let c = unsafe { Ctx::from_ptr(context) };
+        let fd = c.dev.async_fd();
+        loop {
+            // The fd is drained before the queue is looked at, so an event
+            // queued (and signalled) after the look is never missed.
+            let nonblocking = ffi::is_nonblocking(fd);
+            if nonblocking {
+                ffi::drain_eventfd(fd);
+            }
+            if let Some(ev) = next_async_event(c) {
+                // SAFETY: event is writable.
+                unsafe { event.write(ev) };
+                return 0;
+            }
+            if nonblocking {
+                ffi::set_errno(libc::EAGAIN);
+                return -1;
+            }
+            if ffi::wait_readable(fd, 100) {
+                ffi::drain_eventfd(fd);
+            }
+        }
+    })
+}
+
+/// The next async event about a live object (events about objects
+/// destroyed since are dropped).
+fn next_async_event(c: &Ctx) -> Option<ibv_async_event> {
+    while let Some(ev) = c.dev.poll_async_event() {
+        let Some((kind, obj)) = convert::async_event(&ev) else {
+            continue;
+        };
+        let element = c.lookup(|o| match obj {
+            convert::EventObject::Cq(h) => o.cqs.get(&h).copied(),
+            convert::EventObject::Qp(h) => o.qps.get(&h).copied(),
+            convert::EventObject::Srq(h) => o.srqs.get(&h).copied(),
+        });
+        if let Some(element) = element {
+            return Some(ibv_async_event {
+                element,
+                event_type: kind,
+            });
+        }
+    }
+    None
+}
+
+/// `ibv_ack_async_event`: events need no acknowledgement here (objects are
+/// not destroyed under a pending event); counted for completeness.
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    guard((), || {
+        let _ = event;
+    })
+}
+
+/// `ibv_create_comp_channel`.
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    guard(null_mut(), || {
+        if context.is_null() {
+            ffi::set_errno(libc::EINVAL);
+            return null_mut();
+        }
+        // SAFETY: live context.
+        let c = unsafe { Ctx::from_ptr(context) };
+        match c.dev.create_comp_channel() {
+            Ok(ch) => {
+                let fd = ch.fd();
+                ffi::set_blocking(fd);
+                objects::leak(Chan {
+                    ibv: ibv_comp_channel {
+                        context,
+                        fd,
+                        refcnt: 0,
+                    },
+                    ch,
+                })
+                .cast()
+            }
+            Err(e) => {
+                ffi::fail_with("ibv_create_comp_channel", e.errno(), &e.to_string());
+                null_mut()
+            }
+        }
+    })
+}
+
+/// `ibv_destroy_comp_channel`: EBUSY while CQs use it.
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard(libc::EIO, || {
+        if channel.is_null() {
+            return ffi::fail_with("ibv_destroy_comp_channel", libc::EINVAL, "NULL channel");
+        }
+        // SAFETY: a live channel from ibv_create_comp_channel.
+        unsafe {
+            if (*channel).refcnt > 0 {
+                return ffi::fail_with(
+                    "ibv_destroy_comp_channel",
+                    libc::EBUSY,
+                    "CQs still use the channel",
+                );
+            }
+            objects::free(channel.cast::<Chan>());
+        }
+        0
+    })
+}
+
+// ----- process-wide helpers -----
+
+/// `ibv_fork_init`: nothing to do, registered memory is not pinned for DMA.
+pub extern "C" fn ibv_fork_init() -> c_int {
+    0
+}
+
+/// `ibv_is_fork_initialized`: fork is always safe (IBV_FORK_UNNEEDED).
+pub extern "C" fn ibv_is_fork_initialized() -> c_int {
+    IBV_FORK_UNNEEDED
+}
+
+pub extern "C" fn ibv_dontfork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+
+pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+
+/// `ibv_get_sysfs_path`.
+pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}
+
+/// `ibv_read_sysfs_file`: reads `dir/file` into `buf` (NUL-terminated,
+/// trailing newline removed); -1 when it does not exist, as for the
+/// made-up sysfs paths of softrdma devices.
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> c_int {
+    guard(-1, || {
+        if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
+            ffi::set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: NUL-terminated strings from the caller.
+        let (d, f) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
+        let path = std::path::Path::new(OsStr::from_bytes(d.to_bytes()))
+            .join(OsStr::from_bytes(f.to_bytes()));
+        match std::fs::read(&path) {
+            Ok(mut data) => {
+                data.truncate(size - 1);
+                if data.last() == Some(&b'\n') {
+                    data.pop();
+                }
+                // SAFETY: buf is writable for `size` bytes; we write data.len() + 1 <= size.
+                unsafe {
+                    ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), data.len());
+                    *buf.add(data.len()) = 0;
+                }
+                data.len() as c_int
+            }
+            Err(e) => {
+                ffi::set_errno(e.raw_os_error().unwrap_or(libc::ENOENT));
+                -1
+            }
+        }
+    })
+}

@@ -1,0 +1,119 @@
+//! The library's objects behind the C structs it hands out.
+//!
+//! Each object is a `#[repr(C)]` Rust struct whose first field is the C
+//! struct the application sees, so the application's pointer is also a
+//! pointer to the whole object. Engine handles live in the C structs'
+//! own `handle` fields (`ibv_pd.handle`, `ibv_cq.handle`, `ibv_qp.qp_num`,
+//! `ibv_mr.lkey`, …), so the hot paths need no lookups. A context is the
+//! exception: the application gets `&vctx.context`, 320 bytes into a
+//! `verbs_context`, because that is where the header's inline functions
+//! look for the extended operations.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::mem::offset_of;
+use std::sync::Mutex;
+
+use softrdma::{CompChannel, Context, DeviceConfig};
+
+use crate::abi::*;
+
+/// A device of `ibv_get_device_list`: lives for the rest of the process.
+#[repr(C)]
+pub struct Dev {
+    pub ibv: ibv_device,
+    pub cfg: DeviceConfig,
+    pub index: i32,
+    /// `ibv_get_device_guid` (network order), stable per device name.
+    pub guid_be: u64,
+}
+
+/// An open device (`ibv_open_device`).
+#[repr(C)]
+pub struct Ctx {
+    pub vctx: verbs_context,
+    pub dev: Context,
+    /// Engine handle → C object, to name the object of an async event.
+    pub objs: Mutex<Objects>,
+}
+
+/// Engine handles of live objects, mapped to their C structs (addresses).
+#[derive(Default)]
+pub struct Objects {
+    pub qps: HashMap<u32, usize>,
+    pub cqs: HashMap<u32, usize>,
+    pub srqs: HashMap<u32, usize>,
+}
+
+/// A shared receive queue; remembers its attributes for `ibv_query_srq`.
+#[repr(C)]
+pub struct Srq {
+    pub ibv: ibv_srq,
+    pub attr: Mutex<ibv_srq_attr>,
+}
+
+/// A completion channel.
+#[repr(C)]
+pub struct Chan {
+    pub ibv: ibv_comp_channel,
+    pub ch: CompChannel,
+}
+
+/// Offset of the application's `ibv_context` inside [`Ctx`].
+pub const CONTEXT_OFFSET: usize = offset_of!(verbs_context, context);
+const _: () = assert!(CONTEXT_OFFSET == 320);
+const _: () = assert!(offset_of!(Ctx, vctx) == 0);
+
+impl Ctx {
+    /// The context behind an application's `ibv_context` pointer.
+    ///
+    /// # Safety
+    /// `ctx` must come from this library's `ibv_open_device` and not be
+    /// closed yet (the libibverbs contract for every verb).
+    pub unsafe fn from_ptr<'a>(ctx: *mut ibv_context) -> &'a Ctx {
+        // SAFETY: per the contract, `ctx` is the `vctx.context` field of a
+        // live, boxed Ctx whose first field is `vctx`; stepping back by the
+        // field offset gives the Ctx itself.
+        unsafe { &*ctx.cast::<u8>().sub(CONTEXT_OFFSET).cast::<Ctx>() }
+    }
+
+    /// The pointer the application gets.
+    pub fn as_ibv(&self) -> *mut ibv_context {
+        std::ptr::addr_of!(self.vctx.context).cast_mut()
+    }
+
+    /// The C object of a QP, CQ or SRQ handle (async events).
+    pub fn lookup(&self, f: impl FnOnce(&Objects) -> Option<usize>) -> Option<*mut c_void> {
+        let o = self.objs.lock().unwrap_or_else(|e| e.into_inner());
+        f(&o).map(|a| a as *mut c_void)
+    }
+
+    /// Updates the handle maps.
+    pub fn objects(&self) -> std::sync::MutexGuard<'_, Objects> {
+        self.objs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A zeroed pthread mutex, which is PTHREAD_MUTEX_INITIALIZER on glibc.
+pub fn new_mutex() -> libc::pthread_mutex_t {
+    libc::PTHREAD_MUTEX_INITIALIZER
+}
+
+/// PTHREAD_COND_INITIALIZER.
+pub fn new_cond() -> libc::pthread_cond_t {
+    libc::PTHREAD_COND_INITIALIZER
+}
+
+/// Moves `v` to the heap and hands out its address (freed by [`free`]).
+pub fn leak<T>(v: T) -> *mut T {
+    Box::into_raw(Box::new(v))
+}
+
+/// Frees an object made by [`leak`].
+///
+/// # Safety
+/// `p` must come from [`leak`] with the same `T` and not be freed already.
+pub unsafe fn free<T>(p: *mut T) {
+    // SAFETY: forwarded from this function's contract.
+    drop(unsafe { Box::from_raw(p) });
+}

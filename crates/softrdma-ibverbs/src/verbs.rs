@@ -1,0 +1,1006 @@
+//! The verbs on objects: protection domains, memory regions, completion
+//! queues and their events, queue pairs, shared receive queues, address
+//! handles, and the data path (`post_send`, `post_recv`, `post_srq_recv`,
+//! `poll_cq`, `req_notify_cq`), which programs reach through the function
+//! pointers in `ctx->ops` because the header makes them inline.
+//!
+//! Every verb runs on the device's engine under its lock
+//! (`Context::with_engine`, which then transmits what the call queued);
+//! `poll_cq` uses `Context::poll_engine`, which first receives and runs
+//! timers, so a polling program progresses with no thread hand-off while
+//! the device's background thread serves one-sided operations to a program
+//! that is busy elsewhere.
+
+use std::cell::RefCell;
+use std::ffi::{c_int, c_void};
+use std::ptr::{self, null_mut};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use softrdma::{
+    AccessFlags, QpType, RawRegion, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
+};
+use softrdma_engine::{QpInit, RegionMemory, SrqInit};
+
+use crate::abi::*;
+use crate::convert;
+use crate::ffi::{self, fail, fail_with, guard};
+use crate::objects::{self, Chan, Ctx, Srq};
+
+/// Largest SGE list read from a work request (a bound against garbage
+/// `num_sge`; the engine checks the QP's real limit).
+const MAX_SGE_READ: c_int = 1024;
+
+/// # Safety
+/// `p` must be a live object of this library whose first field is an
+/// `ibv_context *` (every verbs object is).
+unsafe fn ctx_of<'a, T>(p: *mut T) -> &'a Ctx {
+    // SAFETY: all verbs structs start with their `struct ibv_context *`,
+    // which points into a live Ctx (contract of every verb).
+    unsafe { Ctx::from_ptr(*p.cast::<*mut ibv_context>()) }
+}
+
+// ----- protection domains -----
+
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    guard(null_mut(), || {
+        if context.is_null() {
+            fail_with("ibv_alloc_pd", libc::EINVAL, "NULL context");
+            return null_mut();
+        }
+        // SAFETY: live context.
+        let c = unsafe { Ctx::from_ptr(context) };
+        let handle = c.dev.with_engine(|e, _| e.alloc_pd());
+        objects::leak(ibv_pd { context, handle })
+    })
+}
+
+/// EBUSY while MRs, QPs, SRQs or AHs still use it.
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard(libc::EIO, || {
+        if pd.is_null() {
+            return fail_with("ibv_dealloc_pd", libc::EINVAL, "NULL pd");
+        }
+        // SAFETY: a live PD.
+        unsafe {
+            let h = (*pd).handle;
+            match ctx_of(pd).dev.with_engine(|e, _| e.dealloc_pd(h)) {
+                Ok(()) => {
+                    objects::free(pd);
+                    0
+                }
+                Err(e) => fail("ibv_dealloc_pd", &e),
+            }
+        }
+    })
+}
+
+// ----- memory regions -----
+
+/// Registers `len` bytes at `addr` under virtual address `iova`. Hints a
+/// soft device can ignore (`IBV_ACCESS_OPTIONAL_RANGE`, HUGETLB, MW_BIND)
+/// are dropped; ZERO_BASED registers at iova 0.
+unsafe fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    if pd.is_null() || (addr.is_null() && len > 0) {
+        fail_with("ibv_reg_mr", libc::EINVAL, "NULL pd or address");
+        return null_mut();
+    }
+    let mut bits = access as u32;
+    let iova = if bits & IBV_ACCESS_ZERO_BASED != 0 {
+        0
+    } else {
+        iova
+    };
+    bits &= !(IBV_ACCESS_OPTIONAL_RANGE
+        | IBV_ACCESS_HUGETLB
+        | IBV_ACCESS_MW_BIND
+        | IBV_ACCESS_ZERO_BASED);
+    // SAFETY: a live PD; the caller keeps addr..addr+len valid until
+    // ibv_dereg_mr (the ibv_reg_mr contract), which RawRegion requires.
+    unsafe {
+        let c = ctx_of(pd);
+        let h = (*pd).handle;
+        let mem: std::sync::Arc<dyn RegionMemory> =
+            std::sync::Arc::new(RawRegion::new(addr.cast(), len));
+        match c
+            .dev
+            .with_engine(|e, _| e.reg_mr(h, iova, AccessFlags::from_bits_retain(bits), mem))
+        {
+            Ok(k) => objects::leak(ibv_mr {
+                context: c.as_ibv(),
+                pd,
+                addr,
+                length: len,
+                handle: k.lkey,
+                lkey: k.lkey,
+                rkey: k.rkey,
+            }),
+            Err(e) => {
+                fail("ibv_reg_mr", &e);
+                null_mut()
+            }
+        }
+    }
+}
+
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded contract.
+    guard(null_mut(), || unsafe {
+        reg_mr(pd, addr, len, addr as u64, access)
+    })
+}
+
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded contract.
+    guard(null_mut(), || unsafe {
+        reg_mr(pd, addr, len, iova, access)
+    })
+}
+
+/// What the header's `ibv_reg_mr` macro calls when the access flags are
+/// not a compile-time constant or include optional bits.
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded contract.
+    guard(null_mut(), || unsafe {
+        reg_mr(pd, addr, len, iova, access as c_int)
+    })
+}
+
+/// Deregisters at once, even while work requests still use the region:
+/// later operations on its keys fail with access errors (local protection
+/// errors for local use, remote access errors for peers).
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard(libc::EIO, || {
+        if mr.is_null() {
+            return fail_with("ibv_dereg_mr", libc::EINVAL, "NULL mr");
+        }
+        // SAFETY: a live MR.
+        unsafe {
+            let k = (*mr).lkey;
+            match ctx_of(mr).dev.with_engine(|e, _| e.dereg_mr(k)) {
+                Ok(()) => {
+                    objects::free(mr);
+                    0
+                }
+                Err(e) => fail("ibv_dereg_mr", &e),
+            }
+        }
+    })
+}
+
+// ----- completion queues -----
+
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard(null_mut(), || {
+        if context.is_null() || cqe < 0 {
+            fail_with(
+                "ibv_create_cq",
+                libc::EINVAL,
+                "NULL context or negative cqe",
+            );
+            return null_mut();
+        }
+        // SAFETY: live context; channel is NULL or a live channel.
+        unsafe {
+            let c = Ctx::from_ptr(context);
+            let handle = match c.dev.with_engine(|e, _| e.create_cq(cqe as u32)) {
+                Ok(h) => h,
+                Err(e) => {
+                    fail("ibv_create_cq", &e);
+                    return null_mut();
+                }
+            };
+            if !channel.is_null() {
+                let ch = &*channel.cast::<Chan>();
+                c.dev.bind_cq_channel(handle, &ch.ch);
+                AtomicU32::from_ptr(ptr::addr_of_mut!((*channel).refcnt).cast())
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            let cq = objects::leak(ibv_cq {
+                context,
+                channel,
+                cq_context,
+                handle,
+                cqe,
+                mutex: objects::new_mutex(),
+                cond: objects::new_cond(),
+                comp_events_completed: 0,
+                async_events_completed: 0,
+            });
+            c.objects().cqs.insert(handle, cq as usize);
+            cq
+        }
+    })
+}
+
+/// EBUSY while QPs use it.
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard(libc::EIO, || {
+        if cq.is_null() {
+            return fail_with("ibv_destroy_cq", libc::EINVAL, "NULL cq");
+        }
+        // SAFETY: a live CQ.
+        unsafe {
+            let c = ctx_of(cq);
+            let h = (*cq).handle;
+            if let Err(e) = c.dev.with_engine(|e, _| e.destroy_cq(h)) {
+                return fail("ibv_destroy_cq", &e);
+            }
+            c.objects().cqs.remove(&h);
+            let channel = (*cq).channel;
+            if !channel.is_null() {
+                c.dev.unbind_cq_channel(h);
+                AtomicU32::from_ptr(ptr::addr_of_mut!((*channel).refcnt).cast())
+                    .fetch_sub(1, Ordering::Relaxed);
+            }
+            objects::free(cq);
+        }
+        0
+    })
+}
+
+/// `ibv_resize_cq`: not supported (the depth is fixed at creation).
+pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
+    fail_with("ibv_resize_cq", libc::EOPNOTSUPP, "CQs cannot be resized")
+}
+
+thread_local! {
+    /// Completions on their way from the engine to the caller's array.
+    static WCS: RefCell<Vec<WorkCompletion>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `ctx->ops.poll_cq`: receives and runs timers first, then takes up to
+/// `num_entries` completions.
+pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    guard(-libc::EIO, || {
+        if cq.is_null() || (wc.is_null() && num_entries > 0) {
+            return -libc::EINVAL;
+        }
+        if num_entries <= 0 {
+            return 0;
+        }
+        // SAFETY: a live CQ; wc has room for num_entries entries.
+        unsafe {
+            let c = ctx_of(cq);
+            let h = (*cq).handle;
+            WCS.with(|cell| {
+                let mut v = cell.borrow_mut();
+                v.clear();
+                match c
+                    .dev
+                    .poll_engine(|e| e.poll_cq(h, num_entries as usize, &mut v))
+                {
+                    Ok(n) => {
+                        for (i, w) in v.iter().take(n).enumerate() {
+                            wc.add(i).write(convert::wc(w));
+                        }
+                        n as c_int
+                    }
+                    Err(e) => -fail("ibv_poll_cq", &e),
+                }
+            })
+        }
+    })
+}
+
+/// `ctx->ops.req_notify_cq`.
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    guard(libc::EIO, || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: a live CQ.
+        unsafe {
+            let h = (*cq).handle;
+            match ctx_of(cq)
+                .dev
+                .with_engine(|e, _| e.req_notify_cq(h, solicited_only != 0))
+            {
+                Ok(()) => 0,
+                Err(e) => fail("ibv_req_notify_cq", &e),
+            }
+        }
+    })
+}
+
+/// `ibv_get_cq_event`: the next CQ with an event on this channel. Blocks
+/// unless the application made `channel->fd` non-blocking (then -1 with
+/// EAGAIN when nothing is pending).
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq_out: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        if channel.is_null() || cq_out.is_null() {
+            ffi::set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: a live channel and context; out pointers are writable.
+        unsafe {
+            let ch = &*channel.cast::<Chan>();
+            let c = Ctx::from_ptr(ch.ibv.context);
+            let fd = ch.ibv.fd;
+            loop {
+                let nonblocking = ffi::is_nonblocking(fd);
+                if nonblocking {
+                    // Drain before looking: a later event signals again.
+                    ffi::drain_eventfd(fd);
+                }
+                while let Some(h) = ch.ch.try_get_event() {
+                    // An event of a CQ destroyed since is dropped.
+                    let Some(cq) = c.lookup(|o| o.cqs.get(&h).copied()) else {
+                        continue;
+                    };
+                    let cq = cq.cast::<ibv_cq>();
+                    *cq_out = cq;
+                    if !cq_context.is_null() {
+                        *cq_context = (*cq).cq_context;
+                    }
+                    return 0;
+                }
+                if nonblocking {
+                    ffi::set_errno(libc::EAGAIN);
+                    return -1;
+                }
+                if ffi::wait_readable(fd, 100) {
+                    ffi::drain_eventfd(fd);
+                }
+            }
+        }
+    })
+}
+
+/// `ibv_ack_cq_events`.
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
+    guard((), || {
+        if cq.is_null() {
+            return;
+        }
+        // SAFETY: a live CQ; the counter is only updated atomically here.
+        unsafe {
+            AtomicU32::from_ptr(ptr::addr_of_mut!((*cq).comp_events_completed))
+                .fetch_add(nevents, Ordering::Relaxed);
+        }
+    })
+}
+
+// ----- shared receive queues -----
+
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    init: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    guard(null_mut(), || {
+        if pd.is_null() || init.is_null() {
+            fail_with("ibv_create_srq", libc::EINVAL, "NULL pd or attributes");
+            return null_mut();
+        }
+        // SAFETY: a live PD; init is readable and writable.
+        unsafe {
+            let c = ctx_of(pd);
+            let a = (*init).attr;
+            let p = (*pd).handle;
+            let r = c.dev.with_engine(|e, _| {
+                e.create_srq(
+                    p,
+                    SrqInit {
+                        max_wr: a.max_wr,
+                        max_sge: a.max_sge,
+                        limit: a.srq_limit,
+                    },
+                )
+            });
+            match r {
+                Ok(handle) => {
+                    let srq = objects::leak(Srq {
+                        ibv: ibv_srq {
+                            context: c.as_ibv(),
+                            srq_context: (*init).srq_context,
+                            pd,
+                            handle,
+                            mutex: objects::new_mutex(),
+                            cond: objects::new_cond(),
+                            events_completed: 0,
+                        },
+                        attr: Mutex::new(a),
+                    });
+                    c.objects().srqs.insert(handle, srq as usize);
+                    srq.cast()
+                }
+                Err(e) => {
+                    fail("ibv_create_srq", &e);
+                    null_mut()
+                }
+            }
+        }
+    })
+}
+
+/// `ibv_modify_srq`: IBV_SRQ_LIMIT arms the limit event; resizing
+/// (IBV_SRQ_MAX_WR) is not supported.
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        if srq.is_null() || attr.is_null() {
+            return fail_with("ibv_modify_srq", libc::EINVAL, "NULL argument");
+        }
+        if mask & IBV_SRQ_MAX_WR != 0 {
+            return fail_with("ibv_modify_srq", libc::EINVAL, "SRQs cannot be resized");
+        }
+        if mask & !IBV_SRQ_LIMIT != 0 {
+            return fail_with(
+                "ibv_modify_srq",
+                libc::EINVAL,
+                "unknown attribute mask bits",
+            );
+        }
+        if mask & IBV_SRQ_LIMIT == 0 {
+            return 0;
+        }
+        // SAFETY: a live SRQ (a Srq object); attr is readable.
+        unsafe {
+            let s = &*srq.cast::<Srq>();
+            let limit = (*attr).srq_limit;
+            let h = s.ibv.handle;
+            match ctx_of(srq)
+                .dev
+                .with_engine(|e, _| e.arm_srq_limit(h, limit))
+            {
+                Ok(()) => {
+                    s.attr.lock().unwrap_or_else(|e| e.into_inner()).srq_limit = limit;
+                    0
+                }
+                Err(e) => fail("ibv_modify_srq", &e),
+            }
+        }
+    })
+}
+
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    guard(libc::EIO, || {
+        if srq.is_null() || attr.is_null() {
+            return fail_with("ibv_query_srq", libc::EINVAL, "NULL argument");
+        }
+        // SAFETY: a live Srq; attr is writable.
+        unsafe {
+            let s = &*srq.cast::<Srq>();
+            attr.write(*s.attr.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        0
+    })
+}
+
+/// EBUSY while QPs use it.
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    guard(libc::EIO, || {
+        if srq.is_null() {
+            return fail_with("ibv_destroy_srq", libc::EINVAL, "NULL srq");
+        }
+        // SAFETY: a live Srq.
+        unsafe {
+            let c = ctx_of(srq);
+            let h = (*srq).handle;
+            if let Err(e) = c.dev.with_engine(|e, _| e.destroy_srq(h)) {
+                return fail("ibv_destroy_srq", &e);
+            }
+            c.objects().srqs.remove(&h);
+            objects::free(srq.cast::<Srq>());
+        }
+        0
+    })
+}
+
+// ----- queue pairs -----
+
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    init: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    guard(null_mut(), || {
+        if pd.is_null() || init.is_null() {
+            fail_with("ibv_create_qp", libc::EINVAL, "NULL pd or attributes");
+            return null_mut();
+        }
+        // SAFETY: a live PD; init is readable and writable; its CQs and
+        // SRQ are NULL or live objects.
+        unsafe {
+            let c = ctx_of(pd);
+            let a = &mut *init;
+            if a.send_cq.is_null() || a.recv_cq.is_null() {
+                fail_with(
+                    "ibv_create_qp",
+                    libc::EINVAL,
+                    "send_cq and recv_cq are required",
+                );
+                return null_mut();
+            }
+            let Some(qp_type) = QpType::from_ibv(a.qp_type) else {
+                fail_with(
+                    "ibv_create_qp",
+                    libc::EOPNOTSUPP,
+                    &format!("QP type {} (softrdma has RC, UC and UD)", a.qp_type),
+                );
+                return null_mut();
+            };
+            let qi = QpInit {
+                pd: (*pd).handle,
+                qp_type,
+                send_cq: (*a.send_cq).handle,
+                recv_cq: (*a.recv_cq).handle,
+                srq: (!a.srq.is_null()).then(|| (*a.srq).handle),
+                cap: convert::qp_cap(&a.cap),
+                sq_sig_all: a.sq_sig_all != 0,
+            };
+            let r = c.dev.with_engine(|e, _| {
+                let qpn = e.create_qp(qi)?;
+                let cap = e.query_qp(qpn).map(|(_, i)| i.cap).unwrap_or(qi.cap);
+                Ok::<_, softrdma::VerbsError>((qpn, cap))
+            });
+            match r {
+                Ok((qpn, cap)) => {
+                    a.cap = convert::cap_to_c(&cap);
+                    let qp = objects::leak(ibv_qp {
+                        context: c.as_ibv(),
+                        qp_context: a.qp_context,
+                        pd,
+                        send_cq: a.send_cq,
+                        recv_cq: a.recv_cq,
+                        srq: a.srq,
+                        handle: qpn,
+                        qp_num: qpn,
+                        state: 0,
+                        qp_type: a.qp_type,
+                        mutex: objects::new_mutex(),
+                        cond: objects::new_cond(),
+                        events_completed: 0,
+                    });
+                    c.objects().qps.insert(qpn, qp as usize);
+                    qp
+                }
+                Err(e) => {
+                    fail("ibv_create_qp", &e);
+                    null_mut()
+                }
+            }
+        }
+    })
+}
+
+/// `ibv_modify_qp`: the transition and attribute mask are checked as the
+/// kernel checks them; every refusal is EINVAL (returned and in errno).
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        if qp.is_null() || attr.is_null() {
+            return fail_with("ibv_modify_qp", libc::EINVAL, "NULL argument");
+        }
+        // SAFETY: a live QP; attr is readable.
+        unsafe {
+            let a = match convert::qp_attr(&*attr, mask) {
+                Ok(a) => a,
+                Err(why) => return fail_with("ibv_modify_qp", libc::EINVAL, &why),
+            };
+            let qpn = (*qp).qp_num;
+            let r = ctx_of(qp).dev.with_engine(|e, now| {
+                e.modify_qp(now, qpn, &a, softrdma::AttrMask(mask as u32))?;
+                Ok::<_, softrdma::VerbsError>(e.qp_state(qpn))
+            });
+            match r {
+                Ok(state) => {
+                    if let Some(s) = state {
+                        (*qp).state = s.to_ibv();
+                    }
+                    0
+                }
+                Err(e) => fail("ibv_modify_qp", &e),
+            }
+        }
+    })
+}
+
+/// `ibv_query_qp`: fills every attribute whatever the mask, and the
+/// creation attributes.
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        if qp.is_null() || attr.is_null() {
+            return fail_with("ibv_query_qp", libc::EINVAL, "NULL argument");
+        }
+        // SAFETY: a live QP; attr and init (if not NULL) are writable.
+        unsafe {
+            let qpn = (*qp).qp_num;
+            match ctx_of(qp).dev.with_engine(|e, _| e.query_qp(qpn)) {
+                Ok((a, i)) => {
+                    attr.write(convert::qp_attr_to_c(&a));
+                    (*qp).state = a.qp_state.to_ibv();
+                    if !init.is_null() {
+                        init.write(ibv_qp_init_attr {
+                            qp_context: (*qp).qp_context,
+                            send_cq: (*qp).send_cq,
+                            recv_cq: (*qp).recv_cq,
+                            srq: (*qp).srq,
+                            cap: convert::cap_to_c(&i.cap),
+                            qp_type: i.qp_type.to_ibv(),
+                            sq_sig_all: c_int::from(i.sq_sig_all),
+                        });
+                    }
+                    0
+                }
+                Err(e) => fail("ibv_query_qp", &e),
+            }
+        }
+    })
+}
+
+/// Outstanding work is discarded without completions.
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return fail_with("ibv_destroy_qp", libc::EINVAL, "NULL qp");
+        }
+        // SAFETY: a live QP.
+        unsafe {
+            let c = ctx_of(qp);
+            let qpn = (*qp).qp_num;
+            if let Err(e) = c.dev.with_engine(|e, _| e.destroy_qp(qpn)) {
+                return fail("ibv_destroy_qp", &e);
+            }
+            c.objects().qps.remove(&qpn);
+            objects::free(qp);
+        }
+        0
+    })
+}
+
+// ----- address handles -----
+
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    guard(null_mut(), || {
+        if pd.is_null() || attr.is_null() {
+            fail_with("ibv_create_ah", libc::EINVAL, "NULL pd or attributes");
+            return null_mut();
+        }
+        // SAFETY: a live PD; attr is readable.
+        unsafe { create_ah(pd, &convert::ah_attr(&*attr)) }
+    })
+}
+
+/// # Safety
+/// `pd` is a live PD.
+unsafe fn create_ah(pd: *mut ibv_pd, a: &softrdma::AhAttr) -> *mut ibv_ah {
+    // SAFETY: per the contract.
+    unsafe {
+        let c = ctx_of(pd);
+        let p = (*pd).handle;
+        match c.dev.with_engine(|e, _| e.create_ah(p, *a)) {
+            Ok(handle) => objects::leak(ibv_ah {
+                context: c.as_ibv(),
+                pd,
+                handle,
+            }),
+            Err(e) => {
+                fail("ibv_create_ah", &e);
+                null_mut()
+            }
+        }
+    }
+}
+
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    guard(libc::EIO, || {
+        if ah.is_null() {
+            return fail_with("ibv_destroy_ah", libc::EINVAL, "NULL ah");
+        }
+        // SAFETY: a live AH.
+        unsafe {
+            let h = (*ah).handle;
+            match ctx_of(ah).dev.with_engine(|e, _| e.destroy_ah(h)) {
+                Ok(()) => {
+                    objects::free(ah);
+                    0
+                }
+                Err(e) => fail("ibv_destroy_ah", &e),
+            }
+        }
+    })
+}
+
+/// `ibv_init_ah_from_wc`: the path back to the sender of a UD receive,
+/// from the GRH in front of its data (RoCE receives always have one).
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    context: *mut ibv_context,
+    port: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    guard(-1, || {
+        if context.is_null() || wc.is_null() || ah_attr.is_null() {
+            ffi::set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: wc and grh readable (grh when the WC says GRH), ah_attr writable.
+        unsafe {
+            let w = &*wc;
+            if w.wc_flags & IBV_WC_GRH == 0 || grh.is_null() {
+                fail_with(
+                    "ibv_init_ah_from_wc",
+                    libc::EINVAL,
+                    "a RoCE path needs the GRH of the receive",
+                );
+                return -1;
+            }
+            let g = &*grh;
+            let vtf = u32::from_be(g.version_tclass_flow);
+            ah_attr.write(ibv_ah_attr {
+                grh: ibv_global_route {
+                    dgid: ibv_gid::from_raw(g.sgid.raw()),
+                    flow_label: vtf & 0xF_FFFF,
+                    sgid_index: 0,
+                    hop_limit: 0xFF,
+                    traffic_class: ((vtf >> 20) & 0xFF) as u8,
+                },
+                dlid: w.slid,
+                sl: w.sl,
+                src_path_bits: w.dlid_path_bits,
+                static_rate: 0,
+                is_global: 1,
+                port_num: port,
+            });
+        }
+        0
+    })
+}
+
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port: u8,
+) -> *mut ibv_ah {
+    guard(null_mut(), || {
+        if pd.is_null() {
+            ffi::set_errno(libc::EINVAL);
+            return null_mut();
+        }
+        let mut a = std::mem::MaybeUninit::<ibv_ah_attr>::uninit();
+        // SAFETY: a live PD; ibv_init_ah_from_wc fully writes `a` on success.
+        unsafe {
+            if ibv_init_ah_from_wc((*pd).context, port, wc, grh, a.as_mut_ptr()) != 0 {
+                return null_mut();
+            }
+            create_ah(pd, &convert::ah_attr(&a.assume_init()))
+        }
+    })
+}
+
+// ----- the data path -----
+
+/// # Safety
+/// `sg_list` points to `num_sge` readable SGEs (or num_sge is 0).
+unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, &'static str> {
+    if num_sge == 0 {
+        return Ok(Vec::new());
+    }
+    if !(0..=MAX_SGE_READ).contains(&num_sge) || sg_list.is_null() {
+        return Err("bad num_sge or NULL sg_list");
+    }
+    // SAFETY: per the contract.
+    let s = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+    Ok(s.iter().map(convert::sge).collect())
+}
+
+/// Copies the bytes of an inline send out of application memory.
+///
+/// # Safety
+/// Every SGE must describe readable memory (the IBV_SEND_INLINE contract).
+unsafe fn gather_inline(sg: &[Sge], out: &mut Vec<u8>) {
+    out.clear();
+    for s in sg {
+        if s.length > 0 {
+            // SAFETY: per the contract.
+            out.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
+            });
+        }
+    }
+}
+
+/// `ctx->ops.post_send`.
+pub unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: a live QP; `wr` is a NULL-terminated list of readable WRs
+        // whose AHs are live; bad_wr is writable or NULL.
+        unsafe {
+            let c = ctx_of(qp);
+            let qpn = (*qp).qp_num;
+            let ud = (*qp).qp_type == QpType::Ud.to_ibv();
+            let mut inline = Vec::new();
+            let (err, bad) = c.dev.with_engine(|e, now| {
+                let mut cur = wr;
+                while !cur.is_null() {
+                    let w = &*cur;
+                    let r = (|| {
+                        let op = send_op_checked(w)?;
+                        let sg = sges(w.sg_list, w.num_sge)
+                            .map_err(|m| fail_with("ibv_post_send", libc::EINVAL, m))?;
+                        let ud = if ud {
+                            let u = w.wr.ud;
+                            if u.ah.is_null() {
+                                return Err(fail_with(
+                                    "ibv_post_send",
+                                    libc::EINVAL,
+                                    "UD send without an AH",
+                                ));
+                            }
+                            Some(UdDest {
+                                ah: (*u.ah).handle,
+                                remote_qpn: u.remote_qpn,
+                                remote_qkey: u.remote_qkey,
+                            })
+                        } else {
+                            None
+                        };
+                        let flags = convert::send_flags(w.send_flags);
+                        let inline_op =
+                            flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic();
+                        let swr = SendWr {
+                            wr_id: w.wr_id,
+                            op,
+                            sg_list: if inline_op { Vec::new() } else { sg.clone() },
+                            flags,
+                            ud,
+                        };
+                        let r = if inline_op {
+                            gather_inline(&sg, &mut inline);
+                            e.post_send_inline(now, qpn, &swr, &inline)
+                        } else {
+                            e.post_send(now, qpn, &swr)
+                        };
+                        r.map_err(|err| fail("ibv_post_send", &err))
+                    })();
+                    if let Err(n) = r {
+                        return (n, cur);
+                    }
+                    cur = w.next;
+                }
+                (0, null_mut())
+            });
+            if err != 0 && !bad_wr.is_null() {
+                *bad_wr = bad;
+            }
+            err
+        }
+    })
+}
+
+fn send_op_checked(w: &ibv_send_wr) -> Result<SendOp, c_int> {
+    convert::send_op(w).map_err(|m| fail_with("ibv_post_send", libc::EINVAL, m))
+}
+
+/// # Safety
+/// `wr` is a NULL-terminated list of readable receive WRs.
+unsafe fn post_recv_list(
+    verb: &str,
+    c: &Ctx,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+    post: impl Fn(&mut softrdma_engine::Engine, &RecvWr) -> Result<(), softrdma::VerbsError>,
+) -> c_int {
+    // SAFETY: per the contract.
+    unsafe {
+        let (err, bad) = c.dev.with_engine(|e, _| {
+            let mut cur = wr;
+            while !cur.is_null() {
+                let w = &*cur;
+                let r = match sges(w.sg_list, w.num_sge) {
+                    Ok(sg_list) => post(
+                        e,
+                        &RecvWr {
+                            wr_id: w.wr_id,
+                            sg_list,
+                        },
+                    )
+                    .map_err(|err| fail(verb, &err)),
+                    Err(m) => Err(fail_with(verb, libc::EINVAL, m)),
+                };
+                if let Err(n) = r {
+                    return (n, cur);
+                }
+                cur = w.next;
+            }
+            (0, null_mut())
+        });
+        if err != 0 && !bad_wr.is_null() {
+            *bad_wr = bad;
+        }
+        err
+    }
+}
+
+/// `ctx->ops.post_recv`.
+pub unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: a live QP; wr as post_recv_list requires.
+        unsafe {
+            let qpn = (*qp).qp_num;
+            post_recv_list("ibv_post_recv", ctx_of(qp), wr, bad_wr, |e, r| {
+                e.post_recv(qpn, r)
+            })
+        }
+    })
+}
+
+/// `ctx->ops.post_srq_recv`.
+pub unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        if srq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: a live SRQ; wr as post_recv_list requires.
+        unsafe {
+            let h = (*srq).handle;
+            post_recv_list("ibv_post_srq_recv", ctx_of(srq), wr, bad_wr, |e, r| {
+                e.post_srq_recv(h, r)
+            })
+        }
+    })
+}
