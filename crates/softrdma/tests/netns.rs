@@ -1,0 +1,108 @@
+//! Two "hosts": network namespaces joined by a veth pair with MTU 1500, so
+//! the active (and path) MTU is 1024. Each peer is this test binary started
+//! with `ip netns exec`, its device configured by SOFTRDMA_DEVICES with the
+//! namespace's address; they exchange QPs through `softrdma::cm` over TCP
+//! across the veth and run the whole operation matrix. The namespaces (and
+//! the veth with them) are removed at the end, also on failure.
+//!
+//! Needs root and iproute2; skipped (saying why) otherwise.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// Entry point of the re-executed peers; returns at once in a normal run.
+#[test]
+fn peer() {
+    let Some(role) = role() else { return };
+    match role.as_str() {
+        "responder" | "requester" => matrix_peer(&role),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn every_operation_between_two_namespaces_over_veth_mtu_1500() {
+    if let Some(why) = netns_unavailable() {
+        return skip("netns", &why);
+    }
+    let dir = TempDir::new("netns");
+    let ns = Netns::new("srdma", &["a", "b"]);
+    let x = std::process::id() % 250 + 1;
+    let (ip_a, ip_b) = (format!("10.77.{x}.1"), format!("10.77.{x}.2"));
+    ns.veth(0, 1, 1500, &format!("{ip_a}/24"), &format!("{ip_b}/24"));
+
+    let mut responder = ns.self_command(1, "peer", "responder");
+    responder
+        .env("SOFTRDMA_DEVICES", format!("srx0={ip_b}"))
+        .env(CM_ENV, format!("listen:{ip_b}:18515"))
+        .env(EXPECT_MTU_ENV, "1024");
+    let mut responder = Peer::spawn("responder (netns b)", responder, &dir);
+    let mut requester = ns.self_command(0, "peer", "requester");
+    requester
+        .env("SOFTRDMA_DEVICES", format!("srx0={ip_a}"))
+        .env(CM_ENV, format!("connect:{ip_b}:18515"))
+        .env(EXPECT_MTU_ENV, "1024")
+        .env(PLAN_ENV, "full");
+    let mut requester = Peer::spawn("requester (netns a)", requester, &dir);
+
+    requester.expect_success(Duration::from_secs(300));
+    responder.expect_success(Duration::from_secs(30));
+    let log = requester.log();
+    eprintln!("{log}");
+    assert!(
+        log.contains("Mtu1024") && log.contains(" cases in "),
+        "the requester ran on a 1024-byte MTU:\n{log}"
+    );
+}
+
+/// IPv6: two processes on loopback, one device on `::1`, the other on a
+/// second loopback address. Hosts rarely have two IPv6 loopback addresses
+/// (and peers share port 4791, so they need two), so the test makes a
+/// namespace whose `lo` has `::1` and `fd77::2` and runs both peers there.
+#[test]
+fn ipv6_between_two_processes_on_loopback() {
+    if let Some(why) = netns_unavailable() {
+        return skip(
+            "ipv6",
+            &format!("needs a second IPv6 loopback address, made in a namespace: {why}"),
+        );
+    }
+    let dir = TempDir::new("ipv6");
+    let ns = Netns::new("srdma6", &[""]);
+    ip(&[
+        "-6",
+        "-n",
+        &ns.names[0],
+        "addr",
+        "add",
+        "fd77::2/128",
+        "dev",
+        "lo",
+        "nodad",
+    ]);
+
+    let mut responder = ns.self_command(0, "peer", "responder");
+    responder
+        .env("SOFTRDMA_DEVICES", "srx6=[::1]:4791")
+        .env(CM_ENV, "listen:[::1]:18515")
+        .env(EXPECT_MTU_ENV, "4096");
+    let mut responder = Peer::spawn("responder (::1)", responder, &dir);
+    let mut requester = ns.self_command(0, "peer", "requester");
+    requester
+        .env("SOFTRDMA_DEVICES", "srx6=[fd77::2]:4791")
+        .env(CM_ENV, "connect:[::1]:18515")
+        .env(EXPECT_MTU_ENV, "4096")
+        .env(PLAN_ENV, "small");
+    let mut requester = Peer::spawn("requester (fd77::2)", requester, &dir);
+
+    requester.expect_success(Duration::from_secs(120));
+    responder.expect_success(Duration::from_secs(30));
+    let log = requester.log();
+    assert!(
+        log.contains("requester on [fd77::2]:4791") && log.contains(" cases in "),
+        "{log}"
+    );
+}
