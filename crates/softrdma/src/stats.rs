@@ -6,11 +6,12 @@
 //! run directory: `$SOFTRDMA_RUN_DIR` when set, else `/tmp/softrdma-<uid>`
 //! (created with mode 0700; when it exists but is not a directory owned by
 //! this user, nothing is published). Each device gets
-//! `<device>-<pid>-<n>.sock`, `n` counting the devices the process opened.
+//! `stats-<device>-<pid>-<n>.sock`, `n` counting the devices the process
+//! opened (the same-host transport keeps its `dev-…` sockets there too).
 //!
 //! Protocol: connect, read until end of file. The answer is one JSON object
-//! (one line) with the device's counters, its driver counters and every QP's
-//! counters; see `docs/tools.md`. A small thread per device serves it: it
+//! (one line) with the device's counters, its driver and shared-memory
+//! transport counters, and every QP's counters; see `docs/tools.md`. A small thread per device serves it: it
 //! sleeps in `poll` on the listening socket (waking twice a second to notice
 //! that the device is gone, then it exits). The socket file is removed when
 //! the device closes; files left by processes that died without closing
@@ -77,7 +78,11 @@ pub(crate) fn publish(dev: &Arc<Device>) {
         return;
     }
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let path = dir.join(format!("{}-{}-{seq}.sock", dev.name, std::process::id()));
+    let path = dir.join(format!(
+        "stats-{}-{}-{seq}.sock",
+        dev.name,
+        std::process::id()
+    ));
     let _ = std::fs::remove_file(&path);
     let Ok(listener) = UnixListener::bind(&path) else {
         return;
@@ -155,6 +160,17 @@ pub fn driver_fields(d: &DriverCounters) -> [(&'static str, u64); 3] {
     ]
 }
 
+/// Shared-memory transport counters as name/value pairs.
+pub fn shm_fields(c: &crate::shm::ShmCounters) -> [(&'static str, u64); 5] {
+    [
+        ("tx_packets", c.tx_packets),
+        ("rx_packets", c.rx_packets),
+        ("ring_full", c.ring_full),
+        ("wakeups_sent", c.wakeups_sent),
+        ("links", c.links),
+    ]
+}
+
 fn json_str(out: &mut String, s: &str) {
     out.push('"');
     for ch in s.chars() {
@@ -179,10 +195,12 @@ fn program() -> String {
 /// The JSON document for one device (one line, with a final newline).
 fn snapshot(dev: &Device, uptime: Duration) -> String {
     let (dc, drv) = dev.counters();
-    let qps: Vec<(u32, String, String, Counters)> = {
+    type QpRow = (u32, String, String, Counters);
+    let (shm, qps): (_, Vec<QpRow>) = {
         let st = dev.lock();
         let e = &st.engine;
-        e.qp_numbers()
+        let rows = e
+            .qp_numbers()
             .into_iter()
             .map(|q| {
                 let ty = e
@@ -192,7 +210,8 @@ fn snapshot(dev: &Device, uptime: Duration) -> String {
                 let state = e.qp_state(q).map(|s| s.to_string()).unwrap_or_default();
                 (q, ty, state, e.qp_counters(q).copied().unwrap_or_default())
             })
-            .collect()
+            .collect();
+        (st.shm.counters, rows)
     };
     let mut o = String::with_capacity(1024 + qps.len() * 512);
     let _ = write!(
@@ -213,6 +232,13 @@ fn snapshot(dev: &Device, uptime: Duration) -> String {
     counters_json(&mut o, &dc);
     o.push_str(",\"driver\":{");
     for (i, (k, v)) in driver_fields(&drv).iter().enumerate() {
+        if i > 0 {
+            o.push(',');
+        }
+        let _ = write!(o, "\"{k}\":{v}");
+    }
+    o.push_str("},\"shm\":{");
+    for (i, (k, v)) in shm_fields(&shm).iter().enumerate() {
         if i > 0 {
             o.push(',');
         }
@@ -247,7 +273,11 @@ pub struct Published {
 }
 
 fn parse_name(path: &Path) -> Option<Published> {
-    let name = path.file_name()?.to_str()?.strip_suffix(".sock")?;
+    let name = path
+        .file_name()?
+        .to_str()?
+        .strip_prefix("stats-")?
+        .strip_suffix(".sock")?;
     let mut it = name.rsplitn(3, '-');
     let _seq: u32 = it.next()?.parse().ok()?;
     let pid: u32 = it.next()?.parse().ok()?;
@@ -310,10 +340,11 @@ mod tests {
 
     #[test]
     fn parses_socket_names() {
-        let p = parse_name(Path::new("/x/my-dev-1234-7.sock")).unwrap();
+        let p = parse_name(Path::new("/x/stats-my-dev-1234-7.sock")).unwrap();
         assert_eq!((p.device.as_str(), p.pid), ("my-dev", 1234));
-        assert!(parse_name(Path::new("/x/srx0-12.sock")).is_none());
-        assert!(parse_name(Path::new("/x/srx0-1-2.txt")).is_none());
+        assert!(parse_name(Path::new("/x/stats-srx0-12.sock")).is_none());
+        assert!(parse_name(Path::new("/x/stats-srx0-1-2.txt")).is_none());
+        assert!(parse_name(Path::new("/x/dev-127.0.0.1-4791.sock")).is_none());
     }
 
     #[test]
