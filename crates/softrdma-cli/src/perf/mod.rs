@@ -1,0 +1,782 @@
+//! `softrdma perf`: perftest's latency and bandwidth tests (`ib_write_lat`,
+//! `ib_write_bw`, `ib_read_lat`, …) on softrdma devices, with perftest's
+//! options where they apply and its output format.
+//!
+//! Like perftest, a test has two ends: `--server` waits for a client, and a
+//! client is given the server's host. Unlike perftest, the client sends its
+//! parameters, so the server needs only the test name. With neither
+//! `--server` nor a host, the command runs both ends itself: it starts
+//! itself again as the server (a second process on a free port, whose
+//! device gets its own loopback address) and runs the client against it.
+
+mod ctrl;
+pub mod report;
+mod run;
+
+use std::io::{BufRead, BufReader, IsTerminal};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Args as ClapArgs, ValueEnum};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use report::{AddrKind, Header, Row, BW_HEAD, BW_HEAD_G, LAT_DUR_HEAD, LAT_HEAD};
+
+/// Default TCP port of the parameter exchange (perftest's).
+pub const DEFAULT_PORT: u16 = 18515;
+/// First line the server prints when started by the client itself.
+const SPAWN_READY: &str = "softrdma-perf-port";
+/// Magic word of the parameter line.
+const MAGIC: &str = "softrdma-perf/1";
+
+/// The test to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+pub enum Test {
+    /// RDMA WRITE ping-pong latency (ib_write_lat).
+    #[value(name = "write_lat", alias = "ib_write_lat")]
+    WriteLat,
+    /// RDMA WRITE bandwidth (ib_write_bw).
+    #[value(name = "write_bw", alias = "ib_write_bw")]
+    WriteBw,
+    /// RDMA READ latency (ib_read_lat).
+    #[value(name = "read_lat", alias = "ib_read_lat")]
+    ReadLat,
+    /// RDMA READ bandwidth (ib_read_bw).
+    #[value(name = "read_bw", alias = "ib_read_bw")]
+    ReadBw,
+    /// SEND/RECV ping-pong latency (ib_send_lat).
+    #[value(name = "send_lat", alias = "ib_send_lat")]
+    SendLat,
+    /// SEND bandwidth (ib_send_bw).
+    #[value(name = "send_bw", alias = "ib_send_bw")]
+    SendBw,
+    /// Atomic latency (ib_atomic_lat).
+    #[value(name = "atomic_lat", alias = "ib_atomic_lat")]
+    AtomicLat,
+    /// Atomic bandwidth (ib_atomic_bw).
+    #[value(name = "atomic_bw", alias = "ib_atomic_bw")]
+    AtomicBw,
+}
+
+/// The verb a test exercises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Write,
+    Read,
+    Send,
+    Atomic,
+}
+
+impl Test {
+    /// The verb.
+    pub fn verb(self) -> Verb {
+        match self {
+            Test::WriteLat | Test::WriteBw => Verb::Write,
+            Test::ReadLat | Test::ReadBw => Verb::Read,
+            Test::SendLat | Test::SendBw => Verb::Send,
+            Test::AtomicLat | Test::AtomicBw => Verb::Atomic,
+        }
+    }
+    /// A latency test.
+    pub fn is_lat(self) -> bool {
+        matches!(
+            self,
+            Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
+        )
+    }
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::WriteLat => "write_lat",
+            Test::WriteBw => "write_bw",
+            Test::ReadLat => "read_lat",
+            Test::ReadBw => "read_bw",
+            Test::SendLat => "send_lat",
+            Test::SendBw => "send_bw",
+            Test::AtomicLat => "atomic_lat",
+            Test::AtomicBw => "atomic_bw",
+        }
+    }
+    /// Ping-pong tests, where both ends post and measure.
+    pub fn ping_pong(self) -> bool {
+        matches!(self, Test::WriteLat | Test::SendLat)
+    }
+    /// Tests whose server only serves one-sided operations.
+    pub fn passive_server(self) -> bool {
+        !self.ping_pong() && self != Test::SendBw
+    }
+    /// perftest divides the round trip by 2 for ping-pong tests only.
+    pub fn rtt_factor(self) -> f64 {
+        if self.ping_pong() {
+            2.0
+        } else {
+            1.0
+        }
+    }
+    /// The title line.
+    pub fn title(self, atomic: AtomicOp) -> String {
+        let verb = match self.verb() {
+            Verb::Write => "RDMA_Write".to_string(),
+            Verb::Read => "RDMA_Read".to_string(),
+            Verb::Send => "Send".to_string(),
+            Verb::Atomic => format!("Atomic {}", atomic.name()),
+        };
+        let kind = if self.is_lat() { "Latency" } else { "BW" };
+        format!("{verb} {kind} Test")
+    }
+}
+
+/// Transport service (`-c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[value(rename_all = "UPPER")]
+pub enum Conn {
+    /// Reliable connection.
+    Rc,
+    /// Unreliable connection.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+impl Conn {
+    fn name(self) -> &'static str {
+        match self {
+            Conn::Rc => "RC",
+            Conn::Uc => "UC",
+            Conn::Ud => "UD",
+        }
+    }
+}
+
+/// Atomic operation (`-A`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+pub enum AtomicOp {
+    /// Compare and swap.
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+    /// Fetch and add.
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+}
+
+impl AtomicOp {
+    fn name(self) -> &'static str {
+        match self {
+            AtomicOp::CmpAndSwap => "CMP_AND_SWAP",
+            AtomicOp::FetchAndAdd => "FETCH_AND_ADD",
+        }
+    }
+}
+
+/// The path between the two ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Transport {
+    /// RoCEv2 over UDP sockets, even to a peer on this host.
+    Udp,
+    /// Shared memory with a peer on this host (no other peer is reachable).
+    Shm,
+    /// Shared memory when the peer is on this host, UDP otherwise.
+    Auto,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Shm => "shm",
+            Transport::Auto => "auto",
+        }
+    }
+    fn lib(self) -> softrdma::shm::Transport {
+        match self {
+            Transport::Udp => softrdma::shm::Transport::Udp,
+            Transport::Shm => softrdma::shm::Transport::Shm,
+            Transport::Auto => softrdma::shm::Transport::Auto,
+        }
+    }
+}
+
+/// Options of `softrdma perf` (perftest's letters where they exist).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct Args {
+    /// The test: write_lat, write_bw, read_lat, read_bw, send_lat, send_bw,
+    /// atomic_lat, atomic_bw.
+    pub test: Test,
+    /// Server to connect to (client mode). Without it and without --server,
+    /// both ends run here: a server process is started automatically.
+    pub host: Option<String>,
+    /// Wait for a client (server mode).
+    #[arg(long, conflicts_with = "host")]
+    pub server: bool,
+    /// Message size in bytes (default 2 for latency, 65536 for bandwidth).
+    #[arg(short, long)]
+    pub size: Option<u64>,
+    /// Run every size from 2 to 2^23 bytes (see --max-size).
+    #[arg(short, long)]
+    pub all: bool,
+    /// With -a: stop at this size (softrdma addition).
+    #[arg(long, value_name = "BYTES", requires = "all")]
+    pub max_size: Option<u64>,
+    /// Iterations (default 1000 for latency, 5000 for bandwidth).
+    #[arg(short = 'n', long)]
+    pub iters: Option<u64>,
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Connection type.
+    #[arg(
+        short = 'c',
+        long = "connection",
+        value_enum,
+        default_value = "RC",
+        ignore_case = true
+    )]
+    pub conn: Conn,
+    /// Device (default: the first of SOFTRDMA_DEVICES, or srx0).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub device: Option<String>,
+    /// TCP port of the parameter exchange.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Number of QPs (bandwidth tests).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: u32,
+    /// Send queue depth: outstanding WRs per QP (default 1 for latency, 128 for bandwidth).
+    #[arg(short = 't', long = "tx-depth")]
+    pub tx_depth: Option<u32>,
+    /// Receive queue depth (send tests; default 512).
+    #[arg(short = 'r', long = "rx-depth")]
+    pub rx_depth: Option<u32>,
+    /// Bandwidth tests: one signaled completion every this many WRs.
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    pub cq_mod: u32,
+    /// Atomic operation.
+    #[arg(
+        short = 'A',
+        long = "atomic_type",
+        value_enum,
+        default_value = "FETCH_AND_ADD"
+    )]
+    pub atomic: AtomicOp,
+    /// Largest message sent inline (default 0, as perftest on a generic device).
+    #[arg(short = 'I', long = "inline_size")]
+    pub inline: Option<u32>,
+    /// Sleep on CQ events (a completion channel) instead of polling.
+    #[arg(short = 'e', long)]
+    pub events: bool,
+    /// Report bandwidth in Gb/sec instead of MB/sec.
+    #[arg(long = "report_gbits")]
+    pub report_gbits: bool,
+    /// Accepted for perftest compatibility (no CPU frequency is used).
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+    /// Print one JSON object instead of perftest's text.
+    #[arg(long)]
+    pub json: bool,
+    /// Path between the ends (default: SOFTRDMA_TRANSPORT, else auto:
+    /// shared memory to a peer on this host, UDP otherwise).
+    #[arg(long, value_enum)]
+    pub transport: Option<Transport>,
+    /// Record this end's packets to a pcap file.
+    #[arg(long, value_name = "FILE.pcap")]
+    pub capture: Option<PathBuf>,
+    /// Inject faults on receive, e.g. "loss=0.01,seed=7" (see SOFTRDMA_FAULT).
+    #[arg(long, value_name = "SPEC")]
+    pub fault: Option<String>,
+    /// Verify the data moved (patterns compared at the end of each size).
+    #[arg(long)]
+    pub check: bool,
+    /// Internal: server started by a client of this command.
+    #[arg(long, hide = true)]
+    pub spawned: bool,
+}
+
+/// What the client tells the server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Params {
+    pub test: Test,
+    pub sizes: Vec<u64>,
+    pub iters: u64,
+    pub duration: Option<f64>,
+    pub conn: Conn,
+    pub qps: u32,
+    pub tx_depth: u32,
+    pub rx_depth: u32,
+    pub cq_mod: u32,
+    pub atomic: AtomicOp,
+    pub inline: u32,
+    pub check: bool,
+}
+
+/// Largest size of `-a`.
+const MAX_SIZE: u64 = 1 << 23;
+
+impl Args {
+    fn params(&self) -> Result<Params, String> {
+        let t = self.test;
+        let lat = t.is_lat();
+        if self.conn == Conn::Ud && t.verb() != Verb::Send {
+            return Err(format!(
+                "-c UD works only with the send tests ({} needs RC{})",
+                t.name(),
+                if t.verb() == Verb::Write {
+                    " or UC"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if self.conn == Conn::Uc && matches!(t.verb(), Verb::Read | Verb::Atomic) {
+            return Err(format!(
+                "{} needs -c RC (UC has no READ or atomics)",
+                t.name()
+            ));
+        }
+        if self.events && t.verb() == Verb::Write {
+            return Err("events (-e) are not available on WRITE tests (as in perftest)".into());
+        }
+        if self.duration.is_some() && self.all {
+            return Err("duration mode (-D) does not run all sizes (-a)".into());
+        }
+        if self.duration.is_some() && self.events {
+            return Err("duration mode (-D) does not work with events (-e)".into());
+        }
+        if self.duration.is_some() && self.iters.is_some() {
+            return Err("give either -n or -D, not both".into());
+        }
+        if let Some(d) = self.duration {
+            if !(d > 0.0 && d.is_finite()) {
+                return Err("-D needs a positive number of seconds".into());
+            }
+        }
+        if lat && self.qps != 1 {
+            return Err("multiple QPs (-q) only work with bandwidth tests".into());
+        }
+        if self.qps == 0 || self.qps > 1024 {
+            return Err("-q must be 1..1024".into());
+        }
+        let mut sizes = if t.verb() == Verb::Atomic {
+            if self.size.is_some_and(|s| s != 8) || self.all {
+                return Err("atomics are always 8 bytes (-s and -a do not apply)".into());
+            }
+            vec![8]
+        } else if self.all {
+            let max = self.max_size.unwrap_or(MAX_SIZE).min(MAX_SIZE);
+            (1..=23).map(|i| 1u64 << i).filter(|&s| s <= max).collect()
+        } else {
+            vec![self.size.unwrap_or(if lat { 2 } else { 65536 })]
+        };
+        if self.conn == Conn::Ud {
+            // UD messages fit one packet; perftest's -a stops at the MTU.
+            let mtu = 4096;
+            if self.all {
+                sizes.retain(|&s| s <= mtu);
+            } else if sizes[0] > mtu {
+                return Err(format!(
+                    "UD messages must fit one MTU ({mtu} bytes), not {}",
+                    sizes[0]
+                ));
+            }
+        }
+        if sizes.is_empty() || sizes.iter().any(|&s| s == 0 || s > MAX_SIZE) {
+            return Err(format!("message sizes must be 1..={MAX_SIZE} bytes"));
+        }
+        let iters = self.iters.unwrap_or(if lat { 1000 } else { 5000 });
+        if self.duration.is_none() && lat && iters < 5 {
+            return Err("latency tests need at least 5 iterations (-n)".into());
+        }
+        if iters == 0 {
+            return Err("-n must be positive".into());
+        }
+        let tx_depth = self.tx_depth.unwrap_or(if lat { 1 } else { 128 });
+        if tx_depth == 0 || tx_depth > 8192 {
+            return Err("-t must be 1..8192".into());
+        }
+        let rx_depth = self.rx_depth.unwrap_or(512).clamp(1, 8192);
+        // perftest gives a device with vendor id 0 no inline data by default.
+        let inline = self.inline.unwrap_or(0);
+        if inline > 256 {
+            return Err("-I: softrdma sends at most 256 bytes inline".into());
+        }
+        Ok(Params {
+            test: t,
+            sizes,
+            iters,
+            duration: self.duration,
+            conn: self.conn,
+            qps: self.qps,
+            tx_depth,
+            rx_depth,
+            cq_mod: self.cq_mod.clamp(1, tx_depth),
+            atomic: self.atomic,
+            inline,
+            check: self.check,
+        })
+    }
+
+    fn device_config(&self) -> Result<softrdma::DeviceConfig, String> {
+        let list = softrdma::devices().map_err(|e| e.to_string())?;
+        let mut cfg = match &self.device {
+            Some(n) => list
+                .into_iter()
+                .find(|d| &d.name == n)
+                .ok_or_else(|| format!("no softrdma device named {n:?} (see SOFTRDMA_DEVICES)"))?,
+            None => list.into_iter().next().ok_or("no devices configured")?,
+        };
+        if let Some(t) = self.transport {
+            cfg = cfg.transport(t.lib());
+        }
+        if let Some(c) = &self.capture {
+            cfg = cfg.capture(c);
+        }
+        if let Some(f) = &self.fault {
+            let spec: softrdma::FaultSpec = f.parse().map_err(|e| format!("--fault: {e}"))?;
+            cfg = cfg.fault(spec);
+        }
+        Ok(cfg)
+    }
+}
+
+/// Where output goes: perftest text (stdout), JSON, or nothing (spawned server).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Out {
+    Text,
+    Json,
+    Quiet,
+}
+
+/// Runs `softrdma perf`.
+pub fn run(args: &Args) -> ExitCode {
+    let r = if args.server {
+        run::server(args)
+    } else if let Some(h) = &args.host {
+        run::client(args, h, args.port, None)
+    } else {
+        both(args)
+    };
+    match r {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("softrdma perf: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The main job: start a server process, run the client against it.
+fn both(args: &Args) -> Result<bool, String> {
+    // Validate here so a bad option fails before a process is started.
+    args.params()?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("perf")
+        .arg(args.test.name())
+        .args(["--server", "--spawned", "--port", "0"]);
+    if let Some(t) = args.transport {
+        cmd.args(["--transport", t.name()]);
+    }
+    if let Some(d) = &args.device {
+        cmd.args(["--ib-dev", d]);
+    }
+    if let Some(f) = &args.fault {
+        cmd.args(["--fault", f]);
+    }
+    if args.events {
+        cmd.arg("--events");
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the server process: {e}"))?;
+    let stdout = child.stdout.take();
+    let guard = ChildGuard(Some(child));
+    let port = read_spawn_port(stdout)?;
+    let r = run::client(args, "127.0.0.1", port, Some(&guard));
+    let status = guard.finish(Duration::from_secs(5));
+    match (r, status) {
+        (Err(e), _) => Err(e),
+        (Ok(ok), Ok(())) => Ok(ok),
+        (Ok(_), Err(e)) => Err(e),
+    }
+}
+
+/// Reads the port line of a spawned server.
+fn read_spawn_port(out: Option<std::process::ChildStdout>) -> Result<u16, String> {
+    let out = out.ok_or("the server process has no stdout")?;
+    let mut r = BufReader::new(out);
+    let mut line = String::new();
+    r.read_line(&mut line)
+        .map_err(|e| format!("reading the server's port: {e}"))?;
+    let port = line
+        .trim()
+        .strip_prefix(SPAWN_READY)
+        .and_then(|p| p.trim().parse().ok())
+        .ok_or_else(|| {
+            if line.is_empty() {
+                "the server process exited before it was ready".to_string()
+            } else {
+                format!("unexpected first line from the server process: {line:?}")
+            }
+        })?;
+    // Keep draining its stdout (it prints nothing more when spawned).
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut r, &mut sink);
+    });
+    Ok(port)
+}
+
+/// Owns the spawned server: waits for it, or ends it by its PID.
+pub(crate) struct ChildGuard(Option<Child>);
+
+impl ChildGuard {
+    fn finish(mut self, wait: Duration) -> Result<(), String> {
+        let Some(mut c) = self.0.take() else {
+            return Ok(());
+        };
+        let start = Instant::now();
+        loop {
+            match c.try_wait() {
+                Ok(Some(s)) if s.success() => return Ok(()),
+                Ok(Some(s)) => return Err(format!("the server process failed ({s})")),
+                Ok(None) if start.elapsed() < wait => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    return Err("the server process did not finish; it was stopped".into());
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Connects to the server, retrying while it starts.
+fn connect(host: &str, port: u16, wait: Duration) -> Result<TcpStream, String> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .collect();
+    let start = Instant::now();
+    loop {
+        let mut last = None;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        if start.elapsed() > wait {
+            return Err(format!(
+                "cannot connect to the server at {host}:{port}: {}",
+                last.map_or("no address".to_string(), |e| e.to_string())
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Prints progress of long runs on stderr, only when it is a terminal.
+pub(crate) struct Progress {
+    on: bool,
+    last: Instant,
+}
+
+impl Progress {
+    pub(crate) fn new(enabled: bool) -> Progress {
+        Progress {
+            on: enabled && std::io::stderr().is_terminal(),
+            last: Instant::now(),
+        }
+    }
+    pub(crate) fn say(&mut self, msg: impl FnOnce() -> String) {
+        if self.on && self.last.elapsed() >= Duration::from_millis(250) {
+            self.last = Instant::now();
+            eprint!("\r\x1b[K{}", msg());
+        }
+    }
+    pub(crate) fn done(&mut self) {
+        if self.on {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// The text heading of the result table.
+fn table_head(p: &Params, gbits: bool) -> &'static str {
+    if p.test.is_lat() {
+        if p.duration.is_some() {
+            LAT_DUR_HEAD
+        } else {
+            LAT_HEAD
+        }
+    } else if gbits {
+        BW_HEAD_G
+    } else {
+        BW_HEAD
+    }
+}
+
+fn addr_kind(t: Test) -> AddrKind {
+    match t.verb() {
+        Verb::Write => AddrKind::Rdma,
+        Verb::Read => AddrKind::Read,
+        _ => AddrKind::Basic,
+    }
+}
+
+/// The header block for these parameters.
+fn header<'a>(
+    p: &Params,
+    device: &'a str,
+    mtu: u32,
+    events: bool,
+    role_client: bool,
+    transport: &'a str,
+) -> Header<'a> {
+    let t = p.test;
+    let rd = matches!(t.verb(), Verb::Read | Verb::Atomic);
+    Header {
+        title: t.title(p.atomic),
+        device,
+        qps: p.qps,
+        conn: p.conn.name(),
+        tx_depth: (role_client || t.ping_pong()).then_some(p.tx_depth),
+        rx_depth: (t.verb() == Verb::Send && (!role_client || t.ping_pong())).then_some(p.rx_depth),
+        cq_mod: (!t.is_lat()).then_some(p.cq_mod),
+        mtu,
+        inline: (!rd).then_some(p.inline),
+        out_reads: rd.then_some(16),
+        events,
+        transport,
+        duration: p.duration,
+    }
+}
+
+/// JSON document of a run.
+#[allow(clippy::too_many_arguments)]
+fn json_doc(
+    p: &Params,
+    role: &str,
+    device: &str,
+    mtu: u32,
+    gbits: bool,
+    local: &[report::Addr],
+    remote: &[report::Addr],
+    rows: &[Row],
+    check: Option<bool>,
+    path: &str,
+) -> serde_json::Value {
+    let gid = |g: &[u8; 16]| std::net::Ipv6Addr::from(*g).to_string();
+    let addr = |a: &report::Addr| {
+        json!({"lid": a.lid, "qpn": a.qpn, "psn": a.psn, "rkey": a.rkey,
+               "vaddr": a.vaddr, "gid": gid(&a.gid)})
+    };
+    let units = if p.test.is_lat() {
+        "usec"
+    } else if gbits {
+        "Gb/sec"
+    } else {
+        "MB/sec"
+    };
+    json!({
+        "test": p.test.name(),
+        "title": p.test.title(p.atomic),
+        "role": role,
+        "device": device,
+        "path": path,
+        "connection": p.conn.name(),
+        "qps": p.qps,
+        "mtu": mtu,
+        "tx_depth": p.tx_depth,
+        "cq_mod": p.cq_mod,
+        "inline": p.inline,
+        "iterations": p.iters,
+        "duration_s": p.duration,
+        "bw_units": units,
+        "local": local.iter().map(addr).collect::<Vec<_>>(),
+        "remote": remote.iter().map(addr).collect::<Vec<_>>(),
+        "results": rows,
+        "check": check.map(|c| if c { "passed" } else { "failed" }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn params(argv: &[&str]) -> Result<Params, String> {
+        let mut v = vec!["x"];
+        v.extend_from_slice(argv);
+        T::try_parse_from(v).map_err(|e| e.to_string())?.a.params()
+    }
+
+    #[test]
+    fn defaults_follow_perftest() {
+        let p = params(&["write_lat"]).unwrap();
+        assert_eq!((p.sizes.clone(), p.iters, p.tx_depth), (vec![2], 1000, 1));
+        let p = params(&["write_bw"]).unwrap();
+        assert_eq!(
+            (p.sizes.clone(), p.iters, p.tx_depth),
+            (vec![65536], 5000, 128)
+        );
+        let p = params(&["ib_send_lat", "-a", "-c", "ud"]).unwrap();
+        assert_eq!(*p.sizes.last().unwrap(), 4096);
+        let p = params(&["write_lat", "-a"]).unwrap();
+        assert_eq!(
+            (p.sizes[0], *p.sizes.last().unwrap(), p.sizes.len()),
+            (2, 1 << 23, 23)
+        );
+        let p = params(&["write_lat", "-a", "--max-size", "64"]).unwrap();
+        assert_eq!(p.sizes, vec![2, 4, 8, 16, 32, 64]);
+    }
+
+    #[test]
+    fn rejects_what_perftest_rejects() {
+        for bad in [
+            &["read_lat", "-c", "UD"][..],
+            &["atomic_bw", "-c", "UC"],
+            &["write_bw", "-e"],
+            &["send_lat", "-q", "2"],
+            &["send_bw", "-D", "1", "-a"],
+            &["send_lat", "-c", "UD", "-s", "8192"],
+        ] {
+            assert!(params(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn names_and_titles() {
+        assert_eq!(Test::WriteLat.name(), "write_lat");
+        assert_eq!(
+            Test::WriteLat.title(AtomicOp::FetchAndAdd),
+            "RDMA_Write Latency Test"
+        );
+        assert_eq!(Test::SendBw.title(AtomicOp::FetchAndAdd), "Send BW Test");
+        assert_eq!(
+            Test::AtomicLat.title(AtomicOp::CmpAndSwap),
+            "Atomic CMP_AND_SWAP Latency Test"
+        );
+    }
+}
