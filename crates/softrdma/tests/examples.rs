@@ -1,0 +1,56 @@
+//! Runs the logic of every example (each keeps it in a function next to
+//! its `main`), over RoCEv2/UDP and over the default transport.
+
+mod common;
+
+#[allow(dead_code)]
+#[path = "../examples/atomic_counter.rs"]
+mod atomic_counter;
+#[allow(dead_code)]
+#[path = "../examples/rc_pingpong.rs"]
+mod rc_pingpong;
+#[allow(dead_code)]
+#[path = "../examples/ud_send.rs"]
+mod ud_send;
+#[allow(dead_code)]
+#[path = "../examples/write_read.rs"]
+mod write_read;
+
+use common::udp_loopback;
+use softrdma::DeviceConfig;
+
+fn configs() -> [DeviceConfig; 2] {
+    let mut auto = DeviceConfig::default_loopback();
+    auto.transport = softrdma::shm::Transport::Auto;
+    [udp_loopback(), auto]
+}
+
+#[test]
+fn write_read_example() {
+    for cfg in configs() {
+        assert_eq!(write_read::run(&cfg).unwrap(), 1 << 20);
+    }
+}
+
+#[test]
+fn atomic_counter_example() {
+    for cfg in configs() {
+        assert_eq!(atomic_counter::run(&cfg).unwrap(), 0xDEAD_BEEF);
+    }
+}
+
+#[test]
+fn ud_send_example() {
+    for cfg in configs() {
+        let got = ud_send::run(&cfg).unwrap();
+        let want: Vec<&[u8]> = vec![b"hello", b"from", b"a UD QP", b"with immediate data"];
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn rc_pingpong_example() {
+    for cfg in configs() {
+        rc_pingpong::run_local(&cfg, 50, 100).unwrap();
+    }
+}
