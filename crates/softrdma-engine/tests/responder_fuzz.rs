@@ -158,7 +158,7 @@ fn responder_fuzz_bounded() {
         ("remote writes", t.remote_writes, 100),
         ("receive writes", t.recv_writes, 500),
         ("atomics", t.atomics, 20),
-        ("READ response reads", t.reads, 40),
+        ("READ response reads", t.reads, 20),
         ("ACKs", t.acks, 200),
         ("sequence NAKs", t.seq_naks, 100),
         ("RNR NAKs", t.rnr_naks, 5),
