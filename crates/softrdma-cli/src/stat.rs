@@ -65,6 +65,11 @@ fn pairs(v: &Value, all: bool) -> String {
             .iter()
             .map(|(k, _)| *k),
     );
+    order.extend(
+        softrdma::stats::shm_fields(&Default::default())
+            .iter()
+            .map(|(k, _)| *k),
+    );
     let mut o = String::new();
     let Some(m) = v.as_object() else {
         return o;
@@ -106,6 +111,12 @@ fn text(devs: &[Value], all: bool) -> String {
         );
         let _ = writeln!(o, "    device:{}", pairs(&d["counters"], all));
         let _ = writeln!(o, "    driver:{}", pairs(&d["driver"], all));
+        let shm_used = d["shm"]
+            .as_object()
+            .is_some_and(|m| m.values().any(|v| v.as_u64().is_some_and(|n| n > 0)));
+        if all || shm_used {
+            let _ = writeln!(o, "    shm:{}", pairs(&d["shm"], all));
+        }
         for q in d["qps"].as_array().into_iter().flatten() {
             let _ = writeln!(
                 o,
