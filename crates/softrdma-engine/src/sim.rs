@@ -50,11 +50,56 @@ impl NetConfig {
 struct InFlight {
     at: Instant,
     seq: u64,
+    from: usize,
     to: usize,
     src: SocketAddr,
     dst: SocketAddr,
     data: Vec<u8>,
+    /// The bit flipped on the way, if any.
+    corrupt_bit: Option<u64>,
 }
+
+/// Where a tapped packet is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapStage {
+    /// Just produced by `from`'s engine, before the network's own loss,
+    /// duplication and corruption.
+    Transmit,
+    /// About to be handed to `to`'s engine (after any corruption).
+    Deliver,
+}
+
+/// A packet shown to the tap.
+#[derive(Debug, Clone, Copy)]
+pub struct Tapped<'a> {
+    pub stage: TapStage,
+    /// Virtual time.
+    pub now: Instant,
+    /// Sending and receiving node indices.
+    pub from: usize,
+    pub to: usize,
+    pub endpoints: Endpoints,
+    /// The UDP payload (BTH to ICRC).
+    pub data: &'a [u8],
+    /// Deliver stage: the network flipped a bit of this copy.
+    pub corrupted: bool,
+}
+
+/// What the tap wants done with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let the network handle it as usual.
+    Pass,
+    /// Drop it (counted as lost).
+    Drop,
+    /// Transmit stage: send it twice (each copy then meets the network's
+    /// impairments). Same as `Pass` at the deliver stage.
+    Duplicate,
+}
+
+/// An observer and filter of every packet, for tests that watch or steer
+/// the wire (count READ requests in flight, drop exactly one packet, …).
+pub type Tap = Box<dyn FnMut(&Tapped<'_>) -> Verdict>;
 
 /// Engines on a simulated network.
 pub struct SimNet {
@@ -72,6 +117,8 @@ pub struct SimNet {
     buf: Vec<u8>,
     /// Packets delivered, dropped and corrupted so far.
     pub stats: NetStats,
+    tap: Option<Tap>,
+    jitter_fraction: f64,
 }
 
 /// What the network did.
@@ -82,6 +129,11 @@ pub struct NetStats {
     pub lost: u64,
     pub duplicated: u64,
     pub corrupted: u64,
+    /// Corrupted copies handed to an engine (the others are still in flight).
+    pub corrupted_delivered: u64,
+    /// Of those, copies whose flipped bit lies in BTH byte 4 (FECN, BECN,
+    /// reserved), which the ICRC masks by design: no receiver can notice them.
+    pub corrupted_undetectable: u64,
 }
 
 impl std::fmt::Debug for SimNet {
@@ -133,7 +185,33 @@ impl SimNet {
             partitioned: vec![vec![false; n]; n],
             buf: vec![0u8; 9000],
             stats: NetStats::default(),
+            tap: None,
+            jitter_fraction: 1.0,
         }
+    }
+
+    /// The share of packets that get the random extra delay of
+    /// [`NetConfig::jitter`] (1.0, the default, is all of them). A burst is
+    /// sent at one instant, so jitter on every packet scrambles every burst;
+    /// a small fraction models occasional reordering on a mostly FIFO path.
+    pub fn set_jitter_fraction(&mut self, fraction: f64) {
+        self.jitter_fraction = fraction.clamp(0.0, 1.0);
+    }
+
+    /// Installs (or with `None` removes) the packet tap.
+    pub fn set_tap(&mut self, tap: Option<Tap>) {
+        self.tap = tap;
+    }
+
+    /// Packets on the wire, not yet delivered.
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// True when a packet is in flight or an engine has a timer armed.
+    pub fn is_busy(&mut self) -> bool {
+        self.collect_transmits();
+        self.next_event().is_some()
     }
 
     /// Drops (or restores) packets from `a` to `b`.
@@ -155,40 +233,65 @@ impl SimNet {
                 let Some(to) = self.index_of(t.endpoints.dst) else {
                     continue;
                 };
-                if self.partitioned[i][to] || self.rng.chance(self.net.loss) {
-                    self.stats.lost += 1;
-                    continue;
-                }
-                let copies = if self.rng.chance(self.net.duplicate) {
-                    2
-                } else {
-                    1
-                };
-                if copies == 2 {
-                    self.stats.duplicated += 1;
-                }
-                for _ in 0..copies {
-                    let mut data = self.buf[..t.len].to_vec();
-                    if self.rng.chance(self.net.corrupt) {
-                        let bit = self.rng.below(data.len() as u64 * 8);
-                        data[(bit / 8) as usize] ^= 1 << (bit % 8);
-                        self.stats.corrupted += 1;
-                    }
-                    let jitter = if self.net.jitter.is_zero() {
-                        0
-                    } else {
-                        self.rng.below(self.net.jitter.as_nanos() as u64)
-                    };
-                    let at = self.now + self.net.delay + Duration::from_nanos(jitter);
-                    self.seq += 1;
-                    self.queue.push(Reverse(InFlight {
-                        at,
-                        seq: self.seq,
+                let verdict = match self.tap.as_mut() {
+                    Some(tap) => tap(&Tapped {
+                        stage: TapStage::Transmit,
+                        now: self.now,
+                        from: i,
                         to,
-                        src: t.endpoints.src,
-                        dst: t.endpoints.dst,
-                        data,
-                    }));
+                        endpoints: t.endpoints,
+                        data: &self.buf[..t.len],
+                        corrupted: false,
+                    }),
+                    None => Verdict::Pass,
+                };
+                let sends = if verdict == Verdict::Duplicate { 2 } else { 1 };
+                for _ in 0..sends {
+                    if verdict == Verdict::Drop
+                        || self.partitioned[i][to]
+                        || self.rng.chance(self.net.loss)
+                    {
+                        self.stats.lost += 1;
+                        continue;
+                    }
+                    let copies = if self.rng.chance(self.net.duplicate) {
+                        2
+                    } else {
+                        1
+                    };
+                    if copies == 2 {
+                        self.stats.duplicated += 1;
+                    }
+                    for _ in 0..copies {
+                        let mut data = self.buf[..t.len].to_vec();
+                        let mut corrupt_bit = None;
+                        if self.rng.chance(self.net.corrupt) {
+                            let bit = self.rng.below(data.len() as u64 * 8);
+                            data[(bit / 8) as usize] ^= 1 << (bit % 8);
+                            self.stats.corrupted += 1;
+                            corrupt_bit = Some(bit);
+                        }
+                        let jitter = if self.net.jitter.is_zero()
+                            || (self.jitter_fraction < 1.0
+                                && !self.rng.chance(self.jitter_fraction))
+                        {
+                            0
+                        } else {
+                            self.rng.below(self.net.jitter.as_nanos() as u64)
+                        };
+                        let at = self.now + self.net.delay + Duration::from_nanos(jitter);
+                        self.seq += 1;
+                        self.queue.push(Reverse(InFlight {
+                            at,
+                            seq: self.seq,
+                            from: i,
+                            to,
+                            src: t.endpoints.src,
+                            dst: t.endpoints.dst,
+                            data,
+                            corrupt_bit,
+                        }));
+                    }
                 }
             }
         }
@@ -223,8 +326,31 @@ impl SimNet {
             let Some(Reverse(p)) = self.queue.pop() else {
                 break;
             };
-            self.stats.delivered += 1;
             let ep = Endpoints::new(p.src, p.dst);
+            if let Some(tap) = self.tap.as_mut() {
+                let v = tap(&Tapped {
+                    stage: TapStage::Deliver,
+                    now: self.now,
+                    from: p.from,
+                    to: p.to,
+                    endpoints: ep,
+                    data: &p.data,
+                    corrupted: p.corrupt_bit.is_some(),
+                });
+                if v == Verdict::Drop {
+                    self.stats.lost += 1;
+                    continue;
+                }
+            }
+            self.stats.delivered += 1;
+            if let Some(bit) = p.corrupt_bit {
+                self.stats.corrupted_delivered += 1;
+                // BTH byte 4 (FECN, BECN, reserved) is replaced by 0xFF in
+                // the ICRC computation.
+                if bit / 8 == 4 {
+                    self.stats.corrupted_undetectable += 1;
+                }
+            }
             self.nodes[p.to].handle_packet(self.now, ep, &p.data);
         }
         for e in &mut self.nodes {
