@@ -106,15 +106,18 @@ pub(crate) struct Requester {
     pub una: Psn,
     /// One past the highest PSN ever transmitted (to count retransmissions).
     pub high: Psn,
-    /// READ/atomic WQEs transmitted and not yet completed.
-    pub inflight_rd_atomic: u32,
     pub ack_deadline: Option<Instant>,
     pub rnr_until: Option<Instant>,
     pub retry_left: u8,
     pub rnr_retry_left: u8,
     pub since_ack_req: u32,
-    /// A READ response gap already answered by a re-request.
+    /// The oldest unacknowledged PSN at which missing READ responses (or a
+    /// missing atomic ACK) were last asked for again; cleared on progress.
     pub read_gap: Option<Psn>,
+    /// An error NAK for this PSN that arrived while an earlier READ or atomic
+    /// still lacked its responses: the WQE holding the PSN fails with this
+    /// status once those are in.
+    pub pending_nak: Option<(Psn, WcStatus)>,
     /// SQD: the drained event was raised.
     pub drained_notified: bool,
     /// End-to-end credits: messages that consume a receive WQE, sent and acknowledged.
@@ -200,9 +203,6 @@ impl Qp {
         } else {
             self.req.next_offset = 0;
         }
-        if w.op.is_read_or_atomic() && w.assigned && self.req.inflight_rd_atomic > 0 {
-            self.req.inflight_rd_atomic -= 1;
-        }
         if w.signaled || !status.is_ok() {
             let wc = self.wc_for_send(&w, status);
             res.complete(self.send_cq, wc);
@@ -253,7 +253,18 @@ impl Qp {
         }
         self.req.next = 0;
         self.req.next_offset = 0;
-        self.req.inflight_rd_atomic = 0;
+    }
+
+    /// READ and atomic WQEs transmitted and not yet completed: those before
+    /// the send pointer (after a rewind, the ones behind it are re-sent
+    /// before anything new starts).
+    pub fn rd_atomic_outstanding(&self) -> u32 {
+        self.req
+            .sq
+            .iter()
+            .take(self.req.next)
+            .filter(|w| w.op.is_read_or_atomic())
+            .count() as u32
     }
 
     /// A local or remote error on the head send WQE: it completes with

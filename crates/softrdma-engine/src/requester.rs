@@ -127,57 +127,50 @@ impl Qp {
             }
             self.req.rnr_until = None;
         }
-        loop {
-            let idx = self.req.next;
-            let w = self.req.sq.get(idx)?;
-            if self.qp_type == QpType::Rc
-                && self.req.psn.distance_from(self.req.una) >= ctx.max_inflight
+        let idx = self.req.next;
+        let w = self.req.sq.get(idx)?;
+        if self.qp_type == QpType::Rc
+            && self.req.psn.distance_from(self.req.una) >= ctx.max_inflight
+        {
+            return None;
+        }
+        if !w.assigned {
+            // A WQE that has not started: drain, fence, read/atomic limit and credits apply.
+            if self.state == QpState::Sqd {
+                return None;
+            }
+            if w.flags.contains(SendFlags::FENCE) && self.rd_atomic_outstanding() > 0 {
+                return None;
+            }
+            if w.op.is_read_or_atomic()
+                && self.rd_atomic_outstanding() >= u32::from(self.attr.max_rd_atomic.max(1))
             {
                 return None;
             }
-            if !w.assigned {
-                // A WQE that has not started: drain, fence, read/atomic limit and credits apply.
-                if self.state == QpState::Sqd {
-                    return None;
-                }
-                if w.flags.contains(SendFlags::FENCE) && self.req.inflight_rd_atomic > 0 {
-                    return None;
-                }
-                if w.op.is_read_or_atomic()
-                    && self.req.inflight_rd_atomic >= u32::from(self.attr.max_rd_atomic.max(1))
-                {
-                    return None;
-                }
-                if self.qp_type == QpType::Rc && consumes_rq(&w.op) && !self.has_credit() {
-                    return None;
-                }
-                if let Err(status) = self.validate_wqe(res, w) {
-                    // Only the head can fail: everything before it is sent, so
-                    // complete the earlier ones first when they are acknowledged.
-                    if idx == 0 {
-                        self.fail_head(res, status);
-                        return None;
-                    }
-                    if self.qp_type != QpType::Rc {
-                        // UC/UD WQEs before it already completed on transmission.
-                        return None;
-                    }
-                    return None;
-                }
-                let npkts = self.npkts_of(w);
-                let psn = self.req.psn;
-                let w = &mut self.req.sq[idx];
-                w.assigned = true;
-                w.first_psn = psn;
-                w.npkts = npkts;
-                if consumes_rq(&w.op) {
-                    self.req.rq_msgs_sent += 1;
-                }
+            if self.qp_type == QpType::Rc && consumes_rq(&w.op) && !self.has_credit() {
+                return None;
             }
-            return match self.qp_type {
-                QpType::Ud => self.send_ud(res, ctx),
-                _ => self.send_connected(res, ctx, idx),
-            };
+            if let Err(status) = self.validate_wqe(res, w) {
+                // Only the head can fail: the WQEs before it were sent, so
+                // it fails once they are acknowledged and it is the head.
+                if idx == 0 {
+                    self.fail_head(res, status);
+                }
+                return None;
+            }
+            let npkts = self.npkts_of(w);
+            let psn = self.req.psn;
+            let w = &mut self.req.sq[idx];
+            w.assigned = true;
+            w.first_psn = psn;
+            w.npkts = npkts;
+            if consumes_rq(&w.op) {
+                self.req.rq_msgs_sent += 1;
+            }
+        }
+        match self.qp_type {
+            QpType::Ud => self.send_ud(res, ctx),
+            _ => self.send_connected(res, ctx, idx),
         }
     }
 
@@ -336,9 +329,6 @@ impl Qp {
         if is_rd || offset + payload_len as u64 >= w.len {
             self.req.next += 1;
             self.req.next_offset = 0;
-            if is_rd {
-                self.req.inflight_rd_atomic += 1;
-            }
         } else {
             self.req.next_offset += payload_len as u64;
         }
@@ -376,7 +366,8 @@ impl Qp {
             self.req.una = new_una;
             self.req.retry_left = self.attr.retry_cnt;
             self.req.rnr_retry_left = self.attr.rnr_retry;
-            if self.req.una == self.req.psn {
+            self.req.read_gap = None;
+            if self.req.una == self.req.high {
                 self.req.ack_deadline = None;
             } else {
                 self.arm_ack_timer(now);
@@ -384,37 +375,83 @@ impl Qp {
         }
     }
 
-    /// Completes send WQEs wholly acknowledged by an ACK of `psn`. A READ or
-    /// atomic still missing responses in that range means they were lost:
-    /// resend from the first missing one.
-    fn complete_through(&mut self, res: &mut Resources, psn: Psn, now: Instant) {
-        while let Some(w) = self.req.sq.front() {
-            if !w.assigned {
-                break;
-            }
-            if w.op.is_read_or_atomic() {
-                if !w.first_psn.is_after(psn) {
-                    let missing = w.first_psn.add(w.read_done);
-                    self.progress(now, missing);
-                    self.rewind(missing);
-                }
-                return;
-            }
-            // Fully transmitted and acknowledged?
-            let sent_all = self.req.next > 0;
-            if sent_all && !w.last_psn().is_after(psn) {
-                if consumes_rq(&w.op) {
-                    self.req.rq_msgs_acked += 1;
-                }
-                self.complete_head(res, WcStatus::Success);
-            } else {
-                break;
-            }
-        }
-        self.progress(now, psn.next());
+    fn is_active(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
     }
 
-    /// Go back to `psn`: the next packet transmitted is the one with that PSN.
+    /// Completes the head WQEs that an acknowledgement of every PSN up to and
+    /// including `psn` finishes: SEND and WRITE WQEs whose last PSN it covers.
+    /// READ and atomic WQEs finish only with their own responses, so the walk
+    /// stops at the first one; if `psn` covers it, its responses went missing
+    /// (lost, or overtaken) and `true` is returned.
+    fn ack_through(&mut self, res: &mut Resources, psn: Psn) -> bool {
+        while let Some(w) = self.req.sq.front() {
+            if !w.assigned || w.first_psn.is_after(psn) {
+                return false;
+            }
+            if w.op.is_read_or_atomic() {
+                return true;
+            }
+            if w.last_psn().is_after(psn) {
+                return false;
+            }
+            if consumes_rq(&w.op) {
+                self.req.rq_msgs_acked += 1;
+            }
+            self.complete_head(res, WcStatus::Success);
+        }
+        false
+    }
+
+    /// Bookkeeping once everything up to `acked` is acknowledged and the
+    /// finished WQEs are completed: move `una`, fail a WQE an earlier error
+    /// NAK was waiting for, and keep the send pointer at or after `una`.
+    fn after_ack(&mut self, res: &mut Resources, acked: Psn, now: Instant) {
+        let una = match self.req.sq.front() {
+            Some(w) if w.assigned => {
+                if w.op.is_read_or_atomic() {
+                    w.first_psn.add(w.read_done)
+                } else if w.first_psn.is_after(acked) {
+                    w.first_psn
+                } else {
+                    acked.next()
+                }
+            }
+            _ => acked.next(),
+        };
+        self.progress(now, una);
+        if let Some((p, status)) = self.req.pending_nak {
+            if let Some(w) = self.req.sq.front() {
+                if !w.assigned || w.first_psn.is_after(p) {
+                    self.req.pending_nak = None;
+                } else if p.in_window(w.first_psn, w.npkts) {
+                    self.req.pending_nak = None;
+                    self.fail_head(res, status);
+                    return;
+                }
+            }
+        }
+        // Completing a WQE that was being retransmitted leaves the send
+        // pointer behind `una`: skip what the peer already has.
+        if self.req.psn.is_before(self.req.una) {
+            let una = self.req.una;
+            self.rewind(una);
+        }
+    }
+
+    /// Responses of the READ or atomic at `una` are missing: ask again,
+    /// once per gap (a timeout asks again if the re-request is lost too).
+    fn resend_missing_responses(&mut self) {
+        let una = self.req.una;
+        if self.req.read_gap != Some(una) {
+            self.req.read_gap = Some(una);
+            self.rewind(una);
+        }
+    }
+
+    /// Go back (or forward) to `psn`, which must lie in `[una, high]`: the next
+    /// packet transmitted is the one with that PSN. A READ resumes its
+    /// request at the first response still missing.
     pub(crate) fn rewind(&mut self, psn: Psn) {
         let mtu = u64::from(self.mtu);
         let mut idx = self.req.sq.len();
@@ -430,19 +467,11 @@ impl Qp {
                 break;
             }
         }
-        let old_next = self.req.next.min(self.req.sq.len());
-        for j in idx..old_next {
-            let w = &self.req.sq[j];
-            if w.op.is_read_or_atomic() && self.req.inflight_rd_atomic > 0 {
-                self.req.inflight_rd_atomic -= 1;
-            }
-        }
-        if idx < self.req.sq.len() && !self.req.sq[idx].assigned {
-            // Nothing assigned at `psn`: resume with fresh WQEs.
-            self.req.next = idx;
-            self.req.next_offset = 0;
-            return;
-        }
+        debug_assert!(
+            idx == self.req.sq.len() || self.req.sq[idx].assigned || psn == self.req.high,
+            "rewind to {psn:?}, outside the PSNs in use (high {:?})",
+            self.req.high
+        );
         self.req.next = idx;
         self.req.next_offset = offset;
         self.req.psn = psn;
@@ -456,7 +485,7 @@ impl Qp {
         pkt: &PacketRepr<'_>,
         now: Instant,
     ) {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.qp_type != QpType::Rc {
+        if !self.is_active() || self.qp_type != QpType::Rc {
             self.counters.dropped += 1;
             res.counters.dropped += 1;
             return;
@@ -489,30 +518,52 @@ impl Qp {
     }
 
     fn handle_aeth(&mut self, res: &mut Resources, psn: Psn, syn: Syndrome, now: Instant) {
-        if psn.next().is_before(self.req.una) {
-            // Older than anything outstanding: a stale duplicate.
+        if let Syndrome::Ack { credits } = syn {
+            if psn.next().is_before(self.req.una) {
+                // Older than anything outstanding: a stale duplicate.
+                return;
+            }
+            let missing = self.ack_through(res, psn);
+            self.after_ack(res, psn, now);
+            if !self.is_active() {
+                return;
+            }
+            if missing {
+                self.resend_missing_responses();
+            }
+            if self.srq_peer_credits(credits) {
+                self.req.credit_limit =
+                    aeth::credits_from_code(credits).map(|c| self.req.rq_msgs_acked + u64::from(c));
+            }
+            return;
+        }
+        // A NAK for a PSN before `una` comes from before a retransmission
+        // that has since been acknowledged: stale, and acting on it would
+        // rewind into completed work.
+        if psn.is_before(self.req.una) {
+            return;
+        }
+        let before = self.req.una;
+        // A NAK acknowledges every PSN before its own.
+        let missing = self.ack_through(res, psn.sub(1));
+        self.after_ack(res, psn.sub(1), now);
+        if !self.is_active() {
             return;
         }
         match syn {
-            Syndrome::Ack { credits } => {
-                self.complete_through(res, psn, now);
-                if self.srq_peer_credits(credits) {
-                    self.req.credit_limit = aeth::credits_from_code(credits)
-                        .map(|c| self.req.rq_msgs_acked + u64::from(c));
-                }
-            }
+            Syndrome::Ack { .. } => {}
             Syndrome::RnrNak { timer } => {
                 self.counters.rnr_naks_rcvd += 1;
                 res.counters.rnr_naks_rcvd += 1;
-                self.complete_through(res, psn.sub(1), now);
                 if self.req.rnr_retry_left == 0 {
-                    self.fail_at(res, psn, WcStatus::RnrRetryExcErr);
+                    self.fail_head(res, WcStatus::RnrRetryExcErr);
                     return;
                 }
                 if self.req.rnr_retry_left != 7 {
                     self.req.rnr_retry_left -= 1;
                 }
-                self.rewind(psn);
+                let una = self.req.una;
+                self.rewind(una);
                 let wait = Duration::from_micros(aeth::rnr_timer_micros(timer));
                 self.req.rnr_until = Some(now + wait);
                 self.req.ack_deadline = None;
@@ -520,26 +571,35 @@ impl Qp {
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.seq_naks_rcvd += 1;
                 res.counters.seq_naks_rcvd += 1;
-                let before = self.req.una;
-                self.complete_through(res, psn.sub(1), now);
                 if self.req.una == before {
                     if self.req.retry_left == 0 {
-                        self.fail_at(res, psn, WcStatus::RetryExcErr);
+                        self.fail_head(res, WcStatus::RetryExcErr);
                         return;
                     }
                     self.req.retry_left -= 1;
                 }
-                self.rewind(psn);
+                // Go back to the oldest unacknowledged PSN: the NAKed one, or
+                // an earlier READ whose responses are missing.
+                let una = self.req.una;
+                self.rewind(una);
                 self.arm_ack_timer(now);
             }
             Syndrome::Nak(code) => {
-                self.complete_through(res, psn.sub(1), now);
                 let status = match code {
                     NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                     NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                     _ => WcStatus::RemInvReqErr,
                 };
-                self.fail_at(res, psn, status);
+                if missing {
+                    // The responder executed an earlier READ or atomic whose
+                    // responses have not arrived: get them, then fail the
+                    // NAKed WQE.
+                    self.req.pending_nak = Some((psn, status));
+                    self.resend_missing_responses();
+                } else {
+                    // The head holds the NAKed PSN.
+                    self.fail_head(res, status);
+                }
             }
         }
     }
@@ -549,12 +609,43 @@ impl Qp {
         code != aeth::CREDITS_INVALID || self.req.credit_limit.is_some()
     }
 
-    /// Fails the WQE holding `psn` (it must be the head after completions).
-    fn fail_at(&mut self, res: &mut Resources, _psn: Psn, status: WcStatus) {
-        if self.req.sq.is_empty() {
-            self.enter_error(res, true);
-        } else {
-            self.fail_head(res, status);
+    /// The WQE holding a response's PSN, if it was sent.
+    fn wqe_holding(&self, psn: Psn) -> Option<usize> {
+        self.req
+            .sq
+            .iter()
+            .position(|w| w.assigned && psn.in_window(w.first_psn, w.npkts))
+    }
+
+    /// A response for WQE `idx` acknowledges the SEND and WRITE WQEs before it.
+    /// Returns false when an earlier READ or atomic still lacks its responses
+    /// (they are asked for again) or the QP failed: the response is then ignored.
+    fn ack_before(&mut self, res: &mut Resources, idx: usize, now: Instant) -> bool {
+        if idx == 0 {
+            return true;
+        }
+        let before = self.req.sq[idx].first_psn.sub(1);
+        let missing = self.ack_through(res, before);
+        self.after_ack(res, before, now);
+        if !self.is_active() {
+            return false;
+        }
+        if missing {
+            self.resend_missing_responses();
+            return false;
+        }
+        true
+    }
+
+    /// A response that does not fit the WQE it is for (a READ response for a
+    /// WRITE, an atomic ACK for a READ, a response of the wrong size): the
+    /// WQE fails with BAD_RESP_ERR.
+    fn bad_response(&mut self, res: &mut Resources, idx: usize, now: Instant) {
+        if idx > 0 && !self.ack_before(res, idx, now) && !self.is_active() {
+            return;
+        }
+        if self.is_active() {
+            self.fail_head(res, WcStatus::BadRespErr);
         }
     }
 
@@ -563,28 +654,23 @@ impl Qp {
         if psn.is_before(self.req.una) {
             return; // duplicate of something already received
         }
-        // Find the WQE this PSN belongs to; everything before it is implicitly acknowledged.
-        let Some(idx) = self
-            .req
-            .sq
-            .iter()
-            .take(self.req.next.max(1))
-            .position(|w| w.assigned && psn.in_window(w.first_psn, w.npkts))
-        else {
+        let Some(idx) = self.wqe_holding(psn) else {
             return;
         };
         if !matches!(self.req.sq[idx].op, SendOp::Read { .. }) {
-            self.fail_bad_response(res, idx);
+            self.bad_response(res, idx, now);
             return;
         }
-        let w = &self.req.sq[idx];
+        if !self.ack_before(res, idx, now) {
+            return;
+        }
+        // The READ is the head now.
+        let w = &self.req.sq[0];
         let expected = w.first_psn.add(w.read_done);
         if psn != expected {
-            if psn.is_after(expected) && self.req.read_gap != Some(expected) {
-                // A response went missing: ask again from it, once per gap.
-                self.req.read_gap = Some(expected);
-                self.complete_before(res, idx, now, expected);
-                self.rewind(expected);
+            if psn.is_after(expected) {
+                // A response went missing (or is late): ask again from it.
+                self.resend_missing_responses();
             }
             return;
         }
@@ -602,83 +688,43 @@ impl Qp {
         };
         let want_len = remaining.min(mtu) as usize;
         if !pos_ok || pkt.payload.len() != want_len {
-            self.fail_bad_response(res, idx);
+            self.bad_response(res, 0, now);
             return;
         }
         let sges = w.sges.clone();
         if let Err(s) = res.scatter(&sges, self.pd, offset, pkt.payload) {
-            self.complete_before(res, idx, now, psn);
             self.fail_head(res, s);
             return;
         }
-        self.complete_before(res, idx, now, psn);
-        let idx = 0;
-        self.req.sq[idx].read_done += 1;
-        self.req.read_gap = None;
-        self.progress(now, psn.next());
+        self.req.sq[0].read_done += 1;
         if is_last_pkt {
             self.complete_head(res, WcStatus::Success);
-            // More WQEs may already be acknowledged by later ACKs we saw: nothing to do,
-            // the next ACK covers them.
         }
-    }
-
-    /// Completes the WQEs before index `idx`: a response for a later WQE
-    /// acknowledges them implicitly.
-    fn complete_before(&mut self, res: &mut Resources, idx: usize, now: Instant, psn: Psn) {
-        for _ in 0..idx {
-            if let Some(w) = self.req.sq.front() {
-                if consumes_rq(&w.op) {
-                    self.req.rq_msgs_acked += 1;
-                }
-            }
-            self.complete_head(res, WcStatus::Success);
-        }
-        self.progress(now, psn);
-    }
-
-    fn fail_bad_response(&mut self, res: &mut Resources, idx: usize) {
-        for _ in 0..idx {
-            self.complete_head(res, WcStatus::Success);
-        }
-        self.fail_head(res, WcStatus::BadRespErr);
+        self.after_ack(res, psn, now);
     }
 
     fn handle_atomic_ack(&mut self, res: &mut Resources, psn: Psn, orig: u64, now: Instant) {
         if psn.is_before(self.req.una) {
             return;
         }
-        let Some(idx) = self
-            .req
-            .sq
-            .iter()
-            .take(self.req.next.max(1))
-            .position(|w| w.assigned && w.first_psn == psn)
-        else {
+        let Some(idx) = self.wqe_holding(psn) else {
             return;
         };
         if !self.req.sq[idx].op.is_atomic() {
-            self.fail_bad_response(res, idx);
+            self.bad_response(res, idx, now);
             return;
         }
-        // Earlier READs must have finished before this atomic's response.
-        if self
-            .req
-            .sq
-            .iter()
-            .take(idx)
-            .any(|w| w.op.is_read_or_atomic())
-        {
+        if !self.ack_before(res, idx, now) {
             return;
         }
-        let sges = self.req.sq[idx].sges.clone();
-        self.complete_before(res, idx, now, psn);
+        let sges = self.req.sq[0].sges.clone();
         if let Err(s) = res.scatter(&sges, self.pd, 0, &orig.to_ne_bytes()) {
             self.fail_head(res, s);
             return;
         }
-        self.progress(now, psn.next());
+        self.req.sq[0].read_done = 1;
         self.complete_head(res, WcStatus::Success);
+        self.after_ack(res, psn, now);
     }
 
     /// The local ACK timer or the RNR wait expired.
@@ -695,7 +741,7 @@ impl Qp {
         if now < t {
             return;
         }
-        if self.req.una == self.req.psn {
+        if self.req.una == self.req.high {
             self.req.ack_deadline = None;
             return;
         }
@@ -706,6 +752,7 @@ impl Qp {
             return;
         }
         self.req.retry_left -= 1;
+        self.req.read_gap = None;
         let una = self.req.una;
         self.rewind(una);
         self.arm_ack_timer(now);
