@@ -64,6 +64,16 @@ pub(crate) enum RespOut {
 #[derive(Debug, Clone)]
 pub(crate) struct ReadJob {
     pub psn: Psn,
+    /// PSN of the READ request this job answers (the first response's PSN
+    /// when the request was not a re-request from the middle).
+    pub req_psn: Psn,
+    /// PSNs of response packets still to send.
+    pub npkts: u32,
+    /// Answers a READ the requester has not finished yet, and so holds one of
+    /// the `max_dest_rd_atomic` responder resources. A replay for a duplicate
+    /// request whose original job is gone does not: the requester may
+    /// already have everything.
+    pub counted: bool,
     pub rkey: u32,
     pub va: u64,
     pub remaining: u64,

@@ -128,6 +128,11 @@ impl Qp {
                 res.counters.rnr_naks_sent += 1;
                 let t = self.attr.min_rnr_timer;
                 self.queue_nak(psn, Syndrome::RnrNak { timer: t });
+                // The RNR NAK already tells the requester to go back to this
+                // PSN: the packets behind it are dropped silently, like after
+                // a sequence NAK, instead of each drawing a sequence NAK that
+                // would spend the requester's transport retries.
+                self.resp.nak_sent = true;
             }
             Err(Fail::Nak(code)) => {
                 self.counters.error_naks_sent += 1;
@@ -152,12 +157,36 @@ impl Qp {
                         u64::from(reth.dma_len),
                         AccessFlags::REMOTE_READ,
                     ) {
+                        let psn = pkt.bth.psn;
+                        let len = u64::from(reth.dma_len);
+                        let npkts = len.div_ceil(u64::from(self.mtu)).max(1) as u32;
+                        // The requester restarts this READ from `psn`: the
+                        // responses still queued for it are superseded, and the
+                        // new job takes over their resource.
+                        let mut counted = false;
+                        self.resp.out.retain(|o| match o {
+                            RespOut::Read(j)
+                                if {
+                                    // [req_psn, end) overlaps [psn, psn + npkts)
+                                    let end = j.psn.add(j.npkts);
+                                    psn.in_window(j.req_psn, end.distance_from(j.req_psn))
+                                        || j.req_psn.in_window(psn, npkts)
+                                } =>
+                            {
+                                counted |= j.counted;
+                                false
+                            }
+                            _ => true,
+                        });
                         let msn = self.resp.msn;
                         self.resp.out.push_back(RespOut::Read(ReadJob {
-                            psn: pkt.bth.psn,
+                            psn,
+                            req_psn: psn,
+                            npkts,
+                            counted,
                             rkey: reth.rkey,
                             va: reth.va,
-                            remaining: u64::from(reth.dma_len),
+                            remaining: len,
                             first: true,
                             msn,
                         }));
@@ -377,7 +406,7 @@ impl Qp {
                     .resp
                     .out
                     .iter()
-                    .filter(|o| matches!(o, RespOut::Read(_)))
+                    .filter(|o| matches!(o, RespOut::Read(j) if j.counted))
                     .count();
                 if pending >= usize::from(self.attr.max_dest_rd_atomic.max(1)) {
                     return Err(Fail::Nak(NakCode::InvalidRequest));
@@ -387,15 +416,18 @@ impl Qp {
                 }
                 self.resp.msn = self.resp.msn.next();
                 let msn = self.resp.msn;
+                let npkts = len.div_ceil(mtu as u64).max(1) as u32;
                 self.resp.out.push_back(RespOut::Read(ReadJob {
                     psn,
+                    req_psn: psn,
+                    npkts,
+                    counted: true,
                     rkey: reth.rkey,
                     va: reth.va,
                     remaining: len,
                     first: true,
                     msn,
                 }));
-                let npkts = len.div_ceil(mtu as u64).max(1) as u32;
                 self.resp.epsn = psn.add(npkts);
                 return Ok(());
             }
@@ -639,6 +671,7 @@ impl Qp {
                     } else if let Some(RespOut::Read(job)) = self.resp.out.front_mut() {
                         job.first = false;
                         job.psn = job.psn.next();
+                        job.npkts = job.npkts.saturating_sub(1);
                         job.va += seg;
                         job.remaining -= seg;
                     }
