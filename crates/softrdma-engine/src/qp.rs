@@ -226,13 +226,14 @@ impl Qp {
         self.state = QpState::Err;
         self.attr.qp_state = QpState::Err;
         self.flush_sq(res);
-        while let Some(r) = self.rq.pop_front() {
-            let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
-            res.complete(self.recv_cq, wc);
-        }
-        // An in-flight receive WQE was taken off the queue: flush it too.
+        // The receive WQE a partly received SEND holds was taken off the
+        // queue first: it is the oldest, so it is flushed first.
         if let Some(InMsg::Send { wqe, .. }) = self.resp.cur.take() {
             let wc = WorkCompletion::new(wqe.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+            res.complete(self.recv_cq, wc);
+        }
+        while let Some(r) = self.rq.pop_front() {
+            let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
             res.complete(self.recv_cq, wc);
         }
         // Keep only NAKs already queued: they tell the peer why.
