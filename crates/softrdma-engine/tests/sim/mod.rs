@@ -1,0 +1,2192 @@
+//! The deterministic simulation harness.
+//!
+//! One seed decides everything ([`scenario::Scenario`]): two or three engines
+//! on a [`SimNet`] with loss, duplication, corruption, jitter and link cuts;
+//! RC, UC and UD QPs (RC receivers sometimes on an SRQ); and an application
+//! that posts a random mix of SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM,
+//! READ, CMP_AND_SWAP and FETCH_AND_ADD of 0 B to 1 MiB from unaligned,
+//! scattered buffers, signaled or not, fenced or not, and keeps receive
+//! queues topped up (sometimes lazily, to provoke RNR NAKs).
+//!
+//! After every network step the harness polls every CQ and checks:
+//!
+//! * each send WR completes exactly once, in posting order per send queue,
+//!   with the status a correct HCA gives: success, or (RC) a
+//!   RETRY_EXC_ERR that the wire justifies (see [`oracle`]) followed by
+//!   WR_FLUSH_ERR for the rest;
+//! * an RC success was acknowledged on the wire, and the memory it touched
+//!   equals a reference model applied in posting order (READ data, atomic
+//!   original values, WRITE targets);
+//! * RC receives match the peer's receive-consuming messages one for one, in
+//!   order, with the right length, immediate, solicited bit and data, and
+//!   every acknowledged message has been received;
+//! * UC and UD receives carry intact messages that were really sent (UD: to
+//!   this QP with the right Q_Key, from the QP and GID reported, behind a GRH);
+//!   UC WRITE targets hold, byte for byte, either the old or the new data;
+//! * no unexpected asynchronous event; the ICRC catches every corrupted
+//!   packet it covers; nothing is malformed;
+//! * liveness: the work finishes within a virtual-time bound, and a cut path
+//!   fails with RETRY_EXC_ERR within the retry budget.
+
+#![allow(dead_code)]
+
+pub mod alloc;
+pub mod oracle;
+pub mod scenario;
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use softrdma_engine::sim::{node_addr, SimNet, TapStage, Tapped, Verdict};
+use softrdma_engine::*;
+use softrdma_wire::{icrc, NakCode, OpKind, Opcode, PacketRepr, Psn, Syndrome, Transport};
+
+use alloc::Ring;
+use oracle::{OKind, Oracle};
+use scenario::{Mode, Scenario};
+
+/// Local buffer pieces: (offset in a node's L region, length).
+type Pieces = Vec<(u64, u32)>;
+
+pub type Check<T = ()> = std::result::Result<T, String>;
+
+macro_rules! ensure {
+    ($c:expr, $($fmt:tt)*) => {
+        if !$c {
+            return Err(format!($($fmt)*));
+        }
+    };
+}
+
+const QKEY: u32 = 0x0BAD_CAFE;
+const SLOTS: u64 = 8;
+const SLOT_AREA: u64 = SLOTS * 8;
+const UD_MAX: u32 = 4096;
+
+/// Message bytes for message `id`: never zero (so that zero means "old" in
+/// the UC byte check), different for every message.
+pub fn gen_data(id: u64, len: usize) -> Vec<u8> {
+    let mut r = Rng::new(id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD474);
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        for b in r.next_u64().to_le_bytes() {
+            v.push(if b == 0 { 0x5A } else { b });
+        }
+    }
+    v.truncate(len);
+    v
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Send,
+    SendImm,
+    Write,
+    WriteImm,
+    Read,
+    Cas,
+    Faa,
+}
+
+impl Op {
+    fn consumes_rq(self) -> bool {
+        matches!(self, Op::Send | Op::SendImm | Op::WriteImm)
+    }
+    fn writes_remote(self) -> bool {
+        matches!(self, Op::Write | Op::WriteImm)
+    }
+    fn wc_opcode(self) -> WcOpcode {
+        match self {
+            Op::Send | Op::SendImm => WcOpcode::Send,
+            Op::Write | Op::WriteImm => WcOpcode::RdmaWrite,
+            Op::Read => WcOpcode::RdmaRead,
+            Op::Cas => WcOpcode::CompSwap,
+            Op::Faa => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+/// A receive-consuming message, as the receiver must see it.
+#[derive(Debug)]
+struct Msg {
+    id: u64,
+    op: Op,
+    data: Rc<Vec<u8>>,
+    imm: Option<u32>,
+    solicited: bool,
+    /// WRITE_WITH_IMM: offset of the target in the sender's remote area.
+    roff: u64,
+    /// Sender (harness QP index) and its WR.
+    from: usize,
+    wr_id: u64,
+    received: std::cell::Cell<bool>,
+}
+
+#[derive(Debug)]
+enum Expect {
+    None,
+    Data(Rc<Vec<u8>>),
+    Orig(u64),
+}
+
+#[derive(Debug)]
+struct Wr {
+    wr_id: u64,
+    op: Op,
+    len: u64,
+    signaled: bool,
+    /// Local pieces: (offset in the node's L region, length).
+    local: Vec<(u64, u32)>,
+    /// The pieces belong to this WR (a fenced WR may borrow a READ's buffer).
+    owns_local: bool,
+    roff: u64,
+    expect: Expect,
+    msg: Option<Rc<Msg>>,
+    posted_at: Instant,
+}
+
+#[derive(Debug)]
+struct RecvBuf {
+    wr_id: u64,
+    pieces: Vec<(u64, u32)>,
+    /// Owner of the pieces' allocator: a QP index, or None for the node's SRQ area.
+    owner: Option<usize>,
+}
+
+impl RecvBuf {
+    fn cap(&self) -> u64 {
+        self.pieces.iter().map(|p| u64::from(p.1)).sum()
+    }
+}
+
+struct Region {
+    mem: Arc<VecMemory>,
+    keys: MrKeys,
+    base: u64,
+}
+
+impl Region {
+    fn read(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        if len > 0 {
+            self.mem.read(off as usize, &mut v);
+        }
+        v
+    }
+    fn gather(&self, pieces: &[(u64, u32)], len: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(len);
+        for &(o, l) in pieces {
+            if v.len() >= len {
+                break;
+            }
+            let n = (l as usize).min(len - v.len());
+            v.extend(self.read(o, n));
+        }
+        v
+    }
+}
+
+struct SrqH {
+    id: u32,
+    cap: u32,
+    depth: usize,
+    posted: HashMap<u64, RecvBuf>,
+    ring: Ring,
+    l_off: u64,
+}
+
+struct NodeH {
+    pd: u32,
+    scq: u32,
+    rcq: u32,
+    l: Region,
+    r: Region,
+    srq: Option<SrqH>,
+    /// UD address handles by destination node.
+    ahs: Vec<u32>,
+}
+
+struct QpH {
+    node: usize,
+    qpn: u32,
+    qp_type: QpType,
+    conn: Option<usize>,
+    peer: Option<usize>,
+    uses_srq: bool,
+    mtu: u32,
+    timeout: Duration,
+    retry_cnt: u8,
+    max_rnr_wait: Duration,
+    // local buffers
+    l_off: u64,
+    ring: Ring,
+    // requester
+    ops_left: usize,
+    sq: VecDeque<Wr>,
+    next_wr_id: u64,
+    unsignaled_run: usize,
+    errored: Option<(Instant, WcStatus)>,
+    oracle: Option<Oracle>,
+    /// RC/UC: my area in the peer's R region.
+    r_off: u64,
+    r_size: u64,
+    mirror: Vec<u8>,
+    uc_next: u64,
+    uc_writes: Vec<(u64, Rc<Vec<u8>>)>,
+    /// UC/UD messages sent that a receiver may match, by length.
+    sent: HashMap<u64, Vec<Rc<Msg>>>,
+    // responder
+    rq: VecDeque<RecvBuf>,
+    recv_depth: usize,
+    recv_cap: u32,
+    /// RC: messages the peer sent to me, in order, not yet received.
+    incoming: VecDeque<Rc<Msg>>,
+    posted_count: u64,
+    completed: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WireEv {
+    stage: TapStage,
+    now: Instant,
+    from: usize,
+    to: usize,
+    opcode: Opcode,
+    dest_qp: u32,
+    psn: Psn,
+    syndrome: Option<Syndrome>,
+    bad_qkey: bool,
+}
+
+#[derive(Default)]
+struct WireLog {
+    events: Vec<WireEv>,
+    bad_qkey_tx: u64,
+}
+
+/// What one seed did.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub mode: Option<Mode>,
+    pub ops: u64,
+    pub completions: u64,
+    pub recvs: u64,
+    pub excused_retry_exc: u64,
+    pub cut_failures: u64,
+    pub packets: u64,
+    pub corrupted: u64,
+    pub virtual_ms: u64,
+}
+
+pub struct World {
+    sc: Scenario,
+    net: SimNet,
+    rng: Rng,
+    nodes: Vec<NodeH>,
+    qps: Vec<QpH>,
+    by_qpn: HashMap<(usize, u32), usize>,
+    wire: Rc<RefCell<WireLog>>,
+    next_msg: u64,
+    start: Instant,
+    cuts_on: Vec<bool>,
+    cuts_off: Vec<bool>,
+    /// When each cut really took effect (a step may overshoot its start).
+    cut_at: Vec<Option<Instant>>,
+    pending_recv_checks: Vec<Rc<Msg>>,
+    trace: Option<Vec<String>>,
+    summary: Summary,
+    wrong_qkey_sent: u64,
+}
+
+fn npkts(len: u64, mtu: u32) -> u32 {
+    len.div_ceil(u64::from(mtu)).max(1) as u32
+}
+
+impl World {
+    pub fn new(sc: Scenario, trace: bool) -> Check<World> {
+        let mut cfgs = Vec::new();
+        for i in 0..sc.nodes {
+            let mut c = EngineConfig::new(node_addr(i));
+            c.seed = sc.seed.wrapping_mul(31).wrapping_add(i as u64);
+            c.max_inflight = sc.max_inflight;
+            c.ack_req_every = sc.ack_req_every;
+            cfgs.push(c);
+        }
+        let mut net = SimNet::with_configs(cfgs, sc.seed, sc.net);
+        net.set_jitter_fraction(sc.jitter_fraction);
+        let mut w = World {
+            rng: Rng::new(sc.seed ^ 0xA99),
+            net,
+            nodes: Vec::new(),
+            qps: Vec::new(),
+            by_qpn: HashMap::new(),
+            wire: Rc::new(RefCell::new(WireLog::default())),
+            next_msg: 1,
+            start: Instant::ZERO,
+            cuts_on: vec![false; sc.cuts.len()],
+            cuts_off: vec![false; sc.cuts.len()],
+            cut_at: vec![None; sc.cuts.len()],
+            pending_recv_checks: Vec::new(),
+            trace: trace.then(Vec::new),
+            summary: Summary::default(),
+            wrong_qkey_sent: 0,
+            sc,
+        };
+        w.start = w.net.now;
+        w.setup()?;
+        w.install_tap();
+        Ok(w)
+    }
+
+    fn log(&mut self, f: impl FnOnce() -> String) {
+        if let Some(t) = self.trace.as_mut() {
+            let s = f();
+            t.push(format!("[{:>12}ns] {s}", self.net.now.nanos()));
+        }
+    }
+
+    pub fn trace_dump(&self) -> Option<String> {
+        self.trace.as_ref().map(|t| t.join("\n"))
+    }
+
+    fn setup(&mut self) -> Check {
+        let sc = self.sc.clone();
+        let local_area: u64 = if sc.large { 6 << 20 } else { 1 << 20 };
+        let remote_area: u64 = if sc.large {
+            (2 << 20) + SLOT_AREA
+        } else {
+            256 << 10
+        };
+        // Plan QPs: (node, type, conn, is_a)
+        struct Plan {
+            node: usize,
+            t: QpType,
+            conn: Option<usize>,
+            a_side: bool,
+        }
+        let mut plan = Vec::new();
+        for (ci, c) in sc.conns.iter().enumerate() {
+            plan.push(Plan {
+                node: c.a,
+                t: c.qp_type,
+                conn: Some(ci),
+                a_side: true,
+            });
+            plan.push(Plan {
+                node: c.b,
+                t: c.qp_type,
+                conn: Some(ci),
+                a_side: false,
+            });
+        }
+        if sc.ud {
+            for n in 0..sc.nodes {
+                plan.push(Plan {
+                    node: n,
+                    t: QpType::Ud,
+                    conn: None,
+                    a_side: true,
+                });
+            }
+        }
+        // Region sizes.
+        let mut l_size = vec![0u64; sc.nodes];
+        let mut r_size = vec![0u64; sc.nodes];
+        for p in &plan {
+            l_size[p.node] += local_area;
+            if let Some(ci) = p.conn {
+                let c = &sc.conns[ci];
+                let peer = if p.a_side { c.b } else { c.a };
+                r_size[peer] += remote_area;
+            }
+        }
+        let srq_area = (sc.srq_cap as u64 + 64) * (sc.srq_depth as u64 + 1) + 4096;
+        for n in 0..sc.nodes {
+            l_size[n] += srq_area;
+            r_size[n] += 64;
+        }
+        for n in 0..sc.nodes {
+            let e = &mut self.net.nodes[n];
+            let pd = e.alloc_pd();
+            let scq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
+            let rcq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
+            let lmem = Arc::new(VecMemory::new(l_size[n] as usize));
+            let rmem = Arc::new(VecMemory::new(r_size[n] as usize));
+            // Unaligned local base; remote base 8-aligned for atomics.
+            let lbase = 0x1000_0000_0000 * (n as u64 + 1) + 0x123;
+            let rbase = 0x2000_0000_0000 * (n as u64 + 1) + 0x1000;
+            let lkeys = e
+                .reg_mr(pd, lbase, AccessFlags::LOCAL_WRITE, lmem.clone())
+                .map_err(|e| e.to_string())?;
+            let rkeys = e
+                .reg_mr(
+                    pd,
+                    rbase,
+                    AccessFlags::LOCAL_WRITE
+                        | AccessFlags::REMOTE_WRITE
+                        | AccessFlags::REMOTE_READ
+                        | AccessFlags::REMOTE_ATOMIC,
+                    rmem.clone(),
+                )
+                .map_err(|e| e.to_string())?;
+            let uses_srq = sc.conns.iter().any(|c| c.srq_b && c.b == n);
+            let srq = if uses_srq {
+                let id = e
+                    .create_srq(
+                        pd,
+                        SrqInit {
+                            max_wr: 1024,
+                            max_sge: 8,
+                            limit: 0,
+                        },
+                    )
+                    .map_err(|e| e.to_string())?;
+                Some(SrqH {
+                    id,
+                    cap: sc.srq_cap,
+                    depth: sc.srq_depth,
+                    posted: HashMap::new(),
+                    ring: Ring::new(srq_area),
+                    l_off: l_size[n] - srq_area,
+                })
+            } else {
+                None
+            };
+            let mut ahs = Vec::new();
+            if sc.ud {
+                for m in 0..sc.nodes {
+                    ahs.push(
+                        e.create_ah(pd, av_for(m))
+                            .map_err(|e| format!("create_ah: {e}"))?,
+                    );
+                }
+            }
+            self.nodes.push(NodeH {
+                pd,
+                scq,
+                rcq,
+                l: Region {
+                    mem: lmem,
+                    keys: lkeys,
+                    base: lbase,
+                },
+                r: Region {
+                    mem: rmem,
+                    keys: rkeys,
+                    base: rbase,
+                },
+                srq,
+                ahs,
+            });
+        }
+        // Create QPs.
+        let mut l_used = vec![0u64; sc.nodes];
+        let mut r_used = vec![64u64; sc.nodes];
+        let n_requesters = plan
+            .iter()
+            .filter(|p| match p.conn {
+                Some(ci) => p.a_side || sc.conns[ci].both_ways,
+                None => true,
+            })
+            .count()
+            .max(1);
+        for p in &plan {
+            let node = p.node;
+            let c = p.conn.map(|ci| sc.conns[ci].clone());
+            let uses_srq = c.as_ref().is_some_and(|c| c.srq_b && !p.a_side);
+            let n = &self.nodes[node];
+            let init = QpInit {
+                pd: n.pd,
+                qp_type: p.t,
+                send_cq: n.scq,
+                recv_cq: n.rcq,
+                srq: if uses_srq {
+                    n.srq.as_ref().map(|s| s.id)
+                } else {
+                    None
+                },
+                cap: QpCap {
+                    max_send_wr: 1024,
+                    max_recv_wr: 1024,
+                    max_send_sge: 8,
+                    max_recv_sge: 8,
+                    max_inline_data: 64,
+                },
+                sq_sig_all: false,
+            };
+            let qpn = self.net.nodes[node]
+                .create_qp(init)
+                .map_err(|e| format!("create_qp: {e}"))?;
+            let l_off = l_used[node];
+            l_used[node] += local_area;
+            let (r_off, peer_node) = match &c {
+                Some(c) => {
+                    let peer = if p.a_side { c.b } else { c.a };
+                    let o = r_used[peer];
+                    r_used[peer] += remote_area;
+                    (o, Some(peer))
+                }
+                None => (0, None),
+            };
+            let _ = peer_node;
+            let requester = match &c {
+                Some(c) => p.a_side || c.both_ways,
+                None => true,
+            };
+            let (mtu, timeout, retry_cnt, rnr) = match &c {
+                Some(c) => (
+                    c.mtu.bytes(),
+                    local_ack_timeout(c.timeout).unwrap(),
+                    c.retry_cnt,
+                    Duration::from_micros(softrdma_wire::aeth::rnr_timer_micros(c.min_rnr_timer)),
+                ),
+                None => (UD_MAX, Duration::ZERO, 0, Duration::ZERO),
+            };
+            let (recv_depth, recv_cap) = match &c {
+                Some(c) => {
+                    let cap = c.send_max + 63;
+                    let fit = (local_area / 2 / u64::from(cap)).max(1) as usize;
+                    (c.recv_depth.min(fit), cap)
+                }
+                None => (self.sc.ud_recv_depth, UD_MAX + GRH_LEN as u32 + 16),
+            };
+            let idx = self.qps.len();
+            self.by_qpn.insert((node, qpn), idx);
+            self.qps.push(QpH {
+                node,
+                qpn,
+                qp_type: p.t,
+                conn: p.conn,
+                peer: None,
+                uses_srq,
+                mtu,
+                timeout,
+                retry_cnt,
+                max_rnr_wait: rnr,
+                l_off,
+                ring: Ring::new(local_area),
+                ops_left: if requester {
+                    (sc.ops / n_requesters).max(4)
+                } else {
+                    0
+                },
+                sq: VecDeque::new(),
+                next_wr_id: (idx as u64) << 40 | 1,
+                unsignaled_run: 0,
+                errored: None,
+                oracle: None,
+                r_off,
+                r_size: if c.is_some() { remote_area } else { 0 },
+                mirror: if c.as_ref().is_some_and(|c| c.qp_type == QpType::Rc) {
+                    vec![0u8; remote_area as usize]
+                } else {
+                    Vec::new()
+                },
+                uc_next: SLOT_AREA,
+                uc_writes: Vec::new(),
+                sent: HashMap::new(),
+                rq: VecDeque::new(),
+                recv_depth,
+                recv_cap,
+                incoming: VecDeque::new(),
+                posted_count: 0,
+                completed: 0,
+            });
+        }
+        // Pair up connected QPs and bring them up.
+        for ci in 0..sc.conns.len() {
+            let a = 2 * ci;
+            let b = 2 * ci + 1;
+            self.qps[a].peer = Some(b);
+            self.qps[b].peer = Some(a);
+        }
+        let now = self.net.now;
+        for i in 0..self.qps.len() {
+            self.bring_up(i)?;
+            if self.qps[i].qp_type == QpType::Rc {
+                let c = &sc.conns[self.qps[i].conn.unwrap()];
+                let psn = if i % 2 == 0 { c.psn_a } else { c.psn_b };
+                self.qps[i].oracle = Some(Oracle::new(Psn::new(psn), now));
+            }
+        }
+        Ok(())
+    }
+
+    fn bring_up(&mut self, i: usize) -> Check {
+        let now = self.net.now;
+        let q = &self.qps[i];
+        let (node, qpn, t) = (q.node, q.qpn, q.qp_type);
+        let e = &mut self.net.nodes[node];
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qp_access_flags: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            qkey: QKEY,
+            ..Default::default()
+        };
+        let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
+        let m = if t == QpType::Ud {
+            m | AttrMask::QKEY
+        } else {
+            m | AttrMask::ACCESS_FLAGS
+        };
+        e.modify_qp(now, qpn, &a, m).map_err(|e| e.to_string())?;
+        let Some(ci) = q.conn else {
+            a.qp_state = QpState::Rtr;
+            e.modify_qp(now, qpn, &a, AttrMask::STATE)
+                .map_err(|e| e.to_string())?;
+            a.qp_state = QpState::Rts;
+            a.sq_psn = Psn::new(self.sc.seed as u32 & 0xFF_FFFF);
+            return e
+                .modify_qp(now, qpn, &a, AttrMask::STATE | AttrMask::SQ_PSN)
+                .map_err(|e| e.to_string());
+        };
+        let c = &self.sc.conns[ci];
+        let peer = &self.qps[q.peer.unwrap()];
+        let is_a = i.is_multiple_of(2);
+        let (my_psn, their_psn) = if is_a {
+            (c.psn_a, c.psn_b)
+        } else {
+            (c.psn_b, c.psn_a)
+        };
+        a.qp_state = QpState::Rtr;
+        a.ah_attr = av_for(peer.node);
+        a.path_mtu = c.mtu;
+        a.dest_qp_num = peer.qpn;
+        a.rq_psn = Psn::new(their_psn);
+        let mut m = AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN;
+        if t == QpType::Rc {
+            a.max_dest_rd_atomic = c.rd_atomic;
+            a.min_rnr_timer = c.min_rnr_timer;
+            m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
+        }
+        e.modify_qp(now, qpn, &a, m).map_err(|e| e.to_string())?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = Psn::new(my_psn);
+        let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
+        if t == QpType::Rc {
+            a.timeout = c.timeout;
+            a.retry_cnt = c.retry_cnt;
+            a.rnr_retry = c.rnr_retry;
+            a.max_rd_atomic = c.rd_atomic;
+            m = m
+                | AttrMask::TIMEOUT
+                | AttrMask::RETRY_CNT
+                | AttrMask::RNR_RETRY
+                | AttrMask::MAX_QP_RD_ATOMIC;
+        }
+        e.modify_qp(now, qpn, &a, m).map_err(|e| e.to_string())
+    }
+
+    fn install_tap(&mut self) {
+        let log = self.wire.clone();
+        self.net.set_tap(Some(Box::new(move |t: &Tapped<'_>| {
+            if t.stage == TapStage::Deliver
+                && t.corrupted
+                && icrc::verify(&t.endpoints, t.data).is_err()
+            {
+                return Verdict::Pass;
+            }
+            let Ok(p) = PacketRepr::parse(t.data) else {
+                return Verdict::Pass;
+            };
+            let info = p.bth.opcode.info();
+            let bad_qkey = p.headers.deth().is_some_and(|d| d.qkey != QKEY);
+            let mut l = log.borrow_mut();
+            if bad_qkey && t.stage == TapStage::Transmit {
+                l.bad_qkey_tx += 1;
+            }
+            if info.transport == Transport::Rc {
+                l.events.push(WireEv {
+                    stage: t.stage,
+                    now: t.now,
+                    from: t.from,
+                    to: t.to,
+                    opcode: p.bth.opcode,
+                    dest_qp: p.bth.dest_qp,
+                    psn: p.bth.psn,
+                    syndrome: p.headers.aeth().map(|a| a.syndrome),
+                    bad_qkey,
+                });
+            }
+            Verdict::Pass
+        })));
+    }
+
+    // ----- the wire oracle -----
+
+    fn process_wire(&mut self) -> Check {
+        let evs = std::mem::take(&mut self.wire.borrow_mut().events);
+        for ev in evs {
+            let info = ev.opcode.info();
+            if let Some(tr) = self.trace.as_mut() {
+                let t = format!(
+                    "wire {:?} {}->{} {} qp {:#x} psn {} {:?}",
+                    ev.stage,
+                    ev.from,
+                    ev.to,
+                    ev.opcode.name(),
+                    ev.dest_qp,
+                    ev.psn.value(),
+                    ev.syndrome
+                );
+                tr.push(format!("[{:>12}ns] {t}", ev.now.nanos()));
+            }
+            match ev.stage {
+                TapStage::Transmit if info.is_request => {
+                    // A request from the peer of the QP it is addressed to.
+                    let Some(&r) = self.by_qpn.get(&(ev.to, ev.dest_qp)) else {
+                        continue;
+                    };
+                    let Some(q) = self.qps[r].peer else { continue };
+                    if let Some(o) = self.qps[q].oracle.as_mut() {
+                        o.on_transmit();
+                    }
+                }
+                TapStage::Deliver if !info.is_request => {
+                    let Some(&q) = self.by_qpn.get(&(ev.to, ev.dest_qp)) else {
+                        continue;
+                    };
+                    let Some(o) = self.qps[q].oracle.as_mut() else {
+                        continue;
+                    };
+                    match info.kind {
+                        OpKind::ReadResponse => o.on_read_response(ev.psn, ev.now),
+                        OpKind::Ack | OpKind::AtomicAck => match ev.syndrome {
+                            Some(Syndrome::Ack { .. }) if info.kind == OpKind::AtomicAck => {
+                                o.on_atomic_ack(ev.psn, ev.now)
+                            }
+                            Some(Syndrome::Ack { .. }) => o.on_ack(ev.psn, ev.now),
+                            Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
+                                o.on_nak(ev.psn, true, ev.now)
+                            }
+                            Some(_) => o.on_nak(ev.psn, false, ev.now),
+                            None => {}
+                        },
+                        _ => {}
+                    }
+                    if let Some(b) = o.bogus.take() {
+                        return Err(format!("QP {q}: {b}"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    // ----- posting -----
+
+    fn split(&mut self, len: u64) -> Vec<u32> {
+        let k = 1 + self.rng.below(4.min(len + 1)) as usize;
+        let mut cuts: Vec<u64> = (0..k - 1).map(|_| self.rng.below(len + 1)).collect();
+        cuts.sort_unstable();
+        let mut out = Vec::new();
+        let mut prev = 0;
+        for c in cuts {
+            out.push((c - prev) as u32);
+            prev = c;
+        }
+        out.push((len - prev) as u32);
+        out
+    }
+
+    /// Allocates pieces of `len` bytes in QP `qi`'s local area, returning
+    /// offsets in the node's L region.
+    fn alloc_local(&mut self, qi: usize, len: u64, single: bool) -> Option<Vec<(u64, u32)>> {
+        let parts = if single {
+            vec![len as u32]
+        } else {
+            self.split(len)
+        };
+        let mut got = Vec::new();
+        for p in parts {
+            match self.qps[qi].ring.alloc(u64::from(p), &mut self.rng) {
+                Some(o) => got.push((o, p)),
+                None => {
+                    for (o, l) in got {
+                        self.qps[qi].ring.free(o, u64::from(l));
+                    }
+                    return None;
+                }
+            }
+        }
+        let base = self.qps[qi].l_off;
+        Some(got.into_iter().map(|(o, l)| (base + o, l)).collect())
+    }
+
+    fn free_local(&mut self, qi: usize, pieces: &[(u64, u32)]) {
+        let base = self.qps[qi].l_off;
+        for &(o, l) in pieces {
+            self.qps[qi].ring.free(o - base, u64::from(l));
+        }
+    }
+
+    fn sges(&self, node: usize, pieces: &[(u64, u32)]) -> Vec<Sge> {
+        let l = &self.nodes[node].l;
+        pieces
+            .iter()
+            .map(|&(o, len)| Sge {
+                addr: l.base + o,
+                length: len,
+                lkey: l.keys.lkey,
+            })
+            .collect()
+    }
+
+    fn fill(&self, node: usize, pieces: &[(u64, u32)], data: &[u8]) {
+        let mut at = 0usize;
+        for &(o, l) in pieces {
+            let l = l as usize;
+            self.nodes[node]
+                .l
+                .mem
+                .fill_from(o as usize, &data[at..at + l]);
+            at += l;
+        }
+    }
+
+    fn pick_len(&mut self, mtu: u32, max: u64) -> u64 {
+        let big = if self.sc.large { 1 << 20 } else { 128 << 10 };
+        let l = match self.rng.below(100) {
+            0..=19 => self.rng.below(17),
+            20..=64 => 1 + self.rng.below(3 * u64::from(mtu)),
+            65..=89 => self.rng.below(32 << 10),
+            _ => self.rng.below(big + 1),
+        };
+        l.min(max)
+    }
+
+    fn post_some(&mut self, qi: usize) -> Check<bool> {
+        let q = &self.qps[qi];
+        if q.ops_left == 0 || q.sq.len() >= self.sc.max_outstanding {
+            return Ok(false);
+        }
+        match q.qp_type {
+            QpType::Rc | QpType::Uc => self.post_connected(qi),
+            QpType::Ud => self.post_ud(qi),
+        }
+    }
+
+    fn signaled(&mut self, qi: usize) -> bool {
+        let q = &self.qps[qi];
+        // The application only learns that unsignaled WRs finished from a
+        // later signaled one: signal the last WR, and the one that fills the
+        // outstanding limit.
+        let s = q.ops_left == 1
+            || q.unsignaled_run >= 7
+            || q.sq.len() + 1 >= self.sc.max_outstanding
+            || !self.rng.chance(self.sc.unsignaled_p);
+        let q = &mut self.qps[qi];
+        if s {
+            q.unsignaled_run = 0;
+        } else {
+            q.unsignaled_run += 1;
+        }
+        s
+    }
+
+    fn post_connected(&mut self, qi: usize) -> Check<bool> {
+        let rc = self.qps[qi].qp_type == QpType::Rc;
+        let ci = self.qps[qi].conn.unwrap();
+        let send_max = u64::from(self.sc.conns[ci].send_max);
+        let mtu = self.qps[qi].mtu;
+        let r_size = self.qps[qi].r_size;
+        let op = loop {
+            let op = match self.rng.below(100) {
+                0..=19 => Op::Send,
+                20..=29 => Op::SendImm,
+                30..=49 => Op::Write,
+                50..=59 => Op::WriteImm,
+                60..=84 => Op::Read,
+                85..=92 => Op::Cas,
+                _ => Op::Faa,
+            };
+            if rc || matches!(op, Op::Send | Op::SendImm | Op::Write | Op::WriteImm) {
+                break op;
+            }
+        };
+        let mut len = match op {
+            Op::Cas | Op::Faa => 8,
+            Op::Send | Op::SendImm => self.pick_len(mtu, send_max),
+            _ => self.pick_len(mtu, r_size - SLOT_AREA),
+        };
+        let mut op = op;
+        if !rc && op.writes_remote() {
+            let q = &self.qps[qi];
+            if q.uc_next + len + 8 > q.r_size {
+                op = Op::Send;
+                len = len.min(send_max);
+            }
+        }
+        let id = self.next_msg;
+        self.next_msg += 1;
+        let mut flags = SendFlags(0);
+        // Fenced WR that sends what an outstanding READ brings in.
+        let mut borrowed: Option<(Pieces, Rc<Vec<u8>>)> = None;
+        if rc && self.rng.chance(self.sc.fence_p) {
+            flags = flags | SendFlags::FENCE;
+            if matches!(op, Op::Send | Op::SendImm | Op::Write | Op::WriteImm) {
+                let limit = if op.consumes_rq() && op != Op::WriteImm {
+                    send_max
+                } else {
+                    r_size - SLOT_AREA
+                };
+                if let Some(rw) = self.qps[qi]
+                    .sq
+                    .iter_mut()
+                    .rev()
+                    .find(|w| w.op == Op::Read && w.owns_local && w.len > 0 && w.len <= limit)
+                {
+                    rw.owns_local = false;
+                    if let Expect::Data(d) = &rw.expect {
+                        borrowed = Some((rw.local.clone(), d.clone()));
+                        len = rw.len;
+                    }
+                }
+            }
+        }
+        let (local, data, owns) = match borrowed {
+            Some((l, d)) => (l, d, true),
+            None => {
+                let Some(l) = self.alloc_local(qi, len, matches!(op, Op::Cas | Op::Faa)) else {
+                    return Ok(false);
+                };
+                let d = if matches!(op, Op::Read | Op::Cas | Op::Faa) {
+                    Rc::new(Vec::new())
+                } else {
+                    let d = gen_data(id, len as usize);
+                    self.fill(self.qps[qi].node, &l, &d);
+                    Rc::new(d)
+                };
+                (l, d, true)
+            }
+        };
+        let signaled = self.signaled(qi);
+        if signaled {
+            flags = flags | SendFlags::SIGNALED;
+        }
+        let solicited = op.consumes_rq() && self.rng.chance(0.3);
+        if solicited {
+            flags = flags | SendFlags::SOLICITED;
+        }
+        let node = self.qps[qi].node;
+        let peer = self.qps[qi].peer.unwrap();
+        let peer_node = self.qps[peer].node;
+        let r = &self.nodes[peer_node].r;
+        let (rbase, rkey) = (r.base + self.qps[qi].r_off, r.keys.rkey);
+        let imm = (op == Op::SendImm || op == Op::WriteImm).then_some(id as u32);
+        let q = &mut self.qps[qi];
+        let roff = match op {
+            Op::Cas | Op::Faa => 8 * self.rng.below(SLOTS),
+            Op::Write | Op::WriteImm | Op::Read if rc => {
+                SLOT_AREA + self.rng.below(q.r_size - SLOT_AREA - len + 1)
+            }
+            Op::Write | Op::WriteImm => {
+                let o = q.uc_next + self.rng.below(8);
+                q.uc_next = o + len;
+                o
+            }
+            _ => 0,
+        };
+        // Without a fence, a WRITE may overtake an earlier READ of the same
+        // bytes at the responder (IBTA ordering rules; a READ may also be
+        // re-executed after a retry): fence a WRITE onto bytes an outstanding
+        // READ is reading.
+        if rc
+            && op.writes_remote()
+            && q.sq
+                .iter()
+                .any(|w| w.op == Op::Read && w.roff < roff + len && roff < w.roff + w.len)
+        {
+            flags = flags | SendFlags::FENCE;
+        }
+        let mut expect = Expect::None;
+        let sop = match op {
+            Op::Send => SendOp::Send,
+            Op::SendImm => SendOp::SendWithImm { imm: imm.unwrap() },
+            Op::Write => SendOp::Write {
+                remote_addr: rbase + roff,
+                rkey,
+            },
+            Op::WriteImm => SendOp::WriteWithImm {
+                remote_addr: rbase + roff,
+                rkey,
+                imm: imm.unwrap(),
+            },
+            Op::Read => {
+                expect = Expect::Data(Rc::new(
+                    q.mirror[roff as usize..(roff + len) as usize].to_vec(),
+                ));
+                SendOp::Read {
+                    remote_addr: rbase + roff,
+                    rkey,
+                }
+            }
+            Op::Cas => {
+                let o = roff as usize;
+                let cur = u64::from_ne_bytes(q.mirror[o..o + 8].try_into().unwrap());
+                let compare = if self.rng.chance(0.5) {
+                    cur
+                } else {
+                    self.rng.next_u64()
+                };
+                let swap = self.rng.next_u64();
+                if cur == compare {
+                    q.mirror[o..o + 8].copy_from_slice(&swap.to_ne_bytes());
+                }
+                expect = Expect::Orig(cur);
+                SendOp::CompareSwap {
+                    remote_addr: rbase + roff,
+                    rkey,
+                    compare,
+                    swap,
+                }
+            }
+            Op::Faa => {
+                let o = roff as usize;
+                let cur = u64::from_ne_bytes(q.mirror[o..o + 8].try_into().unwrap());
+                let add = self.rng.next_u64() >> self.rng.below(64);
+                q.mirror[o..o + 8].copy_from_slice(&cur.wrapping_add(add).to_ne_bytes());
+                expect = Expect::Orig(cur);
+                SendOp::FetchAdd {
+                    remote_addr: rbase + roff,
+                    rkey,
+                    add,
+                }
+            }
+        };
+        if rc && op.writes_remote() {
+            q.mirror[roff as usize..(roff + len) as usize].copy_from_slice(&data);
+        }
+        if !rc && op.writes_remote() {
+            q.uc_writes.push((roff, data.clone()));
+        }
+        let wr_id = q.next_wr_id;
+        q.next_wr_id += 1;
+        let msg = op.consumes_rq().then(|| {
+            Rc::new(Msg {
+                id,
+                op,
+                data: data.clone(),
+                imm,
+                solicited,
+                roff,
+                from: qi,
+                wr_id,
+                received: std::cell::Cell::new(false),
+            })
+        });
+        if let Some(m) = &msg {
+            if rc {
+                self.qps[peer].incoming.push_back(m.clone());
+            } else {
+                self.qps[qi]
+                    .sent
+                    .entry(m.data.len() as u64)
+                    .or_default()
+                    .push(m.clone());
+            }
+        }
+        let now = self.net.now;
+        if rc {
+            let kind = match op {
+                Op::Read => OKind::Read,
+                Op::Cas | Op::Faa => OKind::Atomic,
+                _ => OKind::Msg,
+            };
+            let n = if kind == OKind::Atomic {
+                1
+            } else {
+                npkts(len, mtu)
+            };
+            if let Some(o) = self.qps[qi].oracle.as_mut() {
+                o.push(wr_id, kind, n);
+            }
+        }
+        let sg_list = self.sges(node, &local);
+        let wr = SendWr {
+            wr_id,
+            op: sop,
+            sg_list,
+            flags,
+            ud: None,
+        };
+        let q = &mut self.qps[qi];
+        q.sq.push_back(Wr {
+            wr_id,
+            op,
+            len,
+            signaled,
+            local,
+            owns_local: owns,
+            roff,
+            expect,
+            msg,
+            posted_at: now,
+        });
+        q.ops_left -= 1;
+        q.posted_count += 1;
+        self.summary.ops += 1;
+        let qpn = self.qps[qi].qpn;
+        self.log(|| format!("post q{qi} wr {wr_id:#x} {op:?} len {len} roff {roff} {flags:?}"));
+        self.net.nodes[node]
+            .post_send(now, qpn, &wr)
+            .map_err(|e| format!("q{qi}: post_send {op:?} failed: {e}"))?;
+        Ok(true)
+    }
+
+    fn ud_qps(&self) -> Vec<usize> {
+        (0..self.qps.len())
+            .filter(|&i| self.qps[i].qp_type == QpType::Ud)
+            .collect()
+    }
+
+    fn post_ud(&mut self, qi: usize) -> Check<bool> {
+        let uds = self.ud_qps();
+        let dst = uds[self.rng.below(uds.len() as u64) as usize];
+        let len = self.pick_len(UD_MAX, u64::from(UD_MAX));
+        let Some(local) = self.alloc_local(qi, len, false) else {
+            return Ok(false);
+        };
+        let id = self.next_msg;
+        self.next_msg += 1;
+        let node = self.qps[qi].node;
+        let data = Rc::new(gen_data(id, len as usize));
+        self.fill(node, &local, &data);
+        let op = if self.rng.chance(0.4) {
+            Op::SendImm
+        } else {
+            Op::Send
+        };
+        let imm = (op == Op::SendImm).then_some(id as u32);
+        let wrong = self.rng.chance(0.05);
+        let qkey = if wrong {
+            QKEY ^ 0x10
+        } else if self.rng.chance(0.3) {
+            0x8000_0000
+        } else {
+            QKEY
+        };
+        let signaled = self.signaled(qi);
+        let solicited = self.rng.chance(0.3);
+        let mut flags = SendFlags(0);
+        if signaled {
+            flags = flags | SendFlags::SIGNALED;
+        }
+        if solicited {
+            flags = flags | SendFlags::SOLICITED;
+        }
+        let dnode = self.qps[dst].node;
+        let wr_id = self.qps[qi].next_wr_id;
+        self.qps[qi].next_wr_id += 1;
+        let msg = Rc::new(Msg {
+            id,
+            op,
+            data: data.clone(),
+            imm,
+            solicited,
+            roff: dst as u64,
+            from: qi,
+            wr_id,
+            received: std::cell::Cell::new(false),
+        });
+        if wrong {
+            self.wrong_qkey_sent += 1;
+        } else {
+            self.qps[qi].sent.entry(len).or_default().push(msg.clone());
+        }
+        let wr = SendWr {
+            wr_id,
+            op: match imm {
+                Some(imm) => SendOp::SendWithImm { imm },
+                None => SendOp::Send,
+            },
+            sg_list: self.sges(node, &local),
+            flags,
+            ud: Some(UdDest {
+                ah: self.nodes[node].ahs[dnode],
+                remote_qpn: self.qps[dst].qpn,
+                remote_qkey: qkey,
+            }),
+        };
+        let now = self.net.now;
+        let q = &mut self.qps[qi];
+        q.sq.push_back(Wr {
+            wr_id,
+            op,
+            len,
+            signaled,
+            local,
+            owns_local: true,
+            roff: 0,
+            expect: Expect::None,
+            msg: None,
+            posted_at: now,
+        });
+        q.ops_left -= 1;
+        q.posted_count += 1;
+        self.summary.ops += 1;
+        let qpn = q.qpn;
+        self.log(|| {
+            format!("post q{qi} UD wr {wr_id:#x} {op:?} len {len} -> q{dst} qkey {qkey:#x}")
+        });
+        self.net.nodes[node]
+            .post_send(now, qpn, &wr)
+            .map_err(|e| format!("q{qi}: UD post_send failed: {e}"))?;
+        Ok(true)
+    }
+
+    fn post_recvs(&mut self) -> Check<bool> {
+        let mut did = false;
+        for qi in 0..self.qps.len() {
+            let q = &self.qps[qi];
+            if q.uses_srq || q.errored.is_some() || q.rq.len() >= q.recv_depth {
+                continue;
+            }
+            if q.qp_type != QpType::Ud && q.conn.is_none() {
+                continue;
+            }
+            if !self.rng.chance(self.sc.repost_p) {
+                continue;
+            }
+            while self.qps[qi].rq.len() < self.qps[qi].recv_depth {
+                let cap = u64::from(self.qps[qi].recv_cap) - self.rng.below(16);
+                let Some(pieces) = self.alloc_local(qi, cap, false) else {
+                    break;
+                };
+                let wr_id = self.qps[qi].next_wr_id;
+                self.qps[qi].next_wr_id += 1;
+                let node = self.qps[qi].node;
+                let wr = RecvWr {
+                    wr_id,
+                    sg_list: self.sges(node, &pieces),
+                };
+                let qpn = self.qps[qi].qpn;
+                self.net.nodes[node]
+                    .post_recv(qpn, &wr)
+                    .map_err(|e| format!("q{qi}: post_recv failed: {e}"))?;
+                self.qps[qi].rq.push_back(RecvBuf {
+                    wr_id,
+                    pieces,
+                    owner: Some(qi),
+                });
+                did = true;
+            }
+        }
+        for n in 0..self.nodes.len() {
+            let Some(s) = self.nodes[n].srq.as_ref() else {
+                continue;
+            };
+            if s.posted.len() >= s.depth || !self.rng.chance(self.sc.repost_p) {
+                continue;
+            }
+            loop {
+                let s = self.nodes[n].srq.as_ref().unwrap();
+                if s.posted.len() >= s.depth {
+                    break;
+                }
+                let cap = u64::from(s.cap) + self.rng.below(64);
+                let parts = self.split(cap);
+                let mut pieces = Vec::new();
+                let mut ok = true;
+                for p in parts {
+                    let s = self.nodes[n].srq.as_mut().unwrap();
+                    match s.ring.alloc(u64::from(p), &mut self.rng) {
+                        Some(o) => pieces.push((s.l_off + o, p)),
+                        None => {
+                            ok = false;
+                            break;
+                        }
+                    }
+                }
+                let s = self.nodes[n].srq.as_mut().unwrap();
+                if !ok {
+                    for &(o, l) in &pieces {
+                        s.ring.free(o - s.l_off, u64::from(l));
+                    }
+                    break;
+                }
+                let wr_id = (0xFFu64 << 40) | (n as u64) << 32 | self.next_msg;
+                self.next_msg += 1;
+                let wr = RecvWr {
+                    wr_id,
+                    sg_list: self.sges(n, &pieces),
+                };
+                let id = self.nodes[n].srq.as_ref().unwrap().id;
+                self.net.nodes[n]
+                    .post_srq_recv(id, &wr)
+                    .map_err(|e| format!("node {n}: post_srq_recv failed: {e}"))?;
+                self.nodes[n].srq.as_mut().unwrap().posted.insert(
+                    wr_id,
+                    RecvBuf {
+                        wr_id,
+                        pieces,
+                        owner: None,
+                    },
+                );
+                did = true;
+            }
+        }
+        Ok(did)
+    }
+
+    fn free_recv(&mut self, node: usize, b: &RecvBuf) {
+        match b.owner {
+            Some(qi) => self.free_local(qi, &b.pieces),
+            None => {
+                let s = self.nodes[node].srq.as_mut().unwrap();
+                for &(o, l) in &b.pieces {
+                    s.ring.free(o - s.l_off, u64::from(l));
+                }
+            }
+        }
+    }
+
+    // ----- checking completions -----
+
+    /// Bytes of `qi`'s remote area `[roff, roff+len)` equal the model, except
+    /// where a WR posted after position `pos` of its send queue and still
+    /// outstanding writes.
+    fn check_remote(&self, qi: usize, roff: u64, len: u64, pos: usize, what: &str) -> Check {
+        if len == 0 {
+            return Ok(());
+        }
+        let q = &self.qps[qi];
+        let peer_node = self.qps[q.peer.unwrap()].node;
+        let actual = self.nodes[peer_node].r.read(q.r_off + roff, len as usize);
+        let mut excluded: Vec<(u64, u64)> =
+            q.sq.iter()
+                .skip(pos + 1)
+                .filter(|w| w.op.writes_remote())
+                .map(|w| (w.roff, w.roff + w.len))
+                .collect();
+        excluded.sort_unstable();
+        for i in 0..len {
+            let a = roff + i;
+            if excluded.iter().any(|&(s, e)| a >= s && a < e) {
+                continue;
+            }
+            let want = q.mirror[a as usize];
+            let got = actual[i as usize];
+            ensure!(
+                got == want,
+                "q{qi} {what}: remote byte at area offset {a} is {got:#04x}, model says {want:#04x} \
+                 (range {roff}+{len})"
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks what a successfully completed WR at position `pos` of `qi`'s
+    /// send queue did.
+    fn verify_success(&mut self, qi: usize, pos: usize) -> Check {
+        let q = &self.qps[qi];
+        let w = &q.sq[pos];
+        let node = q.node;
+        if q.qp_type == QpType::Rc {
+            if let Some(o) = q.oracle.as_ref() {
+                ensure!(
+                    !o.unacked(w.wr_id),
+                    "q{qi}: WR {:#x} ({:?}) completed successfully but the wire never \
+                     acknowledged it",
+                    w.wr_id,
+                    w.op
+                );
+            }
+            match (&w.expect, w.op) {
+                (Expect::Data(d), Op::Read) => {
+                    let got = self.nodes[node].l.gather(&w.local, w.len as usize);
+                    if got != **d {
+                        let i = got.iter().zip(d.iter()).position(|(a, b)| a != b);
+                        return Err(format!(
+                            "q{qi}: READ WR {:#x} len {} brought wrong data (first difference at {i:?})",
+                            w.wr_id, w.len
+                        ));
+                    }
+                }
+                (Expect::Orig(v), _) => {
+                    let got = self.nodes[node].l.gather(&w.local, 8);
+                    let got = u64::from_ne_bytes(got.try_into().unwrap());
+                    ensure!(
+                        got == *v,
+                        "q{qi}: {:?} WR {:#x} returned original value {got:#x}, model says {v:#x}",
+                        w.op,
+                        w.wr_id
+                    );
+                }
+                _ => {}
+            }
+            if w.op.writes_remote() {
+                let (roff, len) = (w.roff, w.len);
+                self.check_remote(qi, roff, len, pos, "WRITE completion")?;
+            }
+            if let Some(m) = &w.msg {
+                self.pending_recv_checks.push(m.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn retire(&mut self, qi: usize, n: usize) {
+        for _ in 0..n {
+            let w = self.qps[qi].sq.pop_front().unwrap();
+            if w.owns_local {
+                // A READ whose buffer a later fenced WR borrowed: that WR frees it.
+                self.free_local(qi, &w.local);
+            }
+            self.qps[qi].completed += 1;
+        }
+    }
+
+    fn excuse_retry_exc(&mut self, qi: usize, wr_id: u64) -> Check {
+        let now = self.net.now;
+        let q = &self.qps[qi];
+        let o = q.oracle.as_ref().unwrap();
+        let r = u32::from(q.retry_cnt) + 1;
+        let timeouts = r.saturating_sub(o.naks);
+        let stalled = now - o.t_prog;
+        let need = q.timeout * timeouts;
+        ensure!(
+            self.sc.mode != Mode::Clean,
+            "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} on a network that loses nothing"
+        );
+        ensure!(
+            stalled >= need,
+            "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} after only {stalled:?} without news from the wire; \
+             {timeouts} timeouts of {:?} ({} retries, {} NAKs) take {need:?} (wire una {:?}, oldest {:?})",
+            q.timeout,
+            q.retry_cnt,
+            o.naks,
+            o.una(),
+            o.wrs.front()
+        );
+        ensure!(
+            o.tx + 1 >= timeouts,
+            "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} but only {} requests were sent since the last \
+             news from the wire, {timeouts} timeouts should have retransmitted",
+            o.tx
+        );
+        Ok(())
+    }
+
+    fn on_send_wc(&mut self, node: usize, wc: WorkCompletion) -> Check {
+        let Some(&qi) = self.by_qpn.get(&(node, wc.qp_num)) else {
+            return Err(format!(
+                "node {node}: send completion for unknown QP {:#x}",
+                wc.qp_num
+            ));
+        };
+        self.summary.completions += 1;
+        let Some(pos) = self.qps[qi].sq.iter().position(|w| w.wr_id == wc.wr_id) else {
+            return Err(format!(
+                "q{qi}: completion {:?} for WR {:#x}, which is not outstanding (duplicate or unknown)",
+                wc.status, wc.wr_id
+            ));
+        };
+        self.log(|| {
+            format!(
+                "wc q{qi} wr {:#x} {:?} len {}",
+                wc.wr_id, wc.status, wc.byte_len
+            )
+        });
+        for i in 0..pos {
+            let w = &self.qps[qi].sq[i];
+            ensure!(
+                !w.signaled,
+                "q{qi}: WR {:#x} completed before signaled WR {:#x} posted earlier (out of order or lost)",
+                wc.wr_id,
+                w.wr_id
+            );
+            self.verify_success(qi, i)?;
+        }
+        let w = &self.qps[qi].sq[pos];
+        let (op, len, wr_id) = (w.op, w.len, w.wr_id);
+        match wc.status {
+            WcStatus::Success => {
+                ensure!(
+                    self.qps[qi].errored.is_none(),
+                    "q{qi}: WR {wr_id:#x} succeeded after the QP failed"
+                );
+                ensure!(
+                    wc.opcode == op.wc_opcode(),
+                    "q{qi}: WR {wr_id:#x} {op:?} completed with opcode {:?}",
+                    wc.opcode
+                );
+                let want_len = if matches!(op, Op::Cas | Op::Faa) {
+                    8
+                } else {
+                    len as u32
+                };
+                ensure!(
+                    wc.byte_len == want_len,
+                    "q{qi}: WR {wr_id:#x} {op:?} byte_len {} != {want_len}",
+                    wc.byte_len
+                );
+                self.verify_success(qi, pos)?;
+                let rc = self.qps[qi].qp_type == QpType::Rc;
+                if let Some(c) = self.cut_for(qi).filter(|_| rc) {
+                    let delay = self.sc.net.delay + self.sc.net.jitter;
+                    let q = &self.qps[qi];
+                    ensure!(
+                        self.net.now < c + (delay + Duration::from_micros(1)) * 2,
+                        "q{qi}: WR {wr_id:#x} succeeded at {:?} although its path was cut for good at {:?}",
+                        self.net.now - self.start,
+                        c - self.start
+                    );
+                    let _ = q;
+                }
+            }
+            WcStatus::RetryExcErr => {
+                ensure!(
+                    self.qps[qi].qp_type == QpType::Rc,
+                    "q{qi}: RETRY_EXC_ERR on a {} QP",
+                    self.qps[qi].qp_type
+                );
+                ensure!(
+                    self.qps[qi].errored.is_none(),
+                    "q{qi}: second error completion {:?} for WR {wr_id:#x}; after the first only WR_FLUSH_ERR may follow",
+                    wc.status
+                );
+                self.excuse_retry_exc(qi, wr_id)?;
+                if let Some(c) = self.cut_for(qi) {
+                    let q = &self.qps[qi];
+                    let t_ref = c.max(q.sq[pos].posted_at);
+                    let bound = q.timeout * (u32::from(q.retry_cnt) + 2)
+                        + q.max_rnr_wait * 2
+                        + Duration::from_millis(1);
+                    ensure!(
+                        self.net.now - t_ref <= bound,
+                        "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} came {:?} after the path was cut; \
+                         the retry budget is about {:?}",
+                        self.net.now - t_ref,
+                        q.timeout * (u32::from(q.retry_cnt) + 1)
+                    );
+                    self.summary.cut_failures += 1;
+                } else {
+                    self.summary.excused_retry_exc += 1;
+                }
+                self.qps[qi].errored = Some((self.net.now, wc.status));
+                self.qps[qi].oracle = None;
+            }
+            WcStatus::WrFlushErr => {
+                ensure!(
+                    self.qps[qi].errored.is_some(),
+                    "q{qi}: WR {wr_id:#x} flushed although the QP never failed"
+                );
+            }
+            s => {
+                return Err(format!(
+                    "q{qi}: WR {wr_id:#x} {op:?} len {len} completed with {s:?} ({s})"
+                ))
+            }
+        }
+        if let Some(o) = self.qps[qi].oracle.as_mut() {
+            o.retire_through(wr_id);
+        }
+        self.retire(qi, pos + 1);
+        Ok(())
+    }
+
+    /// When `qi`'s path was cut for good, if it was.
+    fn cut_for(&self, qi: usize) -> Option<Instant> {
+        let q = &self.qps[qi];
+        let peer = q.peer?;
+        let (a, b) = (q.node, self.qps[peer].node);
+        self.sc
+            .cuts
+            .iter()
+            .zip(&self.cut_at)
+            .filter(|(c, _)| c.end.is_none())
+            .find(|(c, _)| (c.from == a && c.to == b) || (c.from == b && c.to == a))
+            .and_then(|(_, at)| *at)
+    }
+
+    fn on_recv_wc(&mut self, node: usize, wc: WorkCompletion) -> Check {
+        let Some(&qi) = self.by_qpn.get(&(node, wc.qp_num)) else {
+            return Err(format!(
+                "node {node}: receive completion for unknown QP {:#x}",
+                wc.qp_num
+            ));
+        };
+        self.summary.recvs += 1;
+        self.log(|| {
+            format!(
+                "rwc q{qi} wr {:#x} {:?} {:?} len {} imm {:#x}",
+                wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm_data
+            )
+        });
+        let buf = if self.qps[qi].uses_srq {
+            let s = self.nodes[node].srq.as_mut().unwrap();
+            match s.posted.remove(&wc.wr_id) {
+                Some(b) => b,
+                None => {
+                    return Err(format!(
+                        "q{qi}: receive completion for SRQ WR {:#x}, which is not posted",
+                        wc.wr_id
+                    ))
+                }
+            }
+        } else {
+            let front = self.qps[qi].rq.front().map(|b| b.wr_id);
+            ensure!(
+                front == Some(wc.wr_id),
+                "q{qi}: receive completion for WR {:#x} but the oldest posted receive is {front:x?}",
+                wc.wr_id
+            );
+            self.qps[qi].rq.pop_front().unwrap()
+        };
+        let r = self.check_recv(qi, node, &wc, &buf);
+        self.free_recv(node, &buf);
+        r
+    }
+
+    fn check_recv(&mut self, qi: usize, node: usize, wc: &WorkCompletion, buf: &RecvBuf) -> Check {
+        match wc.status {
+            WcStatus::Success => {}
+            WcStatus::WrFlushErr => {
+                let st = self.net.nodes[node].qp_state(wc.qp_num);
+                ensure!(
+                    st == Some(QpState::Err),
+                    "q{qi}: receive WR {:#x} flushed while the QP is {st:?}",
+                    wc.wr_id
+                );
+                self.qps[qi]
+                    .errored
+                    .get_or_insert((self.net.now, WcStatus::WrFlushErr));
+                return Ok(());
+            }
+            s => {
+                return Err(format!(
+                    "q{qi}: receive WR {:#x} completed with {s:?}",
+                    wc.wr_id
+                ))
+            }
+        }
+        ensure!(
+            self.qps[qi].errored.is_none() || self.qps[qi].qp_type != QpType::Rc,
+            "q{qi}: receive succeeded after the QP failed"
+        );
+        let imm_flag = wc.wc_flags.contains(WcFlags::WITH_IMM);
+        match self.qps[qi].qp_type {
+            QpType::Rc => {
+                let Some(m) = self.qps[qi].incoming.pop_front() else {
+                    return Err(format!(
+                        "q{qi}: receive completion {:#x} but the peer sent no message for it",
+                        wc.wr_id
+                    ));
+                };
+                let want_op = if m.op == Op::WriteImm {
+                    WcOpcode::RecvRdmaWithImm
+                } else {
+                    WcOpcode::Recv
+                };
+                ensure!(
+                    wc.opcode == want_op && wc.byte_len as usize == m.data.len(),
+                    "q{qi}: receive {:#x} is {:?} of {} bytes; expected {want_op:?} of {} bytes \
+                     (message {} {:?} WR {:#x})",
+                    wc.wr_id,
+                    wc.opcode,
+                    wc.byte_len,
+                    m.data.len(),
+                    m.id,
+                    m.op,
+                    m.wr_id
+                );
+                ensure!(
+                    imm_flag == m.imm.is_some() && (!imm_flag || Some(wc.imm_data) == m.imm),
+                    "q{qi}: receive {:#x} immediate {:?}/{:#x}, expected {:?}",
+                    wc.wr_id,
+                    imm_flag,
+                    wc.imm_data,
+                    m.imm
+                );
+                ensure!(
+                    wc.solicited == m.solicited,
+                    "q{qi}: receive {:#x} solicited={} but the SEND had SOLICITED={}",
+                    wc.wr_id,
+                    wc.solicited,
+                    m.solicited
+                );
+                if m.op == Op::WriteImm {
+                    let from = m.from;
+                    let pos = self.qps[from].sq.iter().position(|w| w.wr_id == m.wr_id);
+                    // The requester may already have retired it; then nothing later is live either.
+                    let pos = pos.unwrap_or(usize::MAX - 1);
+                    let (roff, len) = (m.roff, m.data.len() as u64);
+                    self.check_remote_msg(from, roff, &m.data, pos)?;
+                    let _ = len;
+                } else {
+                    ensure!(
+                        buf.cap() >= m.data.len() as u64,
+                        "q{qi}: test bug: receive buffer smaller than message"
+                    );
+                    let got = self.nodes[node].l.gather(&buf.pieces, m.data.len());
+                    ensure!(
+                        got == *m.data,
+                        "q{qi}: receive {:#x} data differs from message {} ({} bytes)",
+                        wc.wr_id,
+                        m.id,
+                        m.data.len()
+                    );
+                }
+                m.received.set(true);
+            }
+            QpType::Uc => {
+                let from = self.qps[qi].peer.unwrap();
+                if wc.opcode == WcOpcode::RecvRdmaWithImm {
+                    ensure!(imm_flag, "q{qi}: RECV_RDMA_WITH_IMM without WITH_IMM flag");
+                    let m = self.qps[from]
+                        .sent
+                        .get(&u64::from(wc.byte_len))
+                        .and_then(|v| {
+                            v.iter()
+                                .find(|m| m.op == Op::WriteImm && m.imm == Some(wc.imm_data))
+                        })
+                        .cloned();
+                    let Some(m) = m else {
+                        return Err(format!(
+                            "q{qi}: UC WRITE_WITH_IMM receive (imm {:#x}, {} bytes) matches no message sent",
+                            wc.imm_data, wc.byte_len
+                        ));
+                    };
+                    let pnode = self.qps[qi].node;
+                    let got = self.nodes[pnode]
+                        .r
+                        .read(self.qps[from].r_off + m.roff, m.data.len());
+                    ensure!(
+                        got == *m.data,
+                        "q{qi}: UC WRITE_WITH_IMM {} completed at the receiver but its data is not all there",
+                        m.id
+                    );
+                } else {
+                    ensure!(
+                        wc.opcode == WcOpcode::Recv,
+                        "q{qi}: UC receive opcode {:?}",
+                        wc.opcode
+                    );
+                    let got = self.nodes[node].l.gather(&buf.pieces, wc.byte_len as usize);
+                    let ok = self.qps[from]
+                        .sent
+                        .get(&u64::from(wc.byte_len))
+                        .is_some_and(|v| {
+                            v.iter().any(|m| {
+                                m.op != Op::WriteImm
+                                    && m.imm.is_some() == imm_flag
+                                    && (!imm_flag || m.imm == Some(wc.imm_data))
+                                    && *m.data == got
+                            })
+                        });
+                    ensure!(
+                        ok,
+                        "q{qi}: UC receive {:#x} ({} bytes, imm {:?}) matches no message the peer sent intact",
+                        wc.wr_id,
+                        wc.byte_len,
+                        imm_flag.then_some(wc.imm_data)
+                    );
+                }
+            }
+            QpType::Ud => {
+                ensure!(
+                    wc.opcode == WcOpcode::Recv && wc.wc_flags.contains(WcFlags::GRH),
+                    "q{qi}: UD receive opcode {:?} flags {:?}",
+                    wc.opcode,
+                    wc.wc_flags
+                );
+                ensure!(
+                    wc.byte_len as usize >= GRH_LEN,
+                    "q{qi}: UD receive shorter than a GRH"
+                );
+                let Some(src_node) =
+                    (0..self.nodes.len()).find(|&n| Gid::from_ip(node_addr(n).ip()) == wc.sgid)
+                else {
+                    return Err(format!("q{qi}: UD receive from unknown GID {}", wc.sgid));
+                };
+                let Some(&from) = self.by_qpn.get(&(src_node, wc.src_qp)) else {
+                    return Err(format!(
+                        "q{qi}: UD receive from unknown QP {:#x}",
+                        wc.src_qp
+                    ));
+                };
+                let all = self.nodes[node].l.gather(&buf.pieces, wc.byte_len as usize);
+                let (grh, got) = all.split_at(GRH_LEN);
+                let src_ip = match node_addr(src_node).ip() {
+                    std::net::IpAddr::V4(a) => a.octets(),
+                    _ => unreachable!(),
+                };
+                let dst_ip = match node_addr(node).ip() {
+                    std::net::IpAddr::V4(a) => a.octets(),
+                    _ => unreachable!(),
+                };
+                ensure!(
+                    grh[32..36] == src_ip && grh[36..40] == dst_ip,
+                    "q{qi}: UD GRH carries {:?} -> {:?}",
+                    &grh[32..36],
+                    &grh[36..40]
+                );
+                let len = got.len() as u64;
+                let ok = self.qps[from].sent.get(&len).is_some_and(|v| {
+                    v.iter().any(|m| {
+                        m.roff == qi as u64
+                            && m.imm.is_some() == imm_flag
+                            && (!imm_flag || m.imm == Some(wc.imm_data))
+                            && m.solicited == wc.solicited
+                            && *m.data == got
+                    })
+                });
+                ensure!(
+                    ok,
+                    "q{qi}: UD receive {:#x} ({len} bytes from q{from}) matches no message sent to it with the right Q_Key",
+                    wc.wr_id
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn check_remote_msg(&self, from: usize, roff: u64, data: &[u8], pos: usize) -> Check {
+        let q = &self.qps[from];
+        let peer_node = self.qps[q.peer.unwrap()].node;
+        let actual = self.nodes[peer_node].r.read(q.r_off + roff, data.len());
+        let later: Vec<(u64, u64)> = if pos == usize::MAX - 1 {
+            Vec::new()
+        } else {
+            q.sq.iter()
+                .skip(pos + 1)
+                .filter(|w| w.op.writes_remote())
+                .map(|w| (w.roff, w.roff + w.len))
+                .collect()
+        };
+        for (i, (&g, &d)) in actual.iter().zip(data).enumerate() {
+            let a = roff + i as u64;
+            if later.iter().any(|&(s, e)| a >= s && a < e) {
+                continue;
+            }
+            ensure!(
+                g == d,
+                "q{from}: WRITE_WITH_IMM target byte {i} is {g:#04x}, expected {d:#04x} when the receive completed"
+            );
+        }
+        Ok(())
+    }
+
+    fn poll_all(&mut self) -> Check<bool> {
+        let mut any = false;
+        let mut wcs = Vec::new();
+        for n in 0..self.nodes.len() {
+            wcs.clear();
+            let scq = self.nodes[n].scq;
+            self.net.nodes[n]
+                .poll_cq(scq, usize::MAX, &mut wcs)
+                .unwrap();
+            for wc in wcs.drain(..) {
+                any = true;
+                self.on_send_wc(n, wc)?;
+            }
+            let rcq = self.nodes[n].rcq;
+            self.net.nodes[n]
+                .poll_cq(rcq, usize::MAX, &mut wcs)
+                .unwrap();
+            for wc in wcs.drain(..) {
+                any = true;
+                self.on_recv_wc(n, wc)?;
+            }
+            while let Some(ev) = self.net.nodes[n].poll_event() {
+                match ev {
+                    Event::QpFatal { qpn } | Event::LastWqeReached { qpn } => {
+                        let qi = self.by_qpn[&(n, qpn)];
+                        let st = self.net.nodes[n].qp_state(qpn);
+                        ensure!(
+                            st == Some(QpState::Err),
+                            "q{qi}: {ev:?} while the QP is {st:?}"
+                        );
+                        ensure!(
+                            matches!(ev, Event::QpFatal { .. }) || self.qps[qi].uses_srq,
+                            "q{qi}: {ev:?} on a QP without SRQ"
+                        );
+                        self.qps[qi]
+                            .errored
+                            .get_or_insert((self.net.now, WcStatus::WrFlushErr));
+                    }
+                    ev => return Err(format!("node {n}: unexpected event {ev:?}")),
+                }
+            }
+        }
+        // Every RC message acknowledged to its sender has been received.
+        for m in std::mem::take(&mut self.pending_recv_checks) {
+            ensure!(
+                m.received.get(),
+                "q{}: message {} ({:?}, WR {:#x}) completed at the sender but no receive completed for it",
+                m.from,
+                m.id,
+                m.op,
+                m.wr_id
+            );
+        }
+        Ok(any)
+    }
+
+    fn apply_cuts(&mut self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for (i, c) in self.sc.cuts.clone().iter().enumerate() {
+            let t_on = self.start + c.start;
+            if !self.cuts_on[i] {
+                if self.net.now >= t_on {
+                    self.cuts_on[i] = true;
+                    self.cut_at[i] = Some(self.net.now);
+                    self.net.set_partition(c.from, c.to, true);
+                    if c.both {
+                        self.net.set_partition(c.to, c.from, true);
+                    }
+                    self.log(|| format!("cut {}->{} both={}", c.from, c.to, c.both));
+                } else {
+                    next = Some(next.map_or(t_on, |n| n.min(t_on)));
+                }
+            }
+            if let Some(end) = c.end {
+                let t_off = self.start + end;
+                if !self.cuts_off[i] {
+                    if self.net.now >= t_off {
+                        self.cuts_off[i] = true;
+                        // Heal only what no other active cut still holds.
+                        self.net.set_partition(c.from, c.to, false);
+                        if c.both {
+                            self.net.set_partition(c.to, c.from, false);
+                        }
+                        for (j, d) in self.sc.cuts.iter().enumerate() {
+                            if j != i && self.cuts_on[j] && !self.cuts_off[j] {
+                                self.net.set_partition(d.from, d.to, true);
+                                if d.both {
+                                    self.net.set_partition(d.to, d.from, true);
+                                }
+                            }
+                        }
+                        self.log(|| format!("heal {}->{}", c.from, c.to));
+                    } else {
+                        next = Some(next.map_or(t_off, |n| n.min(t_off)));
+                    }
+                }
+            }
+        }
+        next
+    }
+
+    fn done(&self) -> bool {
+        self.qps.iter().enumerate().all(|(i, q)| {
+            let mut ok = q.ops_left == 0 && q.sq.is_empty();
+            if q.qp_type == QpType::Rc && !q.incoming.is_empty() {
+                // Messages still to arrive, unless one end failed.
+                let peer = q.peer.unwrap();
+                ok &= q.errored.is_some() || self.qps[peer].errored.is_some();
+            }
+            let _ = i;
+            ok
+        })
+    }
+
+    fn outstanding(&self) -> String {
+        let mut s = String::new();
+        for (i, q) in self.qps.iter().enumerate() {
+            if !q.sq.is_empty() || q.ops_left > 0 || !q.incoming.is_empty() {
+                let _ = write!(
+                    s,
+                    "\n  q{i} {} node {} qpn {:#x} state {:?}: {} WRs outstanding (oldest {:?}), {} to post, {} incoming, {} receives posted, errored {:?}",
+                    q.qp_type,
+                    q.node,
+                    q.qpn,
+                    self.net.nodes[q.node].qp_state(q.qpn),
+                    q.sq.len(),
+                    q.sq.front().map(|w| (w.wr_id, w.op, w.len)),
+                    q.ops_left,
+                    q.incoming.len(),
+                    q.rq.len(),
+                    q.errored
+                );
+                if let Some(c) = self.net.nodes[q.node].qp_counters(q.qpn) {
+                    let _ = write!(s, "\n     counters {c:?}");
+                }
+            }
+        }
+        s
+    }
+
+    /// Runs the workload to the end and checks everything.
+    pub fn run(&mut self) -> Check<Summary> {
+        let limit = Duration::from_secs(60);
+        let deadline = self.start + limit;
+        let mut idle_turns = 0u32;
+        loop {
+            self.process_wire()?;
+            let completed = self.poll_all()?;
+            let next_cut = self.apply_cuts();
+            if self.done() {
+                break;
+            }
+            let mut posted = false;
+            for qi in 0..self.qps.len() {
+                if self.qps[qi].ops_left > 0 && self.rng.chance(self.sc.post_p) {
+                    for _ in 0..1 + self.rng.below(4) {
+                        posted |= self.post_some(qi)?;
+                    }
+                }
+            }
+            posted |= self.post_recvs()?;
+            ensure!(
+                self.net.now <= deadline,
+                "liveness: work not finished after {limit:?} of virtual time; outstanding:{}",
+                self.outstanding()
+            );
+            if !self.net.step() {
+                if let Some(t) = next_cut {
+                    self.net.now = t;
+                    continue;
+                }
+                if posted || completed {
+                    idle_turns = 0;
+                } else {
+                    idle_turns += 1;
+                    ensure!(
+                        idle_turns < 10_000,
+                        "liveness: nothing left to happen (no packet in flight, no timer) but work is outstanding:{}",
+                        self.outstanding()
+                    );
+                }
+            }
+        }
+        // Drain: the engines must go quiet.
+        let quiet_by = self.net.now + Duration::from_secs(10);
+        while self.net.step() {
+            self.process_wire()?;
+            self.poll_all()?;
+            ensure!(
+                self.net.now <= quiet_by,
+                "liveness: engines still busy 10 s after all work completed (timers or traffic that never stop):{}",
+                self.outstanding()
+            );
+        }
+        self.process_wire()?;
+        self.poll_all()?;
+        self.final_checks()?;
+        let mut s = self.summary.clone();
+        s.mode = Some(self.sc.mode);
+        s.packets = self.net.stats.sent;
+        s.corrupted = self.net.stats.corrupted;
+        s.virtual_ms = (self.net.now - self.start).as_millis() as u64;
+        Ok(s)
+    }
+
+    fn final_checks(&mut self) -> Check {
+        ensure!(
+            self.net.in_flight() == 0,
+            "packets still in flight after draining"
+        );
+        // ICRC: every corrupted packet it covers was caught; nothing malformed.
+        let icrc: u64 = self
+            .net
+            .nodes
+            .iter()
+            .map(|e| e.counters().icrc_errors)
+            .sum();
+        let malformed: u64 = self.net.nodes.iter().map(|e| e.counters().malformed).sum();
+        let st = self.net.stats;
+        ensure!(
+            icrc == st.corrupted_delivered - st.corrupted_undetectable,
+            "ICRC errors counted {icrc}, but {} corrupted packets were delivered ({} with the flip in the masked BTH byte)",
+            st.corrupted_delivered,
+            st.corrupted_undetectable
+        );
+        ensure!(malformed == 0, "{malformed} packets counted malformed");
+        // Q_Key violations: never more than the wrong-key packets sent (and
+        // their duplicates); exactly that many on a perfect network.
+        let qv: u64 = self
+            .net
+            .nodes
+            .iter()
+            .map(|e| e.counters().qkey_violations)
+            .sum();
+        let bad_tx = self.wire.borrow().bad_qkey_tx;
+        ensure!(
+            qv <= 2 * bad_tx,
+            "{qv} Q_Key violations counted but only {bad_tx} wrong-Q_Key packets were sent"
+        );
+        if self.sc.mode == Mode::Clean {
+            ensure!(
+                qv == bad_tx,
+                "{qv} Q_Key violations counted, {bad_tx} wrong-Q_Key packets sent"
+            );
+        }
+        for qi in 0..self.qps.len() {
+            let q = &self.qps[qi];
+            ensure!(q.sq.is_empty(), "q{qi}: WRs never completed");
+            match q.qp_type {
+                QpType::Rc => {
+                    let peer = q.peer.unwrap();
+                    if q.errored.is_none() && self.qps[peer].errored.is_none() {
+                        // The whole remote area equals the model.
+                        let size = q.r_size;
+                        self.check_remote(qi, 0, size, usize::MAX - 1, "final state")?;
+                        ensure!(
+                            q.incoming.is_empty(),
+                            "q{qi}: {} messages never received",
+                            q.incoming.len()
+                        );
+                    }
+                }
+                QpType::Uc => {
+                    let pnode = self.qps[q.peer.unwrap()].node;
+                    for (roff, data) in &q.uc_writes {
+                        let got = self.nodes[pnode].r.read(q.r_off + roff, data.len());
+                        for (i, (&g, &d)) in got.iter().zip(data.iter()).enumerate() {
+                            ensure!(
+                                g == 0 || g == d,
+                                "q{qi}: UC WRITE target at {roff}+{i} holds {g:#04x}, neither old (0) nor new ({d:#04x})"
+                            );
+                        }
+                    }
+                }
+                QpType::Ud => {}
+            }
+        }
+        if self.sc.mode == Mode::Clean {
+            for (qi, q) in self.qps.iter().enumerate() {
+                ensure!(
+                    q.errored.is_none(),
+                    "q{qi}: failed on a clean network: {:?}",
+                    q.errored
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn av_for(node: usize) -> AhAttr {
+    AhAttr {
+        dgid: Gid::from_ip(node_addr(node).ip()),
+        is_global: true,
+        hop_limit: 64,
+        port_num: 1,
+        ..Default::default()
+    }
+}
+
+/// Runs one seed; `Err` describes the first violated invariant.
+pub fn run_seed(seed: u64, trace: bool) -> (Check<Summary>, Option<String>) {
+    let sc = Scenario::from_seed(seed);
+    let mut w = match World::new(sc, trace) {
+        Ok(w) => w,
+        Err(e) => return (Err(format!("setup: {e}")), None),
+    };
+    let r = w.run();
+    (r, w.trace_dump())
+}

@@ -1,0 +1,264 @@
+//! What one seed simulates: nodes, network impairments, connections, QP
+//! attributes, workload shape and link cuts, all drawn from the seed.
+
+use std::time::Duration;
+
+use softrdma_engine::sim::NetConfig;
+use softrdma_engine::{local_ack_timeout, Mtu, QpType, Rng};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// No loss, duplication, corruption or cuts (reordering allowed): no
+    /// error completion of any kind may happen.
+    Clean,
+    /// Random loss up to 20 %, duplication, corruption, jitter.
+    Lossy,
+    /// Lossy plus links cut for a while and healed.
+    Partitions,
+    /// Lossy plus one link cut for good.
+    PermanentCut,
+}
+
+#[derive(Debug, Clone)]
+pub struct Conn {
+    pub qp_type: QpType,
+    /// Node indices of the two ends.
+    pub a: usize,
+    pub b: usize,
+    pub mtu: Mtu,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub rd_atomic: u8,
+    pub psn_a: u32,
+    pub psn_b: u32,
+    /// The b end receives through its node's SRQ.
+    pub srq_b: bool,
+    /// Largest SEND on this connection (the receive buffers are this big).
+    pub send_max: u32,
+    /// Receive WQEs the receiver keeps posted.
+    pub recv_depth: usize,
+    /// Both ends issue work (otherwise only a).
+    pub both_ways: bool,
+}
+
+/// Links `from`→`to` (and back when `both`) are down in `[start, end)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Cut {
+    pub from: usize,
+    pub to: usize,
+    pub both: bool,
+    pub start: Duration,
+    pub end: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub seed: u64,
+    pub mode: Mode,
+    pub nodes: usize,
+    pub net: NetConfig,
+    /// Share of packets delayed by the jitter (see `SimNet::set_jitter_fraction`).
+    pub jitter_fraction: f64,
+    pub max_inflight: u32,
+    pub ack_req_every: u32,
+    pub conns: Vec<Conn>,
+    /// Every node gets a UD QP.
+    pub ud: bool,
+    pub ud_recv_depth: usize,
+    pub srq_cap: u32,
+    pub srq_depth: usize,
+    /// Work requests to post, over all QPs.
+    pub ops: usize,
+    /// Allow messages up to 1 MiB.
+    pub large: bool,
+    /// Probability per harness turn of topping up receive queues.
+    pub repost_p: f64,
+    pub unsignaled_p: f64,
+    pub fence_p: f64,
+    /// Probability per turn that a QP posts a burst.
+    pub post_p: f64,
+    /// Most WRs a QP has outstanding.
+    pub max_outstanding: usize,
+    pub cuts: Vec<Cut>,
+}
+
+fn pick<T: Copy>(r: &mut Rng, xs: &[T]) -> T {
+    xs[r.below(xs.len() as u64) as usize]
+}
+
+impl Scenario {
+    pub fn from_seed(seed: u64) -> Scenario {
+        let mut r = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x51u64);
+        let mode = match r.below(100) {
+            0..=14 => Mode::Clean,
+            15..=69 => Mode::Lossy,
+            70..=84 => Mode::Partitions,
+            _ => Mode::PermanentCut,
+        };
+        let nodes = if r.chance(0.3) { 3 } else { 2 };
+        let jitter = Duration::from_micros(pick(&mut r, &[0, 0, 3, 10, 60]));
+        let net = if mode == Mode::Clean {
+            NetConfig {
+                loss: 0.0,
+                duplicate: 0.0,
+                corrupt: 0.0,
+                delay: Duration::from_micros(1 + r.below(20)),
+                jitter,
+            }
+        } else {
+            NetConfig {
+                loss: r.below(21) as f64 / 100.0,
+                duplicate: r.below(4) as f64 / 100.0,
+                corrupt: r.below(4) as f64 / 100.0,
+                delay: Duration::from_micros(1 + r.below(20)),
+                jitter,
+            }
+        };
+        // 1 MiB messages only on a mildly lossy path: go-back-N resends up
+        // to a window per loss, which at 20 % loss makes them very slow.
+        let large = r.chance(0.06);
+        let mut net = net;
+        let mut jitter_fraction: f64 = pick(&mut r, &[1.0, 0.2, 0.05, 0.05]);
+        if large {
+            net.loss = net.loss.min(0.03);
+            jitter_fraction = jitter_fraction.min(0.05);
+        }
+        let srq_cap = if large {
+            1 << 20
+        } else {
+            pick(&mut r, &[256, 4096, 65536])
+        };
+        let mut conns = Vec::new();
+        let n_rc = 1 + r.below(3) as usize;
+        let n_uc = if r.chance(0.4) { 1 } else { 0 };
+        for i in 0..n_rc + n_uc {
+            let qp_type = if i < n_rc { QpType::Rc } else { QpType::Uc };
+            let a = r.below(nodes as u64) as usize;
+            let b = (a + 1 + r.below(nodes as u64 - 1) as usize) % nodes;
+            let near_wrap = r.chance(0.3);
+            let mut psn = || {
+                if near_wrap {
+                    0xFF_FFFF - r.below(40) as u32
+                } else {
+                    r.next_u32() & 0xFF_FFFF
+                }
+            };
+            let (psn_a, psn_b) = (psn(), psn());
+            let srq_b = qp_type == QpType::Rc && r.chance(0.3);
+            let mut send_max = if large && qp_type == QpType::Rc {
+                1 << 20
+            } else {
+                pick(&mut r, &[64, 2048, 16384, 65536])
+            };
+            if srq_b {
+                send_max = send_max.min(srq_cap);
+            }
+            let recv_depth = if send_max >= 1 << 20 {
+                2
+            } else {
+                1 + r.below(16) as usize
+            };
+            let rd = 1 + r.below(16) as u8;
+            conns.push(Conn {
+                qp_type,
+                a,
+                b,
+                mtu: if large {
+                    pick(&mut r, &[Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096])
+                } else {
+                    pick(
+                        &mut r,
+                        &[
+                            Mtu::Mtu256,
+                            Mtu::Mtu512,
+                            Mtu::Mtu1024,
+                            Mtu::Mtu2048,
+                            Mtu::Mtu4096,
+                        ],
+                    )
+                },
+                timeout: 8 + r.below(5) as u8,
+                retry_cnt: if mode == Mode::PermanentCut {
+                    r.below(8) as u8
+                } else {
+                    7
+                },
+                rnr_retry: 7,
+                min_rnr_timer: 1 + r.below(12) as u8,
+                rd_atomic: rd,
+                psn_a,
+                psn_b,
+                srq_b,
+                send_max,
+                recv_depth,
+                both_ways: r.chance(0.5),
+            });
+        }
+        let min_timeout = conns
+            .iter()
+            .filter(|c| c.qp_type == QpType::Rc)
+            .map(|c| local_ack_timeout(c.timeout).unwrap())
+            .min()
+            .unwrap();
+        let mut cuts = Vec::new();
+        match mode {
+            Mode::Partitions => {
+                for _ in 0..1 + r.below(3) {
+                    let from = r.below(nodes as u64) as usize;
+                    let to = (from + 1 + r.below(nodes as u64 - 1) as usize) % nodes;
+                    let start = Duration::from_micros(r.below(20_000));
+                    // Mostly shorter than the retry budget; sometimes not.
+                    let len = if r.chance(0.8) {
+                        min_timeout.mul_f64(0.2 + 2.5 * r.below(1000) as f64 / 1000.0)
+                    } else {
+                        min_timeout.mul_f64(4.0 + 8.0 * r.below(1000) as f64 / 1000.0)
+                    };
+                    cuts.push(Cut {
+                        from,
+                        to,
+                        both: r.chance(0.5),
+                        start,
+                        end: Some(start + len),
+                    });
+                }
+            }
+            Mode::PermanentCut => {
+                let from = r.below(nodes as u64) as usize;
+                let to = (from + 1 + r.below(nodes as u64 - 1) as usize) % nodes;
+                cuts.push(Cut {
+                    from,
+                    to,
+                    both: r.chance(0.5),
+                    start: Duration::from_micros(r.below(30_000)),
+                    end: None,
+                });
+            }
+            _ => {}
+        }
+        let ud = r.chance(0.5);
+        Scenario {
+            seed,
+            mode,
+            nodes,
+            net,
+            jitter_fraction,
+            max_inflight: pick(&mut r, &[8, 32, 256]),
+            ack_req_every: pick(&mut r, &[1, 4, 32]),
+            conns,
+            ud,
+            ud_recv_depth: 1 + r.below(16) as usize,
+            srq_cap,
+            srq_depth: 2 + r.below(16) as usize,
+            ops: 40 + r.below(120) as usize,
+            large,
+            repost_p: pick(&mut r, &[1.0, 1.0, 0.5, 0.05]),
+            unsignaled_p: pick(&mut r, &[0.0, 0.3, 0.7]),
+            fence_p: pick(&mut r, &[0.0, 0.1, 0.3]),
+            post_p: pick(&mut r, &[0.05, 0.3, 1.0]),
+            max_outstanding: pick(&mut r, &[1, 4, 16, 64]),
+            cuts,
+        }
+    }
+}
