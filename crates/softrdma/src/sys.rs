@@ -97,13 +97,15 @@ pub fn set_dont_fragment(sock: &UdpSocket) -> io::Result<()> {
 /// Sets SO_RCVBUF/SO_SNDBUF (best effort: the kernel caps them).
 pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
     let v = bytes.min(i32::MAX as usize) as libc::c_int;
-    // The FORCE variants pass the system maximum when we may (root); the
-    // plain ones follow and keep whatever is larger.
+    // The plain options (capped at net.core.[rw]mem_max), then the FORCE
+    // variants, which pass that cap when we may (CAP_NET_ADMIN) and fail
+    // harmlessly otherwise. Not the other way round: each call replaces
+    // the size, so a plain one after FORCE would undo it.
     for opt in [
-        libc::SO_RCVBUFFORCE,
-        libc::SO_SNDBUFFORCE,
         libc::SO_RCVBUF,
         libc::SO_SNDBUF,
+        libc::SO_RCVBUFFORCE,
+        libc::SO_SNDBUFFORCE,
     ] {
         // SAFETY: passes a pointer to a live c_int and its size.
         let _ = unsafe {

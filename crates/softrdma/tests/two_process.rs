@@ -171,3 +171,36 @@ fn killed_peer_fails_outstanding_work_within_timeout_and_retry_count() {
     let wc = side.scq.wait(1, Duration::from_secs(1)).unwrap()[0];
     assert_eq!((wc.wr_id, wc.status), (99, WcStatus::WrFlushErr));
 }
+
+/// As root, the device's socket buffers go past net.core.rmem_max (SO_*FORCE):
+/// a large UC/UD burst otherwise overflows them whenever the receiver lags.
+#[test]
+fn socket_buffers_pass_rmem_max_when_root() {
+    if !is_root() || which("ss").is_none() {
+        return skip("socket buffers", "needs root and ss (iproute2)");
+    }
+    let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let ctx = Context::open_with(&udp_loopback()).unwrap();
+    let out = std::process::Command::new("ss")
+        .args(["-uanm", "src", &ctx.addr().to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rb: u64 = text
+        .split("rb")
+        .nth(1)
+        .and_then(|s| s.split(',').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no receive buffer size in ss output: {text}"));
+    // The kernel doubles what it is given; plain SO_RCVBUF stops at 2 × rmem_max.
+    if rb <= 2 * rmem_max && rmem_max >= 8 << 20 {
+        return skip("socket buffers", "rmem_max is already large");
+    }
+    assert!(
+        rb > 2 * rmem_max,
+        "receive buffer {rb} B is capped by rmem_max ({rmem_max} B): {text}"
+    );
+}

@@ -679,7 +679,10 @@ fn post_and_wait(side: &Side, qp: &Qp, wr: &SendWr, c: &Case) -> WorkCompletion 
     assert_eq!(
         (wc.wr_id, wc.status),
         (wr.wr_id, WcStatus::Success),
-        "case {c}: {wc:?}"
+        "case {c}: {wc:?}; QP {:?}; device {:?} {:?}",
+        qp.counters(),
+        side.ctx.counters(),
+        side.ctx.driver_counters()
     );
     assert_eq!(wc.opcode, wr.op.wc_opcode(), "case {c}: {wc:?}");
     wc
