@@ -453,7 +453,7 @@ pub fn run(args: &Args) -> ExitCode {
     let r = if args.server {
         run::server(args)
     } else if let Some(h) = &args.host {
-        run::client(args, h, args.port, None)
+        run::client(args, h, args.port)
     } else {
         both(args)
     };
@@ -497,7 +497,7 @@ fn both(args: &Args) -> Result<bool, String> {
     let stdout = child.stdout.take();
     let guard = ChildGuard(Some(child));
     let port = read_spawn_port(stdout)?;
-    let r = run::client(args, "127.0.0.1", port, Some(&guard));
+    let r = run::client(args, "127.0.0.1", port);
     let status = guard.finish(Duration::from_secs(5));
     match (r, status) {
         (Err(e), _) => Err(e),

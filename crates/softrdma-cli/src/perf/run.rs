@@ -22,8 +22,8 @@ use softrdma::{
 use super::ctrl::{check_word, Ctrl};
 use super::report::{self, Addr, BwRow, LatDurRow, Row, RULE};
 use super::{
-    addr_kind, connect, header, json_doc, table_head, Args, ChildGuard, Conn, Out, Params,
-    Progress, Test, Verb, MAGIC, SPAWN_READY,
+    addr_kind, connect, header, json_doc, table_head, Args, Conn, Out, Params, Progress, Test,
+    Verb, MAGIC, SPAWN_READY,
 };
 
 /// Longest wait without any progress before a run is declared stuck.
@@ -1182,12 +1182,7 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
 }
 
 /// Client mode: connects to the server at `host:port` and runs the test.
-pub(crate) fn client(
-    args: &Args,
-    host: &str,
-    port: u16,
-    _server: Option<&ChildGuard>,
-) -> Result<bool, String> {
+pub(crate) fn client(args: &Args, host: &str, port: u16) -> Result<bool, String> {
     let p = args.params()?;
     let out = if args.json { Out::Json } else { Out::Text };
     let (ctx, tname) = open(args)?;
