@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use common::*;
@@ -48,8 +49,10 @@ fn every_operation_between_two_namespaces_over_veth_mtu_1500() {
         .env(PLAN_ENV, "full");
     let mut requester = Peer::spawn("requester (netns a)", requester, &dir);
 
-    requester.expect_success(Duration::from_secs(300));
-    responder.expect_success(Duration::from_secs(30));
+    expect_all_success(
+        &mut [&mut requester, &mut responder],
+        Duration::from_secs(300),
+    );
     let log = requester.log();
     eprintln!("{log}");
     assert!(
@@ -84,6 +87,17 @@ fn ipv6_between_two_processes_on_loopback() {
         "nodad",
     ]);
 
+    // The wire inside the namespace, judged like IPv4's in tests/wire.rs.
+    let tcpdump = is_root() && which("tcpdump").is_some();
+    let mut dump = tcpdump.then(|| {
+        Tcpdump::start(
+            Some(&ns.names[0]),
+            "lo",
+            "udp port 4791",
+            dir.path("lo6.pcap"),
+        )
+    });
+
     let mut responder = ns.self_command(0, "peer", "responder");
     responder
         .env("SOFTRDMA_DEVICES", "srx6=[::1]:4791")
@@ -98,11 +112,37 @@ fn ipv6_between_two_processes_on_loopback() {
         .env(PLAN_ENV, "small");
     let mut requester = Peer::spawn("requester (fd77::2)", requester, &dir);
 
-    requester.expect_success(Duration::from_secs(120));
-    responder.expect_success(Duration::from_secs(30));
+    expect_all_success(
+        &mut [&mut requester, &mut responder],
+        Duration::from_secs(120),
+    );
     let log = requester.log();
     assert!(
         log.contains("requester on [fd77::2]:4791") && log.contains(" cases in "),
         "{log}"
     );
+
+    let Some(dump) = dump.as_mut() else {
+        return skip("ipv6/tcpdump", "tcpdump is not installed");
+    };
+    eprintln!("tcpdump: {:?}", dump.stop());
+    let cap = check_capture(&dump.file);
+    let (a, b): (IpAddr, IpAddr) = ("::1".parse().unwrap(), "fd77::2".parse().unwrap());
+    assert!(
+        cap.flows.contains(&(a, b)) && cap.flows.contains(&(b, a)),
+        "IPv6 both ways: {cap:?}"
+    );
+    assert!(
+        cap.icrc_bad.is_empty(),
+        "bad ICRC in frames {:?}",
+        cap.icrc_bad
+    );
+    if let (Some(checker), Some(_)) = (icrc_checker(), which("python3")) {
+        let (ok, bad) = run_icrc_checker(&checker, &dump.file);
+        assert_eq!((ok, bad), (cap.frames, 0), "icrc-check on the IPv6 capture");
+    }
+    if which("tshark").is_some() {
+        assert_eq!(tshark_check(&dump.file).len() as u64, cap.frames);
+    }
+    eprintln!("IPv6 capture: {} frames, all ICRCs good", cap.frames);
 }
