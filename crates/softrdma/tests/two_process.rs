@@ -185,11 +185,9 @@ fn socket_buffers_pass_rmem_max_when_root() {
         .parse()
         .unwrap();
     let ctx = Context::open_with(&udp_loopback()).unwrap();
-    let out = std::process::Command::new("ss")
-        .args(["-uanm", "src", &ctx.addr().to_string()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let mut ss = std::process::Command::new("ss");
+    ss.args(["-uanm", "src", &ctx.addr().to_string()]);
+    let text = run_bounded(&mut ss, Duration::from_secs(30)).stdout;
     let rb: u64 = text
         .split("rb")
         .nth(1)

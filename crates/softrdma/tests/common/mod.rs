@@ -307,6 +307,49 @@ pub fn expect_all_success(peers: &mut [&mut Peer], timeout: Duration) {
     }
 }
 
+/// What a bounded command run produced.
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` to completion, killing it after `timeout` (then panics).
+pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> Output {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let base = std::env::temp_dir().join(format!("softrdma-cmd-{}-{n}", std::process::id()));
+    let (out, err) = (base.with_extension("out"), base.with_extension("err"));
+    cmd.stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let read = |p: &Path| {
+        let t = String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+        let _ = std::fs::remove_file(p);
+        t
+    };
+    Output {
+        status,
+        stdout: read(&out),
+        stderr: read(&err),
+    }
+}
+
 /// The control channel: one line per message, strictly alternating.
 pub struct Ctl {
     pub stream: TcpStream,
@@ -1093,17 +1136,13 @@ pub struct Netns {
 
 /// Runs `ip ARGS`, panicking with its output on failure.
 pub fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run ip: {e}"));
+    let out = run_bounded(Command::new("ip").args(args), Duration::from_secs(30));
     assert!(
         out.status.success(),
         "ip {}: {}{}",
         args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        out.stdout,
+        out.stderr
     );
 }
 
@@ -1174,12 +1213,9 @@ impl Drop for Netns {
     fn drop(&mut self) {
         for n in &self.names {
             // Deleting a namespace also deletes the veth end inside it.
-            let _ = Command::new("ip")
-                .args(["netns", "del", n])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            let mut c = Command::new("ip");
+            c.args(["netns", "del", n]);
+            let _ = run_bounded(&mut c, Duration::from_secs(30));
         }
     }
 }
@@ -1325,13 +1361,11 @@ pub fn icrc_checker() -> Option<PathBuf> {
 
 /// Runs the shared ICRC checker on `pcap`: (ok, bad).
 pub fn run_icrc_checker(checker: &Path, pcap: &Path) -> (u64, u64) {
-    let out = Command::new("python3")
-        .arg(checker)
-        .arg(pcap)
-        .stdin(Stdio::null())
-        .output()
-        .expect("cannot run python3");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let out = run_bounded(
+        Command::new("python3").arg(checker).arg(pcap),
+        Duration::from_secs(120),
+    );
+    let text = out.stdout;
     assert!(out.status.success(), "icrc-check failed: {text}");
     // Last line: "FILE: N ok, M bad".
     let last = text.lines().last().unwrap_or_default();
@@ -1412,19 +1446,12 @@ pub fn tshark_check(pcap: &Path) -> Vec<u8> {
 
 /// Runs tshark on `pcap` with `args`; its output.
 pub fn tshark(pcap: &Path, args: &[&str]) -> String {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("cannot run tshark");
-    assert!(
-        out.status.success(),
-        "tshark {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_bounded(
+        Command::new("tshark").arg("-r").arg(pcap).args(args),
+        Duration::from_secs(120),
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    assert!(out.status.success(), "tshark {args:?}: {}", out.stderr);
+    out.stdout
 }
 
 /// What a pcap holds, judged with softrdma-pcap and the wire crate's ICRC.
