@@ -390,7 +390,9 @@ impl Qp {
                 return false;
             }
             if w.op.is_read_or_atomic() {
-                return true;
+                // Missing unless every response up to `psn` is in (a NAK in
+                // the middle of a READ's responses follows those before it).
+                return !w.first_psn.add(w.read_done).is_after(psn);
             }
             if w.last_psn().is_after(psn) {
                 return false;
