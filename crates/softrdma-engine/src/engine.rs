@@ -628,7 +628,9 @@ impl Engine {
         attr.qp_state = q.state;
         attr.cur_qp_state = q.state;
         attr.cap = q.cap;
-        attr.sq_draining = q.state == QpState::Sqd && !q.req.sq.is_empty();
+        // Draining while WQEs that started before SQD are still outstanding;
+        // WQEs that never started stay queued after the drain.
+        attr.sq_draining = q.state == QpState::Sqd && q.req.sq.iter().any(|w| w.assigned);
         if q.state == QpState::Rts || q.state == QpState::Sqd {
             attr.sq_psn = q.req.psn;
         }
