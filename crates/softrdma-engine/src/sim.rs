@@ -360,6 +360,23 @@ impl SimNet {
         true
     }
 
+    /// Runs everything due up to `t`, then sets the clock to `t`: unlike
+    /// [`SimNet::run_until`], never handles an event later than `t`.
+    pub fn advance_to(&mut self, t: Instant) {
+        loop {
+            self.collect_transmits();
+            match self.next_event() {
+                Some(e) if e <= t => {
+                    self.step();
+                }
+                _ => break,
+            }
+        }
+        if self.now < t {
+            self.now = t;
+        }
+    }
+
     /// Steps until `done` holds, nothing is left to happen, or `limit` of
     /// virtual time passes. Returns whether `done` held.
     pub fn run_until(
