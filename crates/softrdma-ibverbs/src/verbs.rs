@@ -770,15 +770,33 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
                 );
                 return -1;
             }
-            let g = &*grh;
-            let vtf = u32::from_be(g.version_tclass_flow);
+            // RoCEv2 puts the IP header of the request in the 40 bytes: an
+            // IPv6 header, or 20 unused bytes and then the IPv4 header.
+            let raw = std::slice::from_raw_parts(grh.cast::<u8>(), 40);
+            let (sgid, flow_label, traffic_class) = if raw[0] >> 4 == 6 {
+                let g = &*grh;
+                let vtf = u32::from_be(g.version_tclass_flow);
+                (g.sgid.raw(), vtf & 0xF_FFFF, ((vtf >> 20) & 0xFF) as u8)
+            } else if raw[20] >> 4 == 4 {
+                let mut v4 = [0u8; 4];
+                v4.copy_from_slice(&raw[32..36]);
+                let ip = std::net::Ipv4Addr::from(v4).to_ipv6_mapped();
+                (ip.octets(), 0, raw[21])
+            } else {
+                fail_with(
+                    "ibv_init_ah_from_wc",
+                    libc::EINVAL,
+                    "the GRH holds neither an IPv6 nor an IPv4 header",
+                );
+                return -1;
+            };
             ah_attr.write(ibv_ah_attr {
                 grh: ibv_global_route {
-                    dgid: ibv_gid::from_raw(g.sgid.raw()),
-                    flow_label: vtf & 0xF_FFFF,
+                    dgid: ibv_gid::from_raw(sgid),
+                    flow_label,
                     sgid_index: 0,
                     hop_limit: 0xFF,
-                    traffic_class: ((vtf >> 20) & 0xFF) as u8,
+                    traffic_class,
                 },
                 dlid: w.slid,
                 sl: w.sl,
