@@ -7,7 +7,7 @@
 mod common;
 
 use std::net::TcpListener;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use softrdma::*;
@@ -36,6 +36,7 @@ fn start_responder(side: &Side, dir: &TempDir) -> (Peer, Remote, Ctl) {
 
 #[test]
 fn every_operation_and_size_between_two_processes() {
+    let _turn = heavy();
     let dir = TempDir::new("matrix");
     let ctx = Context::open_with(&udp_loopback()).unwrap();
     let side = Side::open(ctx, SIDE_MR_LEN);
@@ -65,11 +66,33 @@ fn victim() {
     panic!("the victim was not killed (got {m:?})");
 }
 
+/// Tests of this binary run in parallel threads; the heavy ones take turns
+/// so that one's load does not stall the other's peer.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A peer killed with SIGKILL in the middle of a transfer: the survivor's
 /// outstanding WRs complete, the first with RETRY_EXC_ERR and the rest with
 /// WR_FLUSH_ERR, within (retry_cnt + 1) local ACK timeouts; nothing hangs.
 #[test]
 fn killed_peer_fails_outstanding_work_within_timeout_and_retry_count() {
+    let _turn = heavy();
+    for attempt in 1..=3 {
+        match kill_mid_transfer() {
+            Ok(()) => return,
+            // With ACK timeouts this short, a machine busy enough to stall
+            // the peer for (retry_cnt + 1) timeouts fails the transfer
+            // before the kill: that is correct, but not this test's point.
+            Err(why) => eprintln!("attempt {attempt}: {why}; trying again"),
+        }
+    }
+    panic!("the transfer never got going before the kill in 3 attempts");
+}
+
+fn kill_mid_transfer() -> std::result::Result<(), String> {
     const WRS: u64 = 32;
     const LEN: u32 = 1 << 20;
     let dir = TempDir::new("kill");
@@ -79,13 +102,13 @@ fn killed_peer_fails_outstanding_work_within_timeout_and_retry_count() {
     cmd.env(CM_ENV, format!("connect:{}", l.local_addr().unwrap()));
     let mut peer = Peer::spawn("victim", cmd, &dir);
     let mut stream = accept_bounded(&l, Duration::from_secs(30), Some(&mut peer));
-    // timeout 10: 4.096 µs × 2^10 ≈ 4.2 ms per try; 3 retries.
+    // timeout 12: 4.096 µs × 2^12 ≈ 16.8 ms per try; 3 retries.
     let o = ConnectOptions {
-        timeout: 10,
+        timeout: 12,
         retry_cnt: 3,
         ..Default::default()
     };
-    let ack_timeout = Duration::from_nanos(4096 << 10);
+    let ack_timeout = Duration::from_nanos(4096 << o.timeout);
     let remote = side.connect(&mut stream, &o);
     let mut ctl = Ctl::new(stream);
     ctl.expect("ready");
@@ -100,32 +123,40 @@ fn killed_peer_fails_outstanding_work_within_timeout_and_retry_count() {
             .post_send(&SendWr::new(i, op, vec![side.mr.sge(0, LEN)]))
             .unwrap();
     }
-    let first = side.scq.wait_ok(OP_TIMEOUT).unwrap();
+    let first = side.scq.wait(1, OP_TIMEOUT).unwrap()[0];
+    if first.status != WcStatus::Success {
+        return Err(format!("the first WR failed before the kill: {first:?}"));
+    }
     assert_eq!(first.wr_id, 0);
+    let mut last_ok = Instant::now();
     peer.signal(libc::SIGKILL);
-    let killed = std::time::Instant::now();
+    let killed = Instant::now();
     let status = peer.wait(Duration::from_secs(10));
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(libc::SIGKILL)
     );
 
-    // Collect the other WRs' completions, noting when the error came.
+    // Collect the other WRs' completions, noting when the error came and
+    // when the last success was seen (ACKs in flight may complete some).
     let mut wcs = vec![first];
-    let mut failed_after = None;
+    let mut failed_at = None;
     while (wcs.len() as u64) < WRS {
         assert!(
             killed.elapsed() < Duration::from_secs(10),
             "only {} of {WRS} completions 10 s after the kill: {wcs:?}",
             wcs.len()
         );
-        if let Some(wc) = side.scq.poll_one().unwrap() {
-            if wc.status == WcStatus::RetryExcErr && failed_after.is_none() {
-                failed_after = Some(killed.elapsed());
+        match side.scq.poll_one().unwrap() {
+            Some(wc) => {
+                if wc.status.is_ok() {
+                    last_ok = Instant::now();
+                } else if failed_at.is_none() {
+                    failed_at = Some(Instant::now());
+                }
+                wcs.push(wc);
             }
-            wcs.push(wc);
-        } else {
-            std::thread::sleep(Duration::from_micros(200));
+            None => std::thread::sleep(Duration::from_micros(200)),
         }
     }
     let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
@@ -136,21 +167,28 @@ fn killed_peer_fails_outstanding_work_within_timeout_and_retry_count() {
     for w in &wcs[ok + 1..] {
         assert_eq!(w.status, WcStatus::WrFlushErr, "{w:?}");
     }
-    let t = failed_after.unwrap();
-    let bound = ack_timeout * (u32::from(o.retry_cnt) + 1);
+    let failed_at = failed_at.unwrap();
+    let (after_kill, after_progress) = (failed_at - killed, failed_at - last_ok);
+    let tries = u32::from(o.retry_cnt) + 1;
     eprintln!(
-        "{ok} WRs completed before the kill; RETRY_EXC_ERR {t:?} after it \
-         (nominal {bound:?}); {:?}",
+        "{ok} WRs completed; RETRY_EXC_ERR {after_kill:?} after the kill, \
+         {after_progress:?} after the last success (nominal {:?}); {:?}",
+        ack_timeout * tries,
         side.rc.counters()
     );
+    // The retries ran: at least retry_cnt timeouts after the last progress
+    // (which was no earlier than the last success we saw)...
     assert!(
-        t >= ack_timeout * 2,
-        "failed after {t:?}: sooner than the retries allow"
+        after_progress >= ack_timeout * u32::from(o.retry_cnt),
+        "RETRY_EXC_ERR {after_progress:?} after the last success: too soon \
+         for {} retries of {ack_timeout:?}",
+        o.retry_cnt
     );
+    // ...and no more than (retry_cnt + 1) timeouts after the kill.
     assert!(
-        t <= bound + Duration::from_millis(250),
-        "failed after {t:?}: later than {} tries of {ack_timeout:?} (+250 ms slack)",
-        o.retry_cnt + 1
+        after_kill <= ack_timeout * tries + Duration::from_millis(250),
+        "RETRY_EXC_ERR {after_kill:?} after the kill: later than {tries} \
+         tries of {ack_timeout:?} (+250 ms slack)"
     );
     let c = side.rc.counters();
     assert!(c.timeouts >= u64::from(o.retry_cnt), "{c:?}");
@@ -170,6 +208,7 @@ fn killed_peer_fails_outstanding_work_within_timeout_and_retry_count() {
         .unwrap();
     let wc = side.scq.wait(1, Duration::from_secs(1)).unwrap()[0];
     assert_eq!((wc.wr_id, wc.status), (99, WcStatus::WrFlushErr));
+    Ok(())
 }
 
 /// As root, the device's socket buffers go past net.core.rmem_max (SO_*FORCE):
