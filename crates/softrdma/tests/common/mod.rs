@@ -1115,13 +1115,25 @@ pub fn matrix_peer(role: &str) {
     let mut stream = peer_stream();
     let remote = side.connect(&mut stream, &ConnectOptions::default());
     let mut ctl = Ctl::new(stream);
-    match role {
+    let run = std::panic::AssertUnwindSafe(|| match role {
         "responder" => run_responder(&side, &remote, &mut ctl),
         "requester" => {
             let plan = plan_from_env(remote.mtu);
             run_requester(&side, &remote, &mut ctl, &plan)
         }
         _ => unreachable!(),
+    });
+    if let Err(e) = std::panic::catch_unwind(run) {
+        // What this end saw, for the post-mortem.
+        eprintln!(
+            "{role} failed; device {:?} {:?}",
+            side.ctx.counters(),
+            side.ctx.driver_counters()
+        );
+        for q in [&side.rc, &side.uc, &side.ud] {
+            eprintln!("{role} QP {q:?} {:?}: {:?}", q.state(), q.counters());
+        }
+        std::panic::resume_unwind(e);
     }
     let c = side.ctx.counters();
     eprintln!("{role} counters: {c:?}");
