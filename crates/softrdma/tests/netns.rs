@@ -88,15 +88,15 @@ fn ipv6_between_two_processes_on_loopback() {
     ]);
 
     // The wire inside the namespace, judged like IPv4's in tests/wire.rs.
-    let tcpdump = is_root() && which("tcpdump").is_some();
-    let mut dump = tcpdump.then(|| {
-        Tcpdump::start(
+    let mut dump = match which("tcpdump") {
+        None => Err("tcpdump is not installed".to_string()),
+        Some(_) => Tcpdump::start(
             Some(&ns.names[0]),
             "lo",
             "udp port 4791",
             dir.path("lo6.pcap"),
-        )
-    });
+        ),
+    };
 
     let mut responder = ns.self_command(0, "peer", "responder");
     responder
@@ -122,8 +122,9 @@ fn ipv6_between_two_processes_on_loopback() {
         "{log}"
     );
 
-    let Some(dump) = dump.as_mut() else {
-        return skip("ipv6/tcpdump", "tcpdump is not installed");
+    let dump = match dump.as_mut() {
+        Ok(d) => d,
+        Err(why) => return skip("ipv6/tcpdump", why),
     };
     eprintln!("tcpdump: {:?}", dump.stop());
     let cap = check_capture(&dump.file);

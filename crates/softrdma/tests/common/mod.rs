@@ -1240,6 +1240,19 @@ pub fn netns_unavailable() -> Option<String> {
     if which("ip").is_none() {
         return Some("the `ip` command (iproute2) is not installed".into());
     }
+    // Root without CAP_SYS_ADMIN (some containers) cannot make namespaces.
+    let probe = format!("srdma-probe{}", std::process::id());
+    let out = run_bounded(
+        Command::new("ip").args(["netns", "add", &probe]),
+        Duration::from_secs(30),
+    );
+    if !out.status.success() {
+        return Some(format!(
+            "cannot create a network namespace here: {}",
+            out.stderr.trim()
+        ));
+    }
+    ip(&["netns", "del", &probe]);
     None
 }
 
@@ -1254,7 +1267,14 @@ pub struct Tcpdump {
 impl Tcpdump {
     /// Starts capturing on `iface` (inside namespace `ns` if given) and
     /// waits (bounded) until tcpdump says it is listening.
-    pub fn start(ns: Option<&str>, iface: &str, filter: &str, file: PathBuf) -> Tcpdump {
+    /// `Err` (a reason to skip) when tcpdump may not capture here (no
+    /// CAP_NET_RAW); panics on other failures.
+    pub fn start(
+        ns: Option<&str>,
+        iface: &str,
+        filter: &str,
+        file: PathBuf,
+    ) -> Result<Tcpdump, String> {
         let mut cmd = match ns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -1311,8 +1331,15 @@ impl Tcpdump {
                     let ready = l.contains("listening on");
                     t.log.push(l);
                     if ready {
-                        return t;
+                        return Ok(t);
                     }
+                }
+                Err(_)
+                    if t.log
+                        .iter()
+                        .any(|l| l.contains("ermission") || l.contains("not permitted")) =>
+                {
+                    return Err(format!("tcpdump may not capture here: {:?}", t.log))
                 }
                 Err(_) => panic!("tcpdump did not start listening: {:?}", t.log),
             }
