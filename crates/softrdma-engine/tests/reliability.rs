@@ -57,10 +57,7 @@ fn go_back_n_after_one_lost_packet() {
     assert_eq!(ca.timeouts, 0, "the NAK, not the timer, recovered");
     // Go back N: PSNs 3..9 again, nothing before.
     assert_eq!(ca.retransmits, 7);
-    let psns: Vec<u32> = sent_where(&wire, |p| from_a(p))
-        .iter()
-        .map(|p| p.psn)
-        .collect();
+    let psns: Vec<u32> = sent_where(&wire, from_a).iter().map(|p| p.psn).collect();
     let want: Vec<u32> = (0..10).chain(3..10).map(|i| PSN_A + i).collect();
     assert_eq!(psns, want);
 }
