@@ -10,6 +10,7 @@
 
 use std::io::Write as _;
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -445,7 +446,6 @@ impl Res {
         } else {
             "the peer's SEND"
         });
-        let mut byte = [0u8; 1];
         let mut got_recv = 0u64; // receives completed (send_lat)
         let mut got_send = 0u64; // send completions
         let expected_len = size + ud_extra;
@@ -462,7 +462,6 @@ impl Res {
                     let have = self.pp_progress(
                         write,
                         poll_off,
-                        &mut byte,
                         want,
                         &mut got_recv,
                         &mut got_send,
@@ -499,7 +498,6 @@ impl Res {
                     || self.pp_progress(
                         write,
                         poll_off,
-                        &mut byte,
                         k,
                         &mut got_recv,
                         &mut got_send,
@@ -521,26 +519,39 @@ impl Res {
         Ok(times)
     }
 
-    /// One step of ping-pong progress: collects completions and says
-    /// whether message `want` from the peer has arrived.
-    #[allow(clippy::too_many_arguments)]
+    /// One step of ping-pong progress: says whether message `want` from the
+    /// peer has arrived. WRITE: the last byte of the receive area, read
+    /// without a lock (as perftest polls its buffer), before and after
+    /// collecting completions (which runs the driver's progress). SEND:
+    /// receive completions.
     fn pp_progress(
         &mut self,
         write: bool,
         poll_off: usize,
-        byte: &mut [u8; 1],
         want: u64,
         got_recv: &mut u64,
         got_send: &mut u64,
         expected_len: u64,
     ) -> Result<bool, String> {
-        self.pp_collect(got_recv, got_send, expected_len)?;
-        if write {
-            self.mr.read(poll_off, byte).map_err(es)?;
-            Ok(byte[0] == want as u8)
-        } else {
-            Ok(*got_recv >= want)
+        if !write {
+            self.pp_collect(got_recv, got_send, expected_len)?;
+            return Ok(*got_recv >= want);
         }
+        if self.peek(poll_off) == want as u8 {
+            return Ok(true);
+        }
+        self.pp_collect(got_recv, got_send, expected_len)?;
+        Ok(self.peek(poll_off) == want as u8)
+    }
+
+    /// The byte at `off` of the MR, read atomically without the device lock.
+    fn peek(&self, off: usize) -> u8 {
+        assert!(off < self.mr.len());
+        // SAFETY: `off` is inside the region, which the MR owns and keeps
+        // mapped while `self` lives; a u8 is always aligned. Remote writes
+        // land concurrently (that is the point of polling); the atomic load
+        // sees each byte either before or after such a write.
+        unsafe { AtomicU8::from_ptr(self.mr.as_ptr().add(off)) }.load(Ordering::Acquire)
     }
 
     fn pp_collect(
