@@ -6,10 +6,11 @@
 //!
 //! Every verb runs on the device's engine under its lock
 //! (`Context::with_engine`, which then transmits what the call queued);
-//! `poll_cq` uses `Context::poll_engine`, which first receives and runs
-//! timers, so a polling program progresses with no thread hand-off while
-//! the device's background thread serves one-sided operations to a program
-//! that is busy elsewhere.
+//! `poll_cq` too: the program's polling drives receive, timers and
+//! transmit with no thread hand-off, and the device's background thread,
+//! which wakes when packets arrive, serves one-sided operations to a
+//! program that is busy elsewhere (spinning on memory, blocked in
+//! `ibv_get_cq_event`).
 
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
@@ -295,9 +296,17 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             WCS.with(|cell| {
                 let mut v = cell.borrow_mut();
                 v.clear();
+                // Not `poll_engine`: that tells the device's background
+                // thread the application is polling, and the thread then
+                // ignores the network for up to a millisecond. Programs
+                // like ib_write_lat poll the CQ and then spin on memory a
+                // peer WRITEs, with no library call; the thread must stay
+                // ready to serve that WRITE. So progress runs after the
+                // poll (its completions show at the next poll, as on
+                // hardware), and the thread keeps waking on arrivals.
                 match c
                     .dev
-                    .poll_engine(|e| e.poll_cq(h, num_entries as usize, &mut v))
+                    .with_engine(|e, _| e.poll_cq(h, num_entries as usize, &mut v))
                 {
                     Ok(n) => {
                         for (i, w) in v.iter().take(n).enumerate() {
