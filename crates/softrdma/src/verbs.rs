@@ -846,14 +846,19 @@ impl CompChannel {
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<u32> {
         let start = std::time::Instant::now();
         loop {
-            if let Some(cq) = self
-                .shared
-                .ready
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front()
             {
-                return Ok(cq);
+                // The fd is readable exactly while events are pending (as
+                // ibverbs'), so a poll/epoll loop on it does not spin: clear
+                // it when the queue is (or becomes) empty. Under the queue's
+                // lock, as progress pushes under it and signals after.
+                let mut ready = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner());
+                let cq = ready.pop_front();
+                if ready.is_empty() {
+                    self.shared.fd.drain();
+                }
+                if let Some(cq) = cq {
+                    return Ok(cq);
+                }
             }
             let left = match timeout {
                 Some(t) => match t.checked_sub(start.elapsed()) {

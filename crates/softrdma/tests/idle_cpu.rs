@@ -1,7 +1,8 @@
 //! No busy CPU when idle: with devices open and an RC connection up, the
 //! process uses (almost) no CPU while nothing happens — also while an
-//! application thread is blocked in `CompChannel::get_event` — and that
-//! thread still wakes up when a completion arrives.
+//! application thread is blocked in `CompChannel::get_event`, or in poll
+//! on the channel's fd after taking an event — and a blocked thread still
+//! wakes up when a completion arrives.
 //!
 //! One test function only: tests of one binary run in parallel threads of
 //! the same process, and would be counted here.
@@ -102,6 +103,38 @@ fn idle_with(transport: Transport) {
     });
     ca.wait_ok(OP_TIMEOUT).unwrap();
     assert_eq!(cb.wait_ok(OP_TIMEOUT).unwrap().wr_id, 2);
+
+    // The channel fd in an epoll loop (docs/api.md): once the event is
+    // taken, the fd must not stay readable, or the loop spins.
+    cb.req_notify(false).unwrap();
+    send(3);
+    ca.wait_ok(OP_TIMEOUT).unwrap();
+    let (cpu, wall) = measure(|| {
+        let mut events = 0;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(1) {
+            let left = Duration::from_secs(1).saturating_sub(t.elapsed());
+            let mut p = libc::pollfd {
+                fd: ch.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) } > 0
+                && ch.get_event(Some(Duration::ZERO)).is_ok()
+            {
+                events += 1;
+                cb.req_notify(false).unwrap();
+            }
+        }
+        assert_eq!(events, 1, "one completion, one event");
+    });
+    assert_idle(
+        &format!("{transport:?}: an epoll-style loop on the channel fd"),
+        cpu,
+        wall,
+    );
+    assert_eq!(cb.wait_ok(OP_TIMEOUT).unwrap().wr_id, 3);
 }
 
 #[test]
