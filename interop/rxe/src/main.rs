@@ -40,7 +40,7 @@ const OUT_READS: u32 = 16;
 /// Send queue depth of the bandwidth tests (perftest's default tx depth).
 const TX_DEPTH: usize = 128;
 /// How long any single wait may take before the test fails.
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Test {
