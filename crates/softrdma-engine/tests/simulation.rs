@@ -50,6 +50,9 @@ struct Totals {
     recvs: u64,
     excused: u64,
     excused_lossy: u64,
+    peer_failures: u64,
+    poisoned: u64,
+    drains: u64,
     cut_failures: u64,
     packets: u64,
     corrupted: u64,
@@ -67,6 +70,9 @@ impl Totals {
             self.excused_lossy += s.excused_retry_exc;
         }
         self.cut_failures += s.cut_failures;
+        self.peer_failures += s.peer_failures;
+        self.poisoned += s.poisoned;
+        self.drains += s.drains;
         self.packets += s.packets;
         self.corrupted += s.corrupted;
         self.virtual_ms += s.virtual_ms;
@@ -112,7 +118,8 @@ fn run_range(seeds: std::ops::Range<u64>) {
     }
     println!(
         "seeds {seeds:?}: {} passed in {:.1?}: {} WRs, {} send and {} receive completions, {} packets \
-         ({} corrupted), {} RETRY_EXC_ERR on cut paths, {} excused by the wire under loss, {} ms virtual",
+         ({} corrupted), {} RETRY_EXC_ERR on cut paths, {} excused by the wire under loss, {} after \
+         the peer failed, {} invalid WRs failed as they must, {} SQD drains, {} ms virtual",
         totals.seeds,
         t0.elapsed(),
         totals.ops,
@@ -122,6 +129,9 @@ fn run_range(seeds: std::ops::Range<u64>) {
         totals.corrupted,
         totals.cut_failures,
         totals.excused,
+        totals.peer_failures,
+        totals.poisoned,
+        totals.drains,
         totals.virtual_ms
     );
     slow.sort_unstable();

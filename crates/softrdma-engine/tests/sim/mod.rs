@@ -47,7 +47,7 @@ use softrdma_wire::{icrc, NakCode, OpKind, Opcode, PacketRepr, Psn, Syndrome, Tr
 
 use alloc::Ring;
 use oracle::{OKind, Oracle};
-use scenario::{Mode, Scenario};
+use scenario::{Mode, Poison, Scenario};
 
 /// Local buffer pieces: (offset in a node's L region, length).
 type Pieces = Vec<(u64, u32)>;
@@ -147,6 +147,8 @@ struct Wr {
     expect: Expect,
     msg: Option<Rc<Msg>>,
     posted_at: Instant,
+    /// A deliberately invalid WR: the error it must complete with.
+    poison: Option<WcStatus>,
 }
 
 #[derive(Debug)]
@@ -247,6 +249,16 @@ struct QpH {
     incoming: VecDeque<Rc<Msg>>,
     posted_count: u64,
     completed: u64,
+    /// RC requester: post the scenario's poisoned WR as this (0-based) WR.
+    poison_at: Option<u64>,
+    /// Highest request PSN transmitted so far.
+    max_tx: Option<Psn>,
+    first_psn: Psn,
+    /// A receive was flushed: no receive may succeed after it.
+    recv_flushed: bool,
+    /// In SQD: the last PSN of the WQEs started before the drain; nothing
+    /// after it may be transmitted until the QP is back in RTS.
+    sqd: Option<Psn>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -276,6 +288,12 @@ pub struct Summary {
     pub completions: u64,
     pub recvs: u64,
     pub excused_retry_exc: u64,
+    /// RETRY_EXC_ERR because the peer QP had failed (poisoned WR or cascade).
+    pub peer_failures: u64,
+    /// Invalid WRs that completed with their error.
+    pub poisoned: u64,
+    /// SQD drains completed.
+    pub drains: u64,
     pub cut_failures: u64,
     pub packets: u64,
     pub corrupted: u64,
@@ -595,6 +613,11 @@ impl World {
                 incoming: VecDeque::new(),
                 posted_count: 0,
                 completed: 0,
+                poison_at: None,
+                max_tx: None,
+                first_psn: Psn::new(0),
+                sqd: None,
+                recv_flushed: false,
             });
         }
         // Pair up connected QPs and bring them up.
@@ -611,6 +634,13 @@ impl World {
                 let c = &sc.conns[self.qps[i].conn.unwrap()];
                 let psn = if i % 2 == 0 { c.psn_a } else { c.psn_b };
                 self.qps[i].oracle = Some(Oracle::new(Psn::new(psn), now));
+                self.qps[i].first_psn = Psn::new(psn);
+            }
+        }
+        if sc.poison.is_some() {
+            // The first RC requester (the a end of the first connection).
+            if let Some(q) = self.qps.first_mut().filter(|q| q.qp_type == QpType::Rc) {
+                q.poison_at = Some(q.ops_left as u64 / 2);
             }
         }
         Ok(())
@@ -751,6 +781,18 @@ impl World {
                     let Some(q) = self.qps[r].peer else { continue };
                     if let Some(o) = self.qps[q].oracle.as_mut() {
                         o.on_transmit();
+                    }
+                    let qq = &mut self.qps[q];
+                    if qq.max_tx.is_none_or(|m| ev.psn.is_after(m)) {
+                        qq.max_tx = Some(ev.psn);
+                    }
+                    if let Some(b) = qq.sqd {
+                        ensure!(
+                            !ev.psn.is_after(b),
+                            "q{q}: in SQD it sent PSN {:?}, after {:?}, the last PSN of the work started before the drain",
+                            ev.psn,
+                            b
+                        );
                     }
                 }
                 TapStage::Deliver if !info.is_request => {
@@ -897,6 +939,9 @@ impl World {
     }
 
     fn post_connected(&mut self, qi: usize) -> Check<bool> {
+        if self.qps[qi].poison_at == Some(self.qps[qi].posted_count) {
+            return self.post_poison(qi);
+        }
         let rc = self.qps[qi].qp_type == QpType::Rc;
         let ci = self.qps[qi].conn.unwrap();
         let send_max = u64::from(self.sc.conns[ci].send_max);
@@ -1134,6 +1179,7 @@ impl World {
             expect,
             msg,
             posted_at: now,
+            poison: None,
         });
         q.ops_left -= 1;
         q.posted_count += 1;
@@ -1144,6 +1190,142 @@ impl World {
             .post_send(now, qpn, &wr)
             .map_err(|e| format!("q{qi}: post_send {op:?} failed: {e}"))?;
         Ok(true)
+    }
+
+    /// Posts the scenario's invalid WR (signaled).
+    fn post_poison(&mut self, qi: usize) -> Check<bool> {
+        let kind = self.sc.poison.unwrap();
+        let len = if kind == Poison::MisalignedAtomic {
+            8
+        } else {
+            16
+        };
+        let Some(local) = self.alloc_local(qi, len, true) else {
+            return Ok(false);
+        };
+        let node = self.qps[qi].node;
+        let peer_node = self.qps[self.qps[qi].peer.unwrap()].node;
+        let r = &self.nodes[peer_node].r;
+        let (rbase, rkey, rlen) = (r.base + self.qps[qi].r_off, r.keys.rkey, r.mem.len() as u64);
+        let region_end = r.base + rlen;
+        let mut sg_list = self.sges(node, &local);
+        let (op, sop, status) = match kind {
+            Poison::BadRkeyWrite => (
+                Op::Write,
+                SendOp::Write {
+                    remote_addr: rbase + SLOT_AREA,
+                    rkey: rkey ^ 0x5A5A_0000,
+                },
+                WcStatus::RemAccessErr,
+            ),
+            Poison::ReadPastTheEnd => (
+                Op::Read,
+                SendOp::Read {
+                    remote_addr: region_end - 8,
+                    rkey,
+                },
+                WcStatus::RemAccessErr,
+            ),
+            Poison::MisalignedAtomic => (
+                Op::Faa,
+                SendOp::FetchAdd {
+                    remote_addr: rbase + 4,
+                    rkey,
+                    add: 1,
+                },
+                WcStatus::RemInvReqErr,
+            ),
+            Poison::BadLkey => {
+                sg_list[0].lkey ^= 1;
+                (
+                    Op::Write,
+                    SendOp::Write {
+                        remote_addr: rbase + SLOT_AREA,
+                        rkey,
+                    },
+                    WcStatus::LocProtErr,
+                )
+            }
+        };
+        let q = &mut self.qps[qi];
+        let wr_id = q.next_wr_id;
+        q.next_wr_id += 1;
+        q.unsignaled_run = 0;
+        if kind != Poison::BadLkey {
+            // A local error is found before a PSN is assigned.
+            let okind = match op {
+                Op::Read => OKind::Read,
+                Op::Faa => OKind::Atomic,
+                _ => OKind::Msg,
+            };
+            if let Some(o) = q.oracle.as_mut() {
+                o.push(wr_id, okind, 1);
+            }
+        }
+        let now = self.net.now;
+        q.sq.push_back(Wr {
+            wr_id,
+            op,
+            len,
+            signaled: true,
+            local,
+            owns_local: true,
+            roff: SLOT_AREA,
+            expect: Expect::None,
+            msg: None,
+            posted_at: now,
+            poison: Some(status),
+        });
+        q.ops_left -= 1;
+        q.posted_count += 1;
+        self.summary.ops += 1;
+        let qpn = q.qpn;
+        self.log(|| format!("post q{qi} POISON wr {wr_id:#x} {kind:?}"));
+        let wr = SendWr {
+            wr_id,
+            op: sop,
+            sg_list,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        };
+        self.net.nodes[node]
+            .post_send(now, qpn, &wr)
+            .map_err(|e| format!("q{qi}: post_send of the poisoned WR failed: {e}"))?;
+        Ok(true)
+    }
+
+    /// Moves an RC requester to SQD, noting what it may still send.
+    fn start_drain(&mut self, qi: usize) -> Check {
+        let q = &self.qps[qi];
+        let node = q.node;
+        if self.net.nodes[node].qp_state(q.qpn) != Some(QpState::Rts) {
+            return Ok(());
+        }
+        let boundary = match q.max_tx {
+            None => q.first_psn.sub(1),
+            Some(m) => q
+                .oracle
+                .as_ref()
+                .and_then(|o| o.wrs.iter().find(|w| m.in_window(w.first, w.npkts)))
+                .map_or(m, |w| w.first.add(w.npkts - 1)),
+        };
+        let qpn = q.qpn;
+        let now = self.net.now;
+        self.net.nodes[node]
+            .modify_qp(
+                now,
+                qpn,
+                &QpAttr {
+                    qp_state: QpState::Sqd,
+                    en_sqd_async_notify: true,
+                    ..Default::default()
+                },
+                AttrMask::STATE | AttrMask::EN_SQD_ASYNC_NOTIFY,
+            )
+            .map_err(|e| format!("q{qi}: RTS->SQD refused: {e}"))?;
+        self.qps[qi].sqd = Some(boundary);
+        self.log(|| format!("q{qi} SQD, started work ends at PSN {boundary:?}"));
+        Ok(())
     }
 
     fn ud_qps(&self) -> Vec<usize> {
@@ -1233,6 +1415,7 @@ impl World {
             expect: Expect::None,
             msg: None,
             posted_at: now,
+            poison: None,
         });
         q.ops_left -= 1;
         q.posted_count += 1;
@@ -1449,7 +1632,7 @@ impl World {
         }
     }
 
-    fn excuse_retry_exc(&mut self, qi: usize, wr_id: u64) -> Check {
+    fn excuse_retry_exc(&mut self, qi: usize, wr_id: u64, peer_failed: bool) -> Check {
         let now = self.net.now;
         let q = &self.qps[qi];
         let o = q.oracle.as_ref().unwrap();
@@ -1458,7 +1641,7 @@ impl World {
         let stalled = now - o.t_prog;
         let need = q.timeout * timeouts;
         ensure!(
-            self.sc.mode != Mode::Clean,
+            self.sc.mode != Mode::Clean || peer_failed,
             "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} on a network that loses nothing"
         );
         ensure!(
@@ -1511,12 +1694,17 @@ impl World {
             self.verify_success(qi, i)?;
         }
         let w = &self.qps[qi].sq[pos];
-        let (op, len, wr_id) = (w.op, w.len, w.wr_id);
+        let (op, len, wr_id, poison) = (w.op, w.len, w.wr_id, w.poison);
+        let state = self.net.nodes[node].qp_state(wc.qp_num);
         match wc.status {
             WcStatus::Success => {
                 ensure!(
                     self.qps[qi].errored.is_none(),
                     "q{qi}: WR {wr_id:#x} succeeded after the QP failed"
+                );
+                ensure!(
+                    poison.is_none(),
+                    "q{qi}: the invalid WR {wr_id:#x} succeeded"
                 );
                 ensure!(
                     wc.opcode == op.wc_opcode(),
@@ -1558,8 +1746,15 @@ impl World {
                     "q{qi}: second error completion {:?} for WR {wr_id:#x}; after the first only WR_FLUSH_ERR may follow",
                     wc.status
                 );
-                self.excuse_retry_exc(qi, wr_id)?;
-                if let Some(c) = self.cut_for(qi) {
+                let peer_failed = self.qps[qi].peer.is_some_and(|p| {
+                    let pq = &self.qps[p];
+                    self.net.nodes[pq.node].qp_state(pq.qpn) == Some(QpState::Err)
+                });
+                self.excuse_retry_exc(qi, wr_id, peer_failed)?;
+                if peer_failed {
+                    // The peer is in ERR and drops everything: expected.
+                    self.summary.peer_failures += 1;
+                } else if let Some(c) = self.cut_for(qi) {
                     let q = &self.qps[qi];
                     let t_ref = c.max(q.sq[pos].posted_at);
                     let bound = q.timeout * (u32::from(q.retry_cnt) + 2)
@@ -1581,9 +1776,32 @@ impl World {
             }
             WcStatus::WrFlushErr => {
                 ensure!(
-                    self.qps[qi].errored.is_some(),
-                    "q{qi}: WR {wr_id:#x} flushed although the QP never failed"
+                    self.qps[qi].errored.is_some()
+                        || matches!(state, Some(QpState::Err | QpState::Sqe)),
+                    "q{qi}: WR {wr_id:#x} flushed although the QP is {state:?}"
                 );
+                self.qps[qi]
+                    .errored
+                    .get_or_insert((self.net.now, wc.status));
+                self.qps[qi].oracle = None;
+            }
+            s if Some(s) == poison => {
+                ensure!(
+                    self.qps[qi].errored.is_none(),
+                    "q{qi}: the invalid WR {wr_id:#x} completed with {s:?} after the QP had failed"
+                );
+                ensure!(
+                    state == Some(QpState::Err),
+                    "q{qi}: after {s:?} the QP is {state:?}, not ERR"
+                );
+                if s == WcStatus::RemAccessErr && op == Op::Write {
+                    // Nothing was written.
+                    let roff = self.qps[qi].sq[pos].roff;
+                    self.check_remote(qi, roff, len, pos, "target of a refused WRITE")?;
+                }
+                self.summary.poisoned += 1;
+                self.qps[qi].errored = Some((self.net.now, s));
+                self.qps[qi].oracle = None;
             }
             s => {
                 return Err(format!(
@@ -1664,6 +1882,7 @@ impl World {
                 self.qps[qi]
                     .errored
                     .get_or_insert((self.net.now, WcStatus::WrFlushErr));
+                self.qps[qi].recv_flushed = true;
                 return Ok(());
             }
             s => {
@@ -1674,8 +1893,8 @@ impl World {
             }
         }
         ensure!(
-            self.qps[qi].errored.is_none() || self.qps[qi].qp_type != QpType::Rc,
-            "q{qi}: receive succeeded after the QP failed"
+            !self.qps[qi].recv_flushed,
+            "q{qi}: a receive succeeded after receives were flushed"
         );
         let imm_flag = wc.wc_flags.contains(WcFlags::WITH_IMM);
         match self.qps[qi].qp_type {
@@ -1918,6 +2137,29 @@ impl World {
                             .errored
                             .get_or_insert((self.net.now, WcStatus::WrFlushErr));
                     }
+                    Event::SqDrained { qpn } => {
+                        let qi = self.by_qpn[&(n, qpn)];
+                        ensure!(
+                            self.qps[qi].sqd.take().is_some(),
+                            "q{qi}: SqDrained without a drain"
+                        );
+                        self.summary.drains += 1;
+                        self.log(|| format!("q{qi} drained"));
+                        if self.net.nodes[n].qp_state(qpn) == Some(QpState::Sqd) {
+                            let now = self.net.now;
+                            self.net.nodes[n]
+                                .modify_qp(
+                                    now,
+                                    qpn,
+                                    &QpAttr {
+                                        qp_state: QpState::Rts,
+                                        ..Default::default()
+                                    },
+                                    AttrMask::STATE,
+                                )
+                                .map_err(|e| format!("q{qi}: SQD->RTS refused: {e}"))?;
+                        }
+                    }
                     ev => return Err(format!("node {n}: unexpected event {ev:?}")),
                 }
             }
@@ -2041,6 +2283,19 @@ impl World {
                 }
             }
             posted |= self.post_recvs()?;
+            if self.sc.sqd_p > 0.0 {
+                for qi in 0..self.qps.len() {
+                    let q = &self.qps[qi];
+                    if q.qp_type == QpType::Rc
+                        && q.sqd.is_none()
+                        && q.errored.is_none()
+                        && q.ops_left > 0
+                        && self.rng.chance(self.sc.sqd_p)
+                    {
+                        self.start_drain(qi)?;
+                    }
+                }
+            }
             ensure!(
                 self.net.now <= deadline,
                 "liveness: work not finished after {limit:?} of virtual time; outstanding:{}",
@@ -2157,7 +2412,7 @@ impl World {
                 QpType::Ud => {}
             }
         }
-        if self.sc.mode == Mode::Clean {
+        if self.sc.mode == Mode::Clean && self.sc.poison.is_none() {
             for (qi, q) in self.qps.iter().enumerate() {
                 ensure!(
                     q.errored.is_none(),

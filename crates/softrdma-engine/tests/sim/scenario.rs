@@ -19,6 +19,20 @@ pub enum Mode {
     PermanentCut,
 }
 
+/// One invalid WR a requester posts in the middle of its work, and the
+/// status it must complete with (unless retries run out first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poison {
+    /// WRITE with an rkey nobody has: REM_ACCESS_ERR, target untouched.
+    BadRkeyWrite,
+    /// READ running past the end of the responder's region: REM_ACCESS_ERR.
+    ReadPastTheEnd,
+    /// FETCH_ADD on an address that is not 8-byte aligned: REM_INV_REQ_ERR.
+    MisalignedAtomic,
+    /// WRITE from a buffer with a bad lkey: LOC_PROT_ERR, nothing sent.
+    BadLkey,
+}
+
 #[derive(Debug, Clone)]
 pub struct Conn {
     pub qp_type: QpType,
@@ -82,6 +96,11 @@ pub struct Scenario {
     /// Most WRs a QP has outstanding.
     pub max_outstanding: usize,
     pub cuts: Vec<Cut>,
+    /// The first RC requester posts this invalid WR halfway through.
+    pub poison: Option<Poison>,
+    /// Probability per turn that an RC requester drains its send queue
+    /// (RTS→SQD, wait for SqDrained, SQD→RTS).
+    pub sqd_p: f64,
 }
 
 fn pick<T: Copy>(r: &mut Rng, xs: &[T]) -> T {
@@ -245,27 +264,53 @@ impl Scenario {
             _ => {}
         }
         let ud = r.chance(0.5);
+        let fields = (
+            pick(&mut r, &[8, 32, 256]),
+            pick(&mut r, &[1, 4, 32]),
+            1 + r.below(16) as usize,
+            2 + r.below(16) as usize,
+            40 + r.below(120) as usize,
+            pick(&mut r, &[1.0, 1.0, 0.5, 0.05]),
+            pick(&mut r, &[0.0, 0.3, 0.7]),
+            pick(&mut r, &[0.0, 0.1, 0.3]),
+            pick(&mut r, &[0.05, 0.3, 1.0]),
+            pick(&mut r, &[1, 4, 16, 64]),
+        );
+        let poison = (mode != Mode::PermanentCut && r.chance(0.12)).then(|| {
+            pick(
+                &mut r,
+                &[
+                    Poison::BadRkeyWrite,
+                    Poison::ReadPastTheEnd,
+                    Poison::MisalignedAtomic,
+                    Poison::BadLkey,
+                ],
+            )
+        });
+        let sqd_p = if r.chance(0.2) { 0.003 } else { 0.0 };
         Scenario {
             seed,
             mode,
             nodes,
             net,
             jitter_fraction,
-            max_inflight: pick(&mut r, &[8, 32, 256]),
-            ack_req_every: pick(&mut r, &[1, 4, 32]),
+            max_inflight: fields.0,
+            ack_req_every: fields.1,
             conns,
             ud,
-            ud_recv_depth: 1 + r.below(16) as usize,
+            ud_recv_depth: fields.2,
             srq_cap,
-            srq_depth: 2 + r.below(16) as usize,
-            ops: 40 + r.below(120) as usize,
+            srq_depth: fields.3,
+            ops: fields.4,
             large,
-            repost_p: pick(&mut r, &[1.0, 1.0, 0.5, 0.05]),
-            unsignaled_p: pick(&mut r, &[0.0, 0.3, 0.7]),
-            fence_p: pick(&mut r, &[0.0, 0.1, 0.3]),
-            post_p: pick(&mut r, &[0.05, 0.3, 1.0]),
-            max_outstanding: pick(&mut r, &[1, 4, 16, 64]),
+            repost_p: fields.5,
+            unsignaled_p: fields.6,
+            fence_p: fields.7,
+            post_p: fields.8,
+            max_outstanding: fields.9,
             cuts,
+            poison,
+            sqd_p,
         }
     }
 }
