@@ -493,6 +493,28 @@ class Guest:
     def wait(self, job, secs):
         return self._call(f"wait {job} {int(secs)}", secs + 30)
 
+    def poll(self, job):
+        """(rc, output) once the job ended, None while it runs."""
+        with socket.create_connection((GUEST_IP, AGENT_PORT), timeout=10) as s:
+            s.settimeout(30)
+            s.sendall(f"poll {job}\n".encode())
+            chunks = []
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+        text = b"".join(chunks).decode(errors="replace")
+        if text.strip().endswith("@@running"):
+            return None
+        m = re.search(r"@@rc=(\d+)\s*$", text)
+        if not m:
+            raise OSError(f"agent answer without status: {text[-500:]!r}")
+        return int(m.group(1)), text[:m.start()]
+
+    def kill(self, job):
+        self._call(f"kill {job}", 30)
+
     def listening(self, port):
         rc, out = self.run("netstat -ltn 2>/dev/null", timeout=20)
         return re.search(rf":{port}\s", out) is not None
@@ -837,22 +859,37 @@ def run_case(case, tools, ns, guest, out, port):
                 time.sleep(0.2)
             hproc = spawn(ns.exec(hcmd), env=env, stdout=open(hlog, "wb"),
                           stderr=subprocess.STDOUT)
-            try:
-                hrc = hproc.wait(CASE_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                hrc = 124
-            grc, gout = guest.wait(job, 30 if hrc == 0 else 5)
         else:
             hproc = spawn(ns.exec(hcmd), env=env, stdout=open(hlog, "wb"),
                           stderr=subprocess.STDOUT)
             if not wait_host_listen(ns, port, hproc):
                 problems.append("host server never listened")
             guest.start(job, gcmd)
-            grc, gout = guest.wait(job, CASE_TIMEOUT)
-            try:
-                hrc = hproc.wait(30 if grc == 0 else 5)
-            except subprocess.TimeoutExpired:
-                hrc = 124
+        # Wait for both; once one side failed, give the other 5 s.
+        deadline = time.monotonic() + CASE_TIMEOUT
+        hres = gres = None
+        while hres is None or gres is None:
+            if hres is None and hproc.poll() is not None:
+                hres = hproc.returncode
+                if hres:
+                    deadline = min(deadline, time.monotonic() + 5)
+            if gres is None:
+                gres = guest.poll(job)
+                if gres is not None and gres[0]:
+                    deadline = min(deadline, time.monotonic() + 5)
+            if hres is not None and gres is not None:
+                break
+            if time.monotonic() > deadline:
+                if hres is None:
+                    os.killpg(hproc.pid, signal.SIGKILL)
+                    hproc.wait()
+                    hres = 124
+                if gres is None:
+                    guest.kill(job)
+                    gres = (124, guest.run(f"cat /tmp/jobs/{job}.out", timeout=30)[1])
+                break
+            time.sleep(0.3)
+        hrc, (grc, gout) = hres, gres
     except OSError as e:
         # The guest stopped answering (hung or crashed): the case fails and
         # the guest is rebooted before the next one.

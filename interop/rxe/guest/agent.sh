@@ -5,10 +5,29 @@
 #   start JOB CMD  run in the background, output to /tmp/jobs/JOB.out
 #   wait  JOB SECS wait for JOB (up to SECS), print its output, then "@@rc=N"
 #                  (rc 124 and a kill when it ran out of time)
-#   kill  JOB      end JOB
+#   poll  JOB      "@@rc=N" with its output once JOB ended, "@@running" before
+#   kill  JOB      end JOB and its children
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+kill_tree() {
+    for c in $(awk -v p="$1" '$4==p{print $1}' /proc/[0-9]*/stat 2>/dev/null); do
+        kill_tree "$c"
+    done
+    kill -9 "$1" 2>/dev/null
+}
 read -r verb job arg
 case "$verb" in
+poll)
+    if [ -f "/tmp/jobs/$job.rc" ]; then
+        cat "/tmp/jobs/$job.out"
+        echo "@@rc=$(cat "/tmp/jobs/$job.rc")"
+    else
+        echo "@@running"
+    fi
+    ;;
+kill)
+    [ -f "/tmp/jobs/$job.pid" ] && kill_tree "$(cat "/tmp/jobs/$job.pid")"
+    echo "@@rc=0"
+    ;;
 run)
     cmd=$(echo "$job" | base64 -d)
     sh -c "$cmd" </dev/null 2>&1
@@ -29,9 +48,7 @@ wait)
         sleep 0.1; n=$((n + 1))
     done
     if [ ! -f "/tmp/jobs/$job.rc" ]; then
-        pid=$(cat "/tmp/jobs/$job.pid")
-        pkill_tree() { for c in $(cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$1" '$4==p{print $1}'); do pkill_tree "$c"; done; kill -9 "$1" 2>/dev/null; }
-        pkill_tree "$pid"
+        kill_tree "$(cat "/tmp/jobs/$job.pid")"
         cat "/tmp/jobs/$job.out"
         echo "@@rc=124"
     else
