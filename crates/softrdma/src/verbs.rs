@@ -302,6 +302,22 @@ impl Context {
     pub fn progress(&self) {
         self.dev.poll_progress(|_| ());
     }
+
+    /// Low-level access for bindings: publishes a QP's state, PD and access
+    /// flags for same-host peers' direct operations, as [`Qp::modify`]
+    /// does (call after modifying it, and after destroying it to withdraw
+    /// it). Does nothing without shared memory.
+    pub fn publish_qp(&self, qpn: u32) {
+        self.dev.publish_qp(qpn);
+    }
+
+    /// Low-level access for bindings: executes a WRITE, READ or atomic
+    /// directly in a same-host peer's memory when that is exactly what the
+    /// engine would do, as [`Qp::post_send`] does (docs/shm.md); false when
+    /// the WR must be posted to the engine instead. Takes the device lock.
+    pub fn try_direct(&self, qpn: u32, wr: &SendWr) -> bool {
+        self.dev.try_direct(qpn, wr)
+    }
 }
 
 /// A protection domain.
