@@ -30,6 +30,8 @@ use crate::sys::EventFd;
 pub const SLOT_DATA: usize = 4096 + 128;
 /// Slots per ring.
 pub const RING_SLOTS: usize = 512;
+/// How long a sender waits for room in a full ring before dropping.
+const RING_FULL_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
 const SLOT_LEN: usize = SLOT_DATA + 8;
 const HDR_LEN: usize = 192;
 const RING_LEN: usize = HDR_LEN + RING_SLOTS * SLOT_LEN;
@@ -334,10 +336,27 @@ impl ShmHub {
             return self.mode == Transport::Shm;
         };
         let link = &self.links[i];
-        if link.tx.push(src_port, data) {
-            self.counters.tx_packets += 1;
-        } else {
-            self.counters.ring_full += 1;
+        // Lossless like a credit-flow-controlled link: a full ring makes the
+        // sender wait for the receiver (waking it), for a bounded time, so
+        // UC and UD messages are not lost to a momentarily slow receiver.
+        // Past the bound the packet is dropped (RC retransmits), so two
+        // devices that fill each other's rings cannot deadlock.
+        let mut waited: Option<std::time::Instant> = None;
+        loop {
+            if link.tx.push(src_port, data) {
+                self.counters.tx_packets += 1;
+                break;
+            }
+            let start = *waited.get_or_insert_with(std::time::Instant::now);
+            if link.dead || start.elapsed() > RING_FULL_WAIT {
+                self.counters.ring_full += 1;
+                break;
+            }
+            if link.tx.sleeping().swap(0, Ordering::AcqRel) != 0 {
+                link.peer_wake.signal();
+                self.counters.wakeups_sent += 1;
+            }
+            std::thread::yield_now();
         }
         if link.tx.sleeping().load(Ordering::Acquire) != 0 {
             link.tx.sleeping().store(0, Ordering::Release);

@@ -23,10 +23,10 @@ fn peer() {
     }
 }
 
-/// Starts a responder peer and connects `side` to it.
-fn start_responder(side: &Side, dir: &TempDir) -> (Peer, Remote, Ctl) {
+/// Starts a responder peer on `transport` and connects `side` to it.
+fn start_responder(side: &Side, dir: &TempDir, transport: &str) -> (Peer, Remote, Ctl) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut cmd = self_command("peer", "responder");
+    let mut cmd = self_command_over("peer", "responder", transport);
     cmd.env(CM_ENV, format!("connect:{}", l.local_addr().unwrap()));
     let mut peer = Peer::spawn("responder", cmd, dir);
     let mut stream = accept_bounded(&l, Duration::from_secs(30), Some(&mut peer));
@@ -40,7 +40,7 @@ fn every_operation_and_size_between_two_processes() {
     let dir = TempDir::new("matrix");
     let ctx = Context::open_with(&udp_loopback()).unwrap();
     let side = Side::open(ctx, SIDE_MR_LEN);
-    let (mut peer, remote, mut ctl) = start_responder(&side, &dir);
+    let (mut peer, remote, mut ctl) = start_responder(&side, &dir, "udp");
     assert_ne!(
         remote.rc.gid,
         side.ctx.gid(),
@@ -52,6 +52,33 @@ fn every_operation_and_size_between_two_processes() {
     peer.expect_success(Duration::from_secs(30));
     let c = side.ctx.counters();
     assert_eq!((c.icrc_errors, c.malformed), (0, 0), "{c:?}");
+}
+
+/// The same matrix over the same-host shared-memory transport: identical
+/// results, with one-sided operations executed directly by the initiator and
+/// everything else through the rings.
+#[test]
+fn every_operation_and_size_between_two_processes_over_shm() {
+    let _turn = heavy();
+    let dir = TempDir::new("matrix-shm");
+    let ctx = Context::open_with(&shm_loopback()).unwrap();
+    let side = Side::open(ctx, SIDE_MR_LEN);
+    let (mut peer, remote, mut ctl) = start_responder(&side, &dir, "shm");
+    let plan = full_plan(remote.mtu);
+    run_requester(&side, &remote, &mut ctl, &plan);
+    peer.expect_success(Duration::from_secs(30));
+    let c = side.ctx.counters();
+    assert_eq!((c.icrc_errors, c.malformed), (0, 0), "{c:?}");
+    let s = side.ctx.shm_counters();
+    assert!(
+        s.links >= 1 && s.tx_packets > 0,
+        "the rings carried the traffic: {s:?}"
+    );
+    assert!(
+        side.ctx.driver_counters().direct_ops > 0,
+        "one-sided operations went direct"
+    );
+    assert_eq!(side.ctx.driver_counters().send_errors, 0);
 }
 
 /// The victim of `killed_peer_*`: connects, says ready, then waits to be killed.

@@ -133,12 +133,26 @@ pub fn self_args(test: &str) -> Vec<String> {
     ]
 }
 
-/// This test binary, running only `test`, as `role`.
+/// This test binary, running only `test`, as `role` (over RoCEv2/UDP).
 pub fn self_command(test: &str, role: &str) -> Command {
+    self_command_over(test, role, "udp")
+}
+
+/// This test binary, running only `test`, as `role`, with its devices on
+/// `transport` (`udp`, `shm` or `auto`).
+pub fn self_command_over(test: &str, role: &str, transport: &str) -> Command {
     let mut c = Command::new(std::env::current_exe().unwrap());
     c.args(self_args(test)).env(ROLE_ENV, role);
     hermetic(&mut c);
-    c.env("SOFTRDMA_TRANSPORT", "udp");
+    c.env("SOFTRDMA_TRANSPORT", transport);
+    c
+}
+
+/// The default loopback device on the shared-memory transport.
+pub fn shm_loopback() -> DeviceConfig {
+    let mut c = DeviceConfig::default_loopback().transport(softrdma::shm::Transport::Shm);
+    c.capture = None;
+    c.fault = None;
     c
 }
 
