@@ -223,6 +223,32 @@ impl Qp {
     /// `fatal` raises the asynchronous QP event (transport and local errors do;
     /// an application's own modify to ERR does not).
     pub fn enter_error(&mut self, res: &mut Resources, fatal: bool) {
+        self.flush_into_error(res);
+        // Keep only NAKs already queued: they tell the peer why.
+        self.resp.out.retain(|o| {
+            matches!(
+                o,
+                RespOut::Ack {
+                    syndrome: Syndrome::Nak(_),
+                    ..
+                }
+            )
+        });
+        self.raise_error_events(res, fatal);
+    }
+
+    /// Moves the QP to ERR after its responder queued a NAK for a request
+    /// it could not execute. The responses already queued for the requests
+    /// before it (READ data, atomic results, ACKs) still go out, ahead of
+    /// the NAK: the NAK acknowledges those requests, so the peer must get
+    /// what they returned. Work is flushed as for any error.
+    pub fn enter_error_after_nak(&mut self, res: &mut Resources) {
+        self.flush_into_error(res);
+        self.raise_error_events(res, true);
+    }
+
+    /// ERR state, every outstanding send and receive WQE flushed, timers stopped.
+    fn flush_into_error(&mut self, res: &mut Resources) {
         self.state = QpState::Err;
         self.attr.qp_state = QpState::Err;
         self.flush_sq(res);
@@ -236,18 +262,13 @@ impl Qp {
             let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
             res.complete(self.recv_cq, wc);
         }
-        // Keep only NAKs already queued: they tell the peer why.
-        self.resp.out.retain(|o| {
-            matches!(
-                o,
-                RespOut::Ack {
-                    syndrome: Syndrome::Nak(_),
-                    ..
-                }
-            )
-        });
         self.req.ack_deadline = None;
         self.req.rnr_until = None;
+    }
+
+    /// `QpFatal` when the error came from the transport or a local failure
+    /// (not the application's own modify), and `LastWqeReached` on an SRQ.
+    fn raise_error_events(&mut self, res: &mut Resources, fatal: bool) {
         if fatal {
             res.events.push_back(Event::QpFatal { qpn: self.qpn });
         }

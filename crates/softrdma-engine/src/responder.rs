@@ -138,7 +138,7 @@ impl Qp {
                 self.counters.error_naks_sent += 1;
                 res.counters.error_naks_sent += 1;
                 self.queue_nak(psn, Syndrome::Nak(code));
-                self.enter_error(res, true);
+                self.enter_error_after_nak(res);
             }
             Err(Fail::Drop) => {}
         }
