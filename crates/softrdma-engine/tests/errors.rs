@@ -899,3 +899,74 @@ fn forged_responses_for_unsent_psns_are_dropped() {
     let w = wait_wcs(&mut net, &a, 1, LONG);
     assert_eq!(statuses(&w), vec![(1, WcStatus::Success)]);
 }
+
+#[test]
+fn an_error_nak_that_overtakes_a_reads_response_fails_the_right_wr() {
+    // READ, then a WRITE with a bad rkey. The READ's response is held back
+    // and arrives after the NAK for the WRITE: the READ still succeeds with
+    // its data, and the WRITE (not the READ) gets REM_ACCESS_ERR.
+    let (mut net, a, b) = rc();
+    b.mem.fill_from(0, &pattern(5, 100));
+    let held = tap(&mut net, |p| {
+        if p.from == 1 && p.kind == softrdma_wire::OpKind::ReadResponse {
+            softrdma_engine::sim::Verdict::Drop
+        } else {
+            softrdma_engine::sim::Verdict::Pass
+        }
+    });
+    post_ok(&mut net, &a, read_wr(1, &a, 0, 100, &b, 0));
+    let mut bad = write_wr(2, &a, 0, 10, &b, 0);
+    if let SendOp::Write { rkey, .. } = &mut bad.op {
+        *rkey ^= 0x0F0F;
+    }
+    post_ok(&mut net, &a, bad);
+    post_ok(&mut net, &a, send_wr(3, &a, 0, 10));
+    run_for(&mut net, Duration::from_millis(1));
+    // The NAK arrived, the READ's response did not: nothing completes yet
+    // (the READ is asked for again, which a responder in ERR ignores).
+    assert_eq!(qp_counters(&net, &b).error_naks_sent, 1);
+    assert!(poll(&mut net, &a).is_empty());
+    let resp = sent_where(&held, |p| {
+        p.from == 1 && p.kind == softrdma_wire::OpKind::ReadResponse
+    })
+    .remove(0);
+    net.set_tap(None);
+    inject(&mut net, 0, resp.ep, &resp.bytes);
+    assert_eq!(
+        statuses(&poll(&mut net, &a)),
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::RemAccessErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(mem(&a, 0, 100), pattern(5, 100));
+    assert_fatal(&mut net, &a);
+}
+
+#[test]
+fn an_error_nak_after_a_lost_read_response_ends_in_retry_exc() {
+    // The same, but the READ's response is lost for good: the responder is
+    // in ERR and will not answer again, so the READ (the oldest WR) runs out
+    // of retries; nothing claims success.
+    let o = ConnOpts {
+        timeout: 8,
+        retry_cnt: 2,
+        ..Default::default()
+    };
+    let (mut net, a, b) = pair(41, net5(), QpType::Rc, &o);
+    drop_nth(&mut net, 0, |p| {
+        p.from == 1 && p.kind == softrdma_wire::OpKind::ReadResponse
+    });
+    post_ok(&mut net, &a, read_wr(1, &a, 0, 100, &b, 0));
+    let mut bad = write_wr(2, &a, 0, 10, &b, 0);
+    if let SendOp::Write { rkey, .. } = &mut bad.op {
+        *rkey ^= 0x0F0F;
+    }
+    post_ok(&mut net, &a, bad);
+    settle(&mut net);
+    assert_eq!(
+        statuses(&poll(&mut net, &a)),
+        vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+}
