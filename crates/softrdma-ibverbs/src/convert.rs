@@ -141,7 +141,8 @@ pub fn ah_attr_to_c(a: &AhAttr) -> ibv_ah_attr {
     }
 }
 
-fn cap(c: &ibv_qp_cap) -> QpCap {
+/// `struct ibv_qp_cap` → engine queue sizes.
+pub fn qp_cap(c: &ibv_qp_cap) -> QpCap {
     QpCap {
         max_send_wr: c.max_send_wr,
         max_recv_wr: c.max_recv_wr,
@@ -151,6 +152,7 @@ fn cap(c: &ibv_qp_cap) -> QpCap {
     }
 }
 
+/// Engine queue sizes → `struct ibv_qp_cap`.
 pub fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
     ibv_qp_cap {
         max_send_wr: c.max_send_wr,
@@ -159,10 +161,6 @@ pub fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
         max_recv_sge: c.max_recv_sge,
         max_inline_data: c.max_inline_data,
     }
-}
-
-pub fn qp_cap(c: &ibv_qp_cap) -> QpCap {
-    cap(c)
 }
 
 /// `struct ibv_qp_attr` + mask → engine attributes. Enumerations are only
@@ -195,7 +193,7 @@ pub fn qp_attr(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, String> {
         sq_psn: Psn::new(a.sq_psn),
         dest_qp_num: a.dest_qp_num,
         qp_access_flags: AccessFlags::from_bits_retain(a.qp_access_flags),
-        cap: cap(&a.cap),
+        cap: qp_cap(&a.cap),
         ah_attr: ah_attr(&a.ah_attr),
         alt_ah_attr: ah_attr(&a.alt_ah_attr),
         pkey_index: a.pkey_index,

@@ -605,8 +605,9 @@ fn next_async_event(c: &Ctx) -> Option<ibv_async_event> {
     None
 }
 
-/// `ibv_ack_async_event`: events need no acknowledgement here (objects are
-/// not destroyed under a pending event); counted for completeness.
+/// `ibv_ack_async_event`: nothing to do. rdma-core counts acknowledgements
+/// so that destroying an object waits for its events; here an event about
+/// an object destroyed before it was read is dropped instead.
 pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     guard((), || {
         let _ = event;

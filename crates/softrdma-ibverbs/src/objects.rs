@@ -45,6 +45,22 @@ pub struct Objects {
     pub srqs: HashMap<u32, usize>,
 }
 
+/// A protection domain: softrdma's, so regions registered in it are
+/// published for same-host peers.
+#[repr(C)]
+pub struct Pd {
+    pub ibv: ibv_pd,
+    pub pd: softrdma::Pd,
+}
+
+/// A memory region: softrdma's, whose drop withdraws it from same-host
+/// peers (waiting for any inside it) and deregisters it.
+#[repr(C)]
+pub struct Mr {
+    pub ibv: ibv_mr,
+    pub mr: softrdma::Mr,
+}
+
 /// A shared receive queue; remembers its attributes for `ibv_query_srq`.
 #[repr(C)]
 pub struct Srq {

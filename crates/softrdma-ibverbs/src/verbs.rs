@@ -19,14 +19,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use softrdma::{
-    AccessFlags, QpType, RawRegion, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
+    AccessFlags, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
-use softrdma_engine::{QpInit, RegionMemory, SrqInit};
+use softrdma_engine::{QpInit, SrqInit};
 
 use crate::abi::*;
 use crate::convert;
 use crate::ffi::{self, fail, fail_with, guard};
-use crate::objects::{self, Chan, Ctx, Srq};
+use crate::objects::{self, Chan, Ctx, Mr, Pd, Srq};
 
 /// Largest SGE list read from a work request (a bound against garbage
 /// `num_sge`; the engine checks the QP's real limit).
@@ -51,8 +51,20 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         }
         // SAFETY: live context.
         let c = unsafe { Ctx::from_ptr(context) };
-        let handle = c.dev.with_engine(|e, _| e.alloc_pd());
-        objects::leak(ibv_pd { context, handle })
+        match c.dev.alloc_pd() {
+            Ok(pd) => objects::leak(Pd {
+                ibv: ibv_pd {
+                    context,
+                    handle: pd.handle(),
+                },
+                pd,
+            })
+            .cast(),
+            Err(e) => {
+                fail_with("ibv_alloc_pd", e.errno(), &e.to_string());
+                null_mut()
+            }
+        }
     })
 }
 
@@ -62,12 +74,14 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         if pd.is_null() {
             return fail_with("ibv_dealloc_pd", libc::EINVAL, "NULL pd");
         }
-        // SAFETY: a live PD.
+        // SAFETY: a live PD (a Pd object).
         unsafe {
             let h = (*pd).handle;
+            // EBUSY comes from here; on success the softrdma::Pd's own
+            // drop finds the PD gone and has nothing left to do.
             match ctx_of(pd).dev.with_engine(|e, _| e.dealloc_pd(h)) {
                 Ok(()) => {
-                    objects::free(pd);
+                    objects::free(pd.cast::<Pd>());
                     0
                 }
                 Err(e) => fail("ibv_dealloc_pd", &e),
@@ -102,28 +116,28 @@ unsafe fn reg_mr(
         | IBV_ACCESS_HUGETLB
         | IBV_ACCESS_MW_BIND
         | IBV_ACCESS_ZERO_BASED);
-    // SAFETY: a live PD; the caller keeps addr..addr+len valid until
-    // ibv_dereg_mr (the ibv_reg_mr contract), which RawRegion requires.
+    // SAFETY: a live PD (a Pd object); the caller keeps addr..addr+len
+    // valid until ibv_dereg_mr (the ibv_reg_mr contract), which
+    // register_raw requires.
     unsafe {
-        let c = ctx_of(pd);
-        let h = (*pd).handle;
-        let mem: std::sync::Arc<dyn RegionMemory> =
-            std::sync::Arc::new(RawRegion::new(addr.cast(), len));
-        match c
-            .dev
-            .with_engine(|e, _| e.reg_mr(h, iova, AccessFlags::from_bits_retain(bits), mem))
-        {
-            Ok(k) => objects::leak(ibv_mr {
-                context: c.as_ibv(),
-                pd,
-                addr,
-                length: len,
-                handle: k.lkey,
-                lkey: k.lkey,
-                rkey: k.rkey,
-            }),
+        let p = &*pd.cast::<Pd>();
+        let access = AccessFlags::from_bits_retain(bits);
+        match p.pd.register_raw(addr.cast(), len, iova, access) {
+            Ok(mr) => objects::leak(Mr {
+                ibv: ibv_mr {
+                    context: p.ibv.context,
+                    pd,
+                    addr,
+                    length: len,
+                    handle: mr.lkey(),
+                    lkey: mr.lkey(),
+                    rkey: mr.rkey(),
+                },
+                mr,
+            })
+            .cast(),
             Err(e) => {
-                fail("ibv_reg_mr", &e);
+                fail_with("ibv_reg_mr", e.errno(), &e.to_string());
                 null_mut()
             }
         }
@@ -178,17 +192,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         if mr.is_null() {
             return fail_with("ibv_dereg_mr", libc::EINVAL, "NULL mr");
         }
-        // SAFETY: a live MR.
-        unsafe {
-            let k = (*mr).lkey;
-            match ctx_of(mr).dev.with_engine(|e, _| e.dereg_mr(k)) {
-                Ok(()) => {
-                    objects::free(mr);
-                    0
-                }
-                Err(e) => fail("ibv_dereg_mr", &e),
-            }
-        }
+        // SAFETY: a live MR (an Mr object), freed once: its drop
+        // withdraws it from same-host peers and deregisters it.
+        unsafe { objects::free(mr.cast::<Mr>()) };
+        0
     })
 }
 
@@ -626,12 +633,15 @@ pub unsafe extern "C" fn ibv_modify_qp(
                 Err(why) => return fail_with("ibv_modify_qp", libc::EINVAL, &why),
             };
             let qpn = (*qp).qp_num;
-            let r = ctx_of(qp).dev.with_engine(|e, now| {
+            let c = ctx_of(qp);
+            let r = c.dev.with_engine(|e, now| {
                 e.modify_qp(now, qpn, &a, softrdma::AttrMask(mask as u32))?;
                 Ok::<_, softrdma::VerbsError>(e.qp_state(qpn))
             });
             match r {
                 Ok(state) => {
+                    // Same-host peers see the new state (direct operations).
+                    c.dev.publish_qp(qpn);
                     if let Some(s) = state {
                         (*qp).state = s.to_ibv();
                     }
@@ -694,6 +704,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             if let Err(e) = c.dev.with_engine(|e, _| e.destroy_qp(qpn)) {
                 return fail("ibv_destroy_qp", &e);
             }
+            // Withdrawn from same-host peers.
+            c.dev.publish_qp(qpn);
             c.objects().qps.remove(&qpn);
             objects::free(qp);
         }
@@ -889,63 +901,104 @@ pub unsafe extern "C" fn post_send(
             let c = ctx_of(qp);
             let qpn = (*qp).qp_num;
             let ud = (*qp).qp_type == QpType::Ud.to_ibv();
-            let mut inline = Vec::new();
-            let (err, bad) = c.dev.with_engine(|e, now| {
-                let mut cur = wr;
-                while !cur.is_null() {
-                    let w = &*cur;
-                    let r = (|| {
-                        let op = send_op_checked(w)?;
-                        let sg = sges(w.sg_list, w.num_sge)
-                            .map_err(|m| fail_with("ibv_post_send", libc::EINVAL, m))?;
-                        let ud = if ud {
-                            let u = w.wr.ud;
-                            if u.ah.is_null() {
-                                return Err(fail_with(
-                                    "ibv_post_send",
-                                    libc::EINVAL,
-                                    "UD send without an AH",
-                                ));
-                            }
-                            Some(UdDest {
-                                ah: (*u.ah).handle,
-                                remote_qpn: u.remote_qpn,
-                                remote_qkey: u.remote_qkey,
-                            })
-                        } else {
-                            None
-                        };
-                        let flags = convert::send_flags(w.send_flags);
-                        let inline_op =
-                            flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic();
-                        let swr = SendWr {
-                            wr_id: w.wr_id,
-                            op,
-                            sg_list: if inline_op { Vec::new() } else { sg.clone() },
-                            flags,
-                            ud,
-                        };
-                        let r = if inline_op {
-                            gather_inline(&sg, &mut inline);
-                            e.post_send_inline(now, qpn, &swr, &inline)
-                        } else {
-                            e.post_send(now, qpn, &swr)
-                        };
-                        r.map_err(|err| fail("ibv_post_send", &err))
-                    })();
-                    if let Err(n) = r {
-                        return (n, cur);
+            let scq = (*qp).send_cq;
+            let evented = !scq.is_null() && !(*scq).channel.is_null();
+            let mut cur = wr;
+            while !cur.is_null() {
+                if let Err(n) = post_one(c, qpn, ud, evented, &*cur) {
+                    if !bad_wr.is_null() {
+                        *bad_wr = cur;
                     }
-                    cur = w.next;
+                    return n;
                 }
-                (0, null_mut())
-            });
-            if err != 0 && !bad_wr.is_null() {
-                *bad_wr = bad;
+                cur = (*cur).next;
             }
-            err
+            0
         }
     })
+}
+
+thread_local! {
+    /// The bytes of an inline send, copied at post time.
+    static INLINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Posts one send WR: a WRITE, READ or atomic to a same-host peer is done
+/// directly in its memory when softrdma can (docs/shm.md), anything else
+/// goes to the engine. `evented`: the QP's send CQ has a completion channel.
+///
+/// # Safety
+/// `w` is readable, its SGE list too, and its AH (UD) is live.
+unsafe fn post_one(
+    c: &Ctx,
+    qpn: u32,
+    ud: bool,
+    evented: bool,
+    w: &ibv_send_wr,
+) -> Result<(), c_int> {
+    let op = send_op_checked(w)?;
+    // SAFETY: per the contract.
+    let sg = unsafe { sges(w.sg_list, w.num_sge) }
+        .map_err(|m| fail_with("ibv_post_send", libc::EINVAL, m))?;
+    let ud = if ud {
+        // SAFETY: the union's members are plain data; UD uses `ud`.
+        let u = unsafe { w.wr.ud };
+        if u.ah.is_null() {
+            return Err(fail_with(
+                "ibv_post_send",
+                libc::EINVAL,
+                "UD send without an AH",
+            ));
+        }
+        Some(UdDest {
+            // SAFETY: a live AH, per the contract.
+            ah: unsafe { (*u.ah).handle },
+            remote_qpn: u.remote_qpn,
+            remote_qkey: u.remote_qkey,
+        })
+    } else {
+        None
+    };
+    let flags = convert::send_flags(w.send_flags);
+    let inline_op = flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic();
+    let mut swr = SendWr {
+        wr_id: w.wr_id,
+        op,
+        sg_list: sg,
+        flags,
+        ud,
+    };
+    let direct = matches!(
+        op,
+        SendOp::Write { .. }
+            | SendOp::Read { .. }
+            | SendOp::CompareSwap { .. }
+            | SendOp::FetchAdd { .. }
+    ) && !inline_op
+        && ud.is_none();
+    if direct && c.dev.try_direct(qpn, &swr) {
+        // The direct path completes the WR but leaves the completion event
+        // (for an armed CQ) queued in the engine until the next progress,
+        // which nothing may run while the application blocks in
+        // ibv_get_cq_event: run it now when the CQ has a channel.
+        if evented {
+            c.dev.with_engine(|_, _| ());
+        }
+        return Ok(());
+    }
+    let r = if inline_op {
+        INLINE.with(|buf| {
+            let mut data = buf.borrow_mut();
+            // SAFETY: per the contract, the SGEs describe readable memory.
+            unsafe { gather_inline(&swr.sg_list, &mut data) };
+            swr.sg_list.clear();
+            c.dev
+                .with_engine(|e, now| e.post_send_inline(now, qpn, &swr, &data))
+        })
+    } else {
+        c.dev.with_engine(|e, now| e.post_send(now, qpn, &swr))
+    };
+    r.map_err(|err| fail("ibv_post_send", &err))
 }
 
 fn send_op_checked(w: &ibv_send_wr) -> Result<SendOp, c_int> {

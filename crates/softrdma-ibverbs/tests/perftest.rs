@@ -301,7 +301,9 @@ fn ib_atomic_bw() {
 }
 
 /// Over the same-host shared-memory transport (SOFTRDMA_TRANSPORT=auto):
-/// one latency test per verb, polling.
+/// one latency test per verb, polling, and READ with completion events.
+/// WRITEs and READs take the direct path (the initiator copies into the
+/// peer's registered memory), SENDs and atomics go through rings.
 #[test]
 fn perftest_over_shared_memory() {
     if !have(&[
@@ -309,14 +311,21 @@ fn perftest_over_shared_memory() {
         "ib_read_lat",
         "ib_send_lat",
         "ib_atomic_lat",
+        "ib_write_bw",
     ]) {
         return;
     }
-    for (i, (tool, args, bytes)) in [
-        ("ib_write_lat", &["-n", "500", "-s", "8"][..], 8.0),
-        ("ib_read_lat", &["-n", "500", "-s", "8"][..], 8.0),
-        ("ib_send_lat", &["-n", "500", "-s", "8"][..], 8.0),
-        ("ib_atomic_lat", &["-n", "500"][..], 8.0),
+    for (i, (tool, args, bytes, iters)) in [
+        ("ib_write_lat", &["-n", "500", "-s", "8"][..], 8.0, 500.0),
+        ("ib_read_lat", &["-n", "500", "-s", "8"][..], 8.0, 500.0),
+        (
+            "ib_read_lat",
+            &["-n", "200", "-s", "8", "-e"][..],
+            8.0,
+            200.0,
+        ),
+        ("ib_send_lat", &["-n", "500", "-s", "8"][..], 8.0, 500.0),
+        ("ib_atomic_lat", &["-n", "500"][..], 8.0, 500.0),
     ]
     .into_iter()
     .enumerate()
@@ -329,7 +338,17 @@ fn perftest_over_shared_memory() {
             load: Load::LibraryPath,
         }
         .go();
-        let t = check_lat(&format!("{tool} (shm)"), &c, bytes, 500.0);
-        eprintln!("{tool} over shared memory: t_typical {t} us");
+        let t = check_lat(&format!("{tool} {args:?} (shm)"), &c, bytes, iters);
+        eprintln!("{tool} {args:?} over shared memory: t_typical {t} us");
     }
+    let (_s, c) = Run {
+        tool: "ib_write_bw",
+        args: &["-n", "500"],
+        port: 19546,
+        transport: "auto",
+        load: Load::LibraryPath,
+    }
+    .go();
+    let bw = check_bw("ib_write_bw (shm)", &c, 65536.0);
+    eprintln!("ib_write_bw over shared memory: {bw} MB/s");
 }
