@@ -7,8 +7,8 @@
 //!   modify_qp masks → EINVAL, CQ overrun → IBV_EVENT_CQ_ERR, deregistering
 //!   a region in use, completion channels with poll and O_NONBLOCK, UD with
 //!   its GRH, SRQ limit events, unsupported verbs);
-//! * `ibv_rc_pingpong` under valgrind's memcheck: no invalid reads or
-//!   writes anywhere, this library included.
+//! * `ibv_rc_pingpong`, and the checks program, under valgrind's memcheck:
+//!   no invalid reads or writes anywhere, this library included.
 
 mod common;
 
@@ -135,4 +135,34 @@ fn rc_pingpong_under_valgrind() {
             "valgrind {side}: memcheck reported errors:\n{text}"
         );
     }
+}
+
+#[test]
+fn verbs_checks_under_valgrind() {
+    let _g = serial();
+    if !have(&["valgrind"]) {
+        return;
+    }
+    let Some(exe) = compile_checks() else { return };
+    let exe = exe.to_string_lossy().into_owned();
+    let o = run(
+        softrdma_cmd(
+            "valgrind",
+            &["--error-exitcode=97", "--leak-check=no", &exe],
+            Load::LibraryPath,
+            "udp",
+        ),
+        Duration::from_secs(300),
+    );
+    let text = o.text();
+    assert!(
+        !text.contains("Invalid read") && !text.contains("Invalid write"),
+        "valgrind: invalid memory access:\n{text}"
+    );
+    assert!(
+        o.ok && text.contains("ERROR SUMMARY: 0 errors") && o.stdout.contains("0 failures"),
+        "valgrind verbs_checks: exit {:?} (97 = memcheck errors), timed_out {}:\n{text}",
+        o.code,
+        o.timed_out
+    );
 }
