@@ -60,6 +60,11 @@ pub struct EngineConfig {
     pub max_inflight: u32,
     /// An RC requester asks for an ACK at least every this many packets.
     pub ack_req_every: u32,
+    /// Accept IPv4 packets whose ICRC matches only under a non-zero IP ID
+    /// recovered from the CRC (for peers like Linux rxe, when the driver
+    /// cannot see the IP header). Costs 16 of the ICRC's 32 bits on those
+    /// packets only; off by default and in simulation.
+    pub recover_ipv4_id: bool,
 }
 
 impl EngineConfig {
@@ -74,6 +79,7 @@ impl EngineConfig {
             limits: AttrLimits::default(),
             max_inflight: 256,
             ack_req_every: 32,
+            recover_ipv4_id: false,
         }
     }
 }
@@ -137,6 +143,12 @@ impl Engine {
     /// The configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.cfg
+    }
+
+    /// Turns recovery of non-zero IPv4 IDs on or off (see
+    /// [`EngineConfig::recover_ipv4_id`]).
+    pub fn set_recover_ipv4_id(&mut self, on: bool) {
+        self.cfg.recover_ipv4_id = on;
     }
 
     /// Device-wide counters.
@@ -942,12 +954,24 @@ impl Engine {
         self.res.counters.rx_packets += 1;
         self.res.counters.rx_bytes += data.len() as u64;
         if let Err(e) = icrc::verify(&ep, data) {
-            if matches!(e, softrdma_wire::Error::IcrcMismatch { .. }) {
-                self.res.counters.icrc_errors += 1;
-            } else {
+            if !matches!(e, softrdma_wire::Error::IcrcMismatch { .. }) {
                 self.res.counters.malformed += 1;
+                return;
             }
-            return;
+            // A UDP socket does not show the IPv4 header: a sender that uses
+            // non-zero IP IDs (Linux rxe does) needs the ID recovered.
+            let recovered = if self.cfg.recover_ipv4_id {
+                icrc::recover_ipv4_id(&ep, data)
+            } else {
+                None
+            };
+            match recovered {
+                Some(id) if id != 0 => self.res.counters.icrc_ip_id_recovered += 1,
+                _ => {
+                    self.res.counters.icrc_errors += 1;
+                    return;
+                }
+            }
         }
         let pkt = match PacketRepr::parse(data) {
             Ok(p) => p,

@@ -170,6 +170,8 @@ impl Device {
         ec.seed = cfg.seed.unwrap_or_else(os_seed);
         ec.active_mtu = active_mtu;
         ec.max_inflight = 128;
+        // Peers on a real wire (Linux rxe) send IPv4 with non-zero IDs.
+        ec.recover_ipv4_id = true;
         ec.limits.gid_table_len = 1;
         let capture = match &cfg.capture {
             Some(p) => Some(
