@@ -27,10 +27,12 @@ pub fn sge(s: &ibv_sge) -> Sge {
 
 /// The operation of a send WR (everything but the SGEs, flags and UD address).
 pub fn send_op(wr: &ibv_send_wr) -> Result<SendOp, &'static str> {
-    // SAFETY (all union reads below): the union's members are plain
-    // integers and pointers, valid for any bit pattern; which member is
-    // meaningful is decided by the opcode, as in C.
+    // Which member of the union is meaningful is decided by the opcode, as
+    // in C; both are read here and used per opcode below.
+    // SAFETY: the union's members are plain integers and pointers, valid
+    // for any bit pattern.
     let rdma = unsafe { wr.wr.rdma };
+    // SAFETY: as above.
     let atomic = unsafe { wr.wr.atomic };
     let imm = u32::from_be(wr.imm_data);
     Ok(match wr.opcode {

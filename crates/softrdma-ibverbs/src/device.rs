@@ -127,6 +127,7 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
 }
 
 pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
+    // SAFETY: a device from the list (or NULL), the libibverbs contract.
     guard(ptr::null(), || match unsafe { dev(device) } {
         Some(d) => d.ibv.name.as_ptr(),
         None => ptr::null(),
@@ -134,16 +135,19 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
 }
 
 pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+    // SAFETY: a device from the list (or NULL), the libibverbs contract.
     guard(0, || unsafe { dev(device) }.map_or(0, |d| d.guid_be))
 }
 
 pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
+    // SAFETY: a device from the list (or NULL), the libibverbs contract.
     guard(-1, || unsafe { dev(device) }.map_or(-1, |d| d.index))
 }
 
 /// Opens the device: binds its UDP socket and starts its progress thread.
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     guard(null_mut(), || {
+        // SAFETY: a device from the list (or NULL), the libibverbs contract.
         let Some(d) = (unsafe { dev(device) }) else {
             ffi::fail_with("ibv_open_device", libc::EINVAL, "NULL device");
             return null_mut();

@@ -27,6 +27,7 @@
 //! provider interface ENOSYS.
 
 #![allow(clippy::missing_safety_doc)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 // The exported functions follow the libibverbs contracts (valid pointers
 // from this library, buffers of the documented sizes); they are not a Rust
 // API, so their safety sections live in docs/ibverbs.md, not on each item.

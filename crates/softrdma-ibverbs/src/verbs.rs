@@ -227,12 +227,6 @@ pub unsafe extern "C" fn ibv_create_cq(
                     return null_mut();
                 }
             };
-            if !channel.is_null() {
-                let ch = &*channel.cast::<Chan>();
-                c.dev.bind_cq_channel(handle, &ch.ch);
-                AtomicU32::from_ptr(ptr::addr_of_mut!((*channel).refcnt).cast())
-                    .fetch_add(1, Ordering::Relaxed);
-            }
             let cq = objects::leak(ibv_cq {
                 context,
                 channel,
@@ -244,7 +238,14 @@ pub unsafe extern "C" fn ibv_create_cq(
                 comp_events_completed: 0,
                 async_events_completed: 0,
             });
+            // Known before any event of it can be looked up.
             c.objects().cqs.insert(handle, cq as usize);
+            if !channel.is_null() {
+                let ch = &*channel.cast::<Chan>();
+                c.dev.bind_cq_channel(handle, &ch.ch);
+                AtomicU32::from_ptr(ptr::addr_of_mut!((*channel).refcnt).cast())
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             cq
         }
     })
@@ -286,8 +287,8 @@ thread_local! {
     static WCS: RefCell<Vec<WorkCompletion>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `ctx->ops.poll_cq`: receives and runs timers first, then takes up to
-/// `num_entries` completions.
+/// `ctx->ops.poll_cq`: takes up to `num_entries` completions, then runs
+/// progress (receive, timers, transmit).
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-libc::EIO, || {
         if cq.is_null() || (wc.is_null() && num_entries > 0) {
