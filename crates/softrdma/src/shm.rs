@@ -358,8 +358,11 @@ impl ShmHub {
             }
             std::thread::yield_now();
         }
-        if link.tx.sleeping().load(Ordering::Acquire) != 0 {
-            link.tx.sleeping().store(0, Ordering::Release);
+        // Store (tail) then load (flag) against the receiver's store (flag)
+        // then load (tail): without a full fence each side may miss the
+        // other's store and the receiver sleeps on a packet (lost wake-up).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if link.tx.sleeping().swap(0, Ordering::AcqRel) != 0 {
             link.peer_wake.signal();
             self.counters.wakeups_sent += 1;
         }
@@ -392,6 +395,8 @@ impl ShmHub {
         for l in &self.links {
             l.rx.sleeping().store(1, Ordering::SeqCst);
         }
+        // Pairs with the sender's fence in `send`.
+        std::sync::atomic::fence(Ordering::SeqCst);
         self.links.iter().all(|l| l.rx.is_empty())
     }
 

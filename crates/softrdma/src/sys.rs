@@ -247,8 +247,15 @@ pub struct RecvBatch {
     slot: usize,
     addrs: Vec<libc::sockaddr_storage>,
     lens: Vec<usize>,
+    iov: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
     n: usize,
 }
+
+// SAFETY: the raw pointers in `iov` and `hdrs` point into the batch's own
+// heap buffers (which never move: they are never resized), so the batch may
+// move between threads with them.
+unsafe impl Send for RecvBatch {}
 
 impl std::fmt::Debug for RecvBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,6 +272,8 @@ impl RecvBatch {
             // SAFETY: all-zero sockaddr_storage is valid plain data.
             addrs: vec![unsafe { std::mem::zeroed() }; count],
             lens: vec![0; count],
+            iov: Vec::new(),
+            hdrs: Vec::new(),
             n: 0,
         }
     }
@@ -272,41 +281,57 @@ impl RecvBatch {
     /// Receives what is waiting (non-blocking); returns how many datagrams.
     pub fn recv(&mut self, sock: &UdpSocket) -> usize {
         let count = self.lens.len();
-        let mut iov: Vec<libc::iovec> = (0..count)
-            .map(|i| libc::iovec {
-                // SAFETY: slot i lies inside `data` (count * slot bytes).
-                iov_base: unsafe { self.data.as_mut_ptr().add(i * self.slot) }.cast(),
-                iov_len: self.slot,
-            })
-            .collect();
-        let mut hdrs: Vec<libc::mmsghdr> = (0..count)
-            .map(|i| {
-                // SAFETY: all-zero msghdr is valid; we fill the fields we use.
-                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-                h.msg_hdr.msg_namelen =
-                    std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-                h.msg_hdr.msg_iov = &mut iov[i];
-                h.msg_hdr.msg_iovlen = 1;
-                h
-            })
-            .collect();
-        // SAFETY: hdrs, iov, addrs and data outlive the call and describe
-        // `count` valid buffers; MSG_DONTWAIT makes it non-blocking.
+        if self.hdrs.len() != count {
+            self.build(count);
+        }
+        for h in &mut self.hdrs {
+            // The kernel shrinks msg_namelen to the address it wrote.
+            h.msg_hdr.msg_namelen =
+                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        }
+        // SAFETY: hdrs, iov, addrs and data are the batch's own buffers, set
+        // up by `build` for `count` slots; MSG_DONTWAIT makes it non-blocking.
         let r = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
-                hdrs.as_mut_ptr(),
+                self.hdrs.as_mut_ptr(),
                 count as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };
         self.n = if r > 0 { r as usize } else { 0 };
-        for (i, h) in hdrs.iter().take(self.n).enumerate() {
-            self.lens[i] = h.msg_len as usize;
+        for i in 0..self.n {
+            self.lens[i] = self.hdrs[i].msg_len as usize;
         }
         self.n
+    }
+
+    /// Points the message headers at the batch's buffers (once).
+    fn build(&mut self, count: usize) {
+        self.iov = (0..count)
+            .map(|i| libc::iovec {
+                // SAFETY: slot i lies inside `data` (count * slot bytes).
+                iov_base: unsafe { self.data.as_mut_ptr().add(i * self.slot) }.cast(),
+                iov_len: self.slot,
+            })
+            .collect();
+        let iov = self.iov.as_mut_ptr();
+        let addrs = self.addrs.as_mut_ptr();
+        self.hdrs = (0..count)
+            .map(|i| {
+                // SAFETY: all-zero msghdr is valid; we fill the fields we use.
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                // SAFETY: i < count = len of `addrs` and `iov`.
+                h.msg_hdr.msg_name = unsafe { addrs.add(i) }.cast();
+                h.msg_hdr.msg_namelen =
+                    std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                // SAFETY: as above.
+                h.msg_hdr.msg_iov = unsafe { iov.add(i) };
+                h.msg_hdr.msg_iovlen = 1;
+                h
+            })
+            .collect();
     }
 
     /// Datagram `i` of the last `recv`: its sender and bytes.
