@@ -4,7 +4,7 @@
 //! after every step.
 //!
 //! * `cargo test --release -p softrdma-engine --test simulation` runs seeds
-//!   0..1000 in four tests.
+//!   0..1000 in four tests (a debug build runs every 10th).
 //! * A failing seed prints the command that replays it:
 //!   `SOFTRDMA_SIM_SEED=1234 cargo test --release -p softrdma-engine --test simulation replay -- --nocapture`
 //!   (add `SOFTRDMA_SIM_TRACE=1` for a log of every post and completion).
@@ -92,11 +92,19 @@ fn report(failures: &[(u64, String)]) -> String {
 }
 
 fn run_range(seeds: std::ops::Range<u64>) {
+    // An unoptimised build is ~10x slower: it runs every 10th seed (with
+    // overflow checks and debug assertions on); --release runs them all.
+    let step = if cfg!(debug_assertions) {
+        println!("debug build: 1 seed in 10; cargo test --release runs all");
+        10
+    } else {
+        1
+    };
     let t0 = Instant::now();
     let mut totals = Totals::default();
     let mut failures = Vec::new();
     let mut slow = Vec::new();
-    for seed in seeds.clone() {
+    for seed in seeds.clone().step_by(step) {
         let t = Instant::now();
         let r = one(seed, false).0;
         slow.push((t.elapsed(), seed));
@@ -145,7 +153,7 @@ fn run_range(seeds: std::ops::Range<u64>) {
     // Under loss alone (at most 20 %, retry_cnt 7) giving up must stay
     // exceptional: eight retry rounds in a row must fail.
     assert!(
-        totals.excused_lossy * 50 <= totals.seeds,
+        totals.excused_lossy <= 1 + totals.seeds / 50,
         "{} RETRY_EXC_ERR under loss alone in {} seeds: retries exhausted far too often",
         totals.excused_lossy,
         totals.seeds
