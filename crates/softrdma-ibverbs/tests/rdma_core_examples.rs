@@ -250,10 +250,9 @@ fn every_imported_symbol_is_exported_with_its_version() {
 /// in ppoll with no timer due (UC has no retransmission timer), never marks
 /// the new link's receive ring "sleeping", so the server's replies never
 /// wake it while the client's application blocks in ibv_get_cq_event.
-/// Ignored until softrdma's shared-memory transport arms new links;
-/// run with `cargo test -- --ignored`.
+/// Fixed: new links start with their receive ring marked sleeping and the
+/// device's own background thread is poked to take them into account.
 #[test]
-#[ignore = "softrdma shm: a link created by the sender is not armed for wake-ups"]
 fn ibv_uc_pingpong_events_over_shared_memory() {
     if have(&["ibv_uc_pingpong"]) {
         for port in 19413..19418 {

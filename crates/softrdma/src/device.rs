@@ -44,7 +44,7 @@ const RX_BATCH: usize = 32;
 /// Packets per `sendmmsg`.
 const TX_BATCH: usize = 32;
 /// The background thread leaves the device to an application that polled this recently.
-const APP_ACTIVE: Duration = Duration::from_micros(300);
+const APP_ACTIVE: Duration = Duration::from_micros(100);
 
 /// Counters of the driver itself (the engine counts the protocol).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -617,6 +617,8 @@ impl Device {
         drop(guard);
         st.driver.direct_ops += 1;
         st.engine.complete_executed(qpn, wr.flags, wc);
+        // An armed CQ's completion event goes out now, not at the next progress.
+        self.route_events(&mut st);
         let _ = WcOpcode::Send;
         true
     }
@@ -638,15 +640,18 @@ impl Device {
         let wake = self.wake.as_raw_fd();
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now();
-            let app_active = now
+            let since_poll = now
                 .0
-                .saturating_sub(self.last_app_poll.load(Ordering::Acquire))
-                < APP_ACTIVE.as_nanos() as u64;
-            if app_active {
-                // The application is polling and progresses inline; check back later.
+                .saturating_sub(self.last_app_poll.load(Ordering::Acquire));
+            let window = APP_ACTIVE.as_nanos() as u64;
+            if since_poll < window {
+                // The application is polling and progresses inline; take
+                // over exactly when it has not polled for the whole window
+                // (it may have gone on to spin on memory instead).
+                let left = Duration::from_nanos((window - since_poll).max(10_000));
                 self.sleeping_until
-                    .store(now.0 + 1_000_000, Ordering::Release);
-                sys::wait_readable([wake], Some(Duration::from_millis(1)));
+                    .store(now.0 + left.as_nanos() as u64, Ordering::Release);
+                sys::wait_readable([wake], Some(left));
                 self.wake.drain();
                 continue;
             }

@@ -299,6 +299,8 @@ impl ShmHub {
         let Some(l) = &self.listener else { return };
         while let Ok((s, _)) = l.accept() {
             if let Ok(link) = accept_link(s, self.wake_fd, self.arena_fd) {
+                link.rx.sleeping().store(1, Ordering::SeqCst);
+                poke(self.wake_fd);
                 self.counters.links += 1;
                 self.links.retain(|x| x.peer != link.peer);
                 self.links.push(link);
@@ -315,6 +317,11 @@ impl ShmHub {
         }
         match connect_link(self.local, dst, self.wake_fd, self.arena_fd) {
             Ok(link) => {
+                // Our background thread may already be asleep without having
+                // marked this new ring: mark it, and wake the thread so it
+                // takes the link into account.
+                link.rx.sleeping().store(1, Ordering::SeqCst);
+                poke(self.wake_fd);
                 self.counters.links += 1;
                 self.links.retain(|x| x.peer != dst);
                 self.links.push(link);
@@ -427,6 +434,14 @@ impl Drop for ShmHub {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// Signals an eventfd given by its raw descriptor (the device's own wake-up fd).
+fn poke(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd the device owns
+    // for as long as its hub exists.
+    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
 fn ring_pair(map: &Mapping, creator: bool) -> (Ring, Ring) {

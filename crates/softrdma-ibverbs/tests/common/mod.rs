@@ -19,13 +19,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Where cargo put the library: next to the test binary's `deps/`.
+/// Where cargo put the library. `cargo test` builds it (the crate is also
+/// an rlib, so the tests depend on it) into `deps/` beside the test binary
+/// without copying it up to `target/<profile>/`, so `deps/` comes first:
+/// the copy in the profile directory may be from an older `cargo build`.
 pub fn built_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
+    let deps = exe.parent().expect("target/<profile>/deps/<test>");
+    let fresh = deps.join("libibverbs.so");
+    if fresh.exists() {
+        return fresh;
+    }
+    let profile_dir = deps.parent().expect("target/<profile>/deps/<test>");
     let lib = profile_dir.join("libibverbs.so");
     assert!(
         lib.exists(),
