@@ -256,6 +256,8 @@ struct QpH {
     first_psn: Psn,
     /// A receive was flushed: no receive may succeed after it.
     recv_flushed: bool,
+    /// When the QP last went back from SQD to RTS (work waits while in SQD).
+    resumed_at: Instant,
     /// In SQD: the last PSN of the WQEs started before the drain; nothing
     /// after it may be transmitted until the QP is back in RTS.
     sqd: Option<Psn>,
@@ -618,6 +620,7 @@ impl World {
                 first_psn: Psn::new(0),
                 sqd: None,
                 recv_flushed: false,
+                resumed_at: Instant::ZERO,
             });
         }
         // Pair up connected QPs and bring them up.
@@ -1779,7 +1782,7 @@ impl World {
                     self.summary.peer_failures += 1;
                 } else if let Some(c) = self.cut_for(qi) {
                     let q = &self.qps[qi];
-                    let t_ref = c.max(q.sq[pos].posted_at);
+                    let t_ref = c.max(q.sq[pos].posted_at).max(q.resumed_at);
                     let bound = q.timeout * (u32::from(q.retry_cnt) + 2)
                         + q.max_rnr_wait * 2
                         + Duration::from_millis(1);
@@ -2206,6 +2209,7 @@ impl World {
                                     AttrMask::STATE,
                                 )
                                 .map_err(|e| format!("q{qi}: SQD->RTS refused: {e}"))?;
+                            self.qps[qi].resumed_at = now;
                         }
                     }
                     ev => return Err(format!("node {n}: unexpected event {ev:?}")),
