@@ -573,7 +573,13 @@ impl Qp {
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.seq_naks_rcvd += 1;
                 res.counters.seq_naks_rcvd += 1;
-                if self.req.una == before {
+                // A retry is spent when the responder still expects our
+                // oldest unacknowledged PSN. A NAK for a later PSN shows it
+                // got everything before: if una did not move, what is
+                // missing are our READ responses (or atomic ACK), which are
+                // asked for again below; the local ACK timeout still bounds
+                // a path that loses them all.
+                if self.req.una == before && psn == self.req.una {
                     if self.req.retry_left == 0 {
                         self.fail_head(res, WcStatus::RetryExcErr);
                         return;
