@@ -850,3 +850,75 @@ fn uc_completes_on_transmission_even_if_nothing_arrives() {
     settle(&mut net);
     assert!(poll(&mut net, &b).is_empty());
 }
+
+#[test]
+fn naks_beyond_a_read_missing_its_responses_do_not_spend_retries() {
+    // A READ's responses are held back while the responder, past the READ,
+    // keeps NAKing later requests that arrive out of order. Those NAKs show
+    // a live responder: they must not use up the transport retries.
+    let o = ConnOpts {
+        retry_cnt: 2,
+        ..Default::default()
+    };
+    let (mut net, a, b) = pair(61, net5(), QpType::Rc, &o);
+    b.mem.fill_from(0, &pattern(9, 4096));
+    let held = tap(&mut net, |p| {
+        if p.from == 1 && p.is(OpKind::ReadResponse) {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+    post_ok(&mut net, &a, read_wr(1, &a, 0, 4096, &b, 0)); // PSNs +0..+3
+    post_ok(&mut net, &a, write_wr(2, &a, 0, 10, &b, 8192)); // +4
+    run_for(&mut net, Duration::from_micros(50));
+    let aeth = |psn| {
+        (
+            BthRepr::new(Opcode::RC_ACK, a.qpn, Psn::new(psn)),
+            Headers::Aeth(AethRepr {
+                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                msn: softrdma_wire::Msn::new(1),
+            }),
+        )
+    };
+    for _ in 0..6 {
+        let (bth, h) = aeth(PSN_A + 4);
+        forge(&mut net, &b, &a, bth, h, &[]);
+        run_for(&mut net, Duration::from_micros(20));
+    }
+    assert!(poll(&mut net, &a).is_empty(), "gave up on a live responder");
+    assert_eq!(net.nodes[0].qp_state(a.qpn), Some(QpState::Rts));
+    // The READ is asked for again after each; once responses get through,
+    // everything completes.
+    assert!(sent_where(&held, |p| from_a(p) && p.is(OpKind::ReadRequest)).len() >= 2);
+    net.set_tap(None);
+    let w = wait_wcs(&mut net, &a, 2, LONG);
+    assert_eq!(
+        statuses(&w),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(mem(&a, 0, 4096), pattern(9, 4096));
+    // A NAK of una itself still counts: three of them exhaust retry_cnt 2.
+    let (mut net, a, b) = pair(62, net5(), QpType::Rc, &o);
+    net.set_partition(1, 0, true);
+    post_ok(&mut net, &a, write_wr(1, &a, 0, 10, &b, 0));
+    run_for(&mut net, Duration::from_micros(50));
+    for i in 0..3 {
+        assert!(poll(&mut net, &a).is_empty(), "failed after {i} NAKs");
+        forge(
+            &mut net,
+            &b,
+            &a,
+            BthRepr::new(Opcode::RC_ACK, a.qpn, Psn::new(PSN_A)),
+            Headers::Aeth(AethRepr {
+                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                msn: softrdma_wire::Msn::new(1),
+            }),
+            &[],
+        );
+    }
+    assert_eq!(
+        statuses(&poll(&mut net, &a)),
+        vec![(1, WcStatus::RetryExcErr)]
+    );
+}
