@@ -277,8 +277,12 @@ impl Device {
     fn progress_with(&self, st: &mut State, now: Instant, force_udp: bool) {
         let local = self.addr;
         st.polls = st.polls.wrapping_add(1);
-        let read_udp =
-            force_udp || st.udp_idle < UDP_IDLE_POLLS || st.polls.is_multiple_of(UDP_IDLE_POLLS);
+        // Skipping reads of an idle socket only pays when a same-host peer is
+        // what the application talks to; a UDP-only device always reads.
+        let read_udp = force_udp
+            || !st.shm.has_links()
+            || st.udp_idle < UDP_IDLE_POLLS
+            || st.polls.is_multiple_of(UDP_IDLE_POLLS);
         for _ in 0..16 {
             let got = {
                 let State {

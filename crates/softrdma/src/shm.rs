@@ -289,6 +289,11 @@ impl ShmHub {
         hub
     }
 
+    /// True when some same-host peer is linked.
+    pub fn has_links(&self) -> bool {
+        !self.links.is_empty()
+    }
+
     /// The listening socket's fd, to wait on.
     pub fn listen_fd(&self) -> Option<RawFd> {
         self.listener.as_ref().map(|l| l.as_raw_fd())
