@@ -8,7 +8,9 @@
 //! only moves bytes and time.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::fasthash::KeyMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -110,7 +112,7 @@ pub struct SrqInit {
 pub struct Engine {
     cfg: EngineConfig,
     res: Resources,
-    qps: HashMap<u32, Qp>,
+    qps: KeyMap<u32, Qp>,
     next_qpn: u32,
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
@@ -133,7 +135,7 @@ impl Engine {
         Engine {
             cfg,
             res: Resources::new(seed),
-            qps: HashMap::new(),
+            qps: KeyMap::default(),
             next_qpn: 0x11,
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),

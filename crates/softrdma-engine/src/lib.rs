@@ -22,6 +22,7 @@
 mod counters;
 mod engine;
 mod error;
+mod fasthash;
 mod memory;
 mod qp;
 pub mod qp_attr;

@@ -37,7 +37,26 @@ pub(crate) struct SendWqe {
     pub read_done: u32,
 }
 
+/// The `Copy` part of a send WQE that packet building reads, so that the
+/// WQE (and its SGE list) need not be cloned for every packet.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WqeView {
+    pub op: SendOp,
+    pub len: u64,
+    pub npkts: u32,
+    pub flags: SendFlags,
+}
+
 impl SendWqe {
+    pub fn view(&self) -> WqeView {
+        WqeView {
+            op: self.op,
+            len: self.len,
+            npkts: self.npkts,
+            flags: self.flags,
+        }
+    }
+
     pub fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts.saturating_sub(1))
     }

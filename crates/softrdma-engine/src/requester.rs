@@ -241,7 +241,7 @@ impl Qp {
         let dst = self.dest?;
         let mtu = u64::from(self.mtu);
         let transport = transport_of(self.qp_type);
-        let w = self.req.sq[idx].clone();
+        let w = self.req.sq[idx].view();
         let psn = self.req.psn;
         let offset = self.req.next_offset;
         let remote_qpn = self.attr.dest_qp_num;
@@ -309,7 +309,7 @@ impl Qp {
                     && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
                 let off = payload_offset(&headers);
                 let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
-                if let Err(s) = self.fill_payload(res, &w, offset, dstbuf) {
+                if let Err(s) = self.fill_payload(res, &self.req.sq[idx], offset, dstbuf) {
                     if idx == 0 {
                         self.fail_head(res, s);
                     } else {

@@ -3,7 +3,9 @@
 //! engine's counters and event queue. QPs borrow this table mutably while
 //! they run, which keeps the transport code free of lookups through `self`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use crate::fasthash::{KeyMap, KeySet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -110,18 +112,18 @@ const KEY_QUARANTINE: usize = 4096;
 
 /// Everything but the QPs.
 pub(crate) struct Resources {
-    pub pds: HashMap<u32, u32>,   // pd -> users
-    pub mrs: HashMap<u32, Mr>,    // by lkey
-    pub rkeys: HashMap<u32, u32>, // rkey -> lkey
-    pub cqs: HashMap<u32, Cq>,
-    pub srqs: HashMap<u32, Srq>,
-    pub ahs: HashMap<u32, Ah>,
+    pub pds: KeyMap<u32, u32>,   // pd -> users
+    pub mrs: KeyMap<u32, Mr>,    // by lkey
+    pub rkeys: KeyMap<u32, u32>, // rkey -> lkey
+    pub cqs: KeyMap<u32, Cq>,
+    pub srqs: KeyMap<u32, Srq>,
+    pub ahs: KeyMap<u32, Ah>,
     pub events: VecDeque<Event>,
     pub counters: Counters,
     pub rng: Rng,
     next_handle: u32,
     quarantine: VecDeque<u32>,
-    quarantined: HashSet<u32>,
+    quarantined: KeySet<u32>,
 }
 
 /// Why a local scatter/gather access failed.
@@ -130,18 +132,18 @@ pub(crate) type SgeResult<T> = core::result::Result<T, WcStatus>;
 impl Resources {
     pub fn new(seed: u64) -> Self {
         Resources {
-            pds: HashMap::new(),
-            mrs: HashMap::new(),
-            rkeys: HashMap::new(),
-            cqs: HashMap::new(),
-            srqs: HashMap::new(),
-            ahs: HashMap::new(),
+            pds: KeyMap::default(),
+            mrs: KeyMap::default(),
+            rkeys: KeyMap::default(),
+            cqs: KeyMap::default(),
+            srqs: KeyMap::default(),
+            ahs: KeyMap::default(),
             events: VecDeque::new(),
             counters: Counters::default(),
             rng: Rng::new(seed),
             next_handle: 1,
             quarantine: VecDeque::new(),
-            quarantined: HashSet::new(),
+            quarantined: KeySet::default(),
         }
     }
 
