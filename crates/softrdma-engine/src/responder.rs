@@ -544,6 +544,13 @@ impl Qp {
         let Some(deth) = pkt.headers.deth() else {
             return;
         };
+        // A UD message is one packet of at most the port MTU; anything longer
+        // did not come from a conforming sender.
+        if pkt.payload.len() > self.mtu as usize {
+            self.counters.dropped += 1;
+            res.counters.dropped += 1;
+            return;
+        }
         if deth.qkey != self.attr.qkey {
             self.counters.qkey_violations += 1;
             res.counters.qkey_violations += 1;
