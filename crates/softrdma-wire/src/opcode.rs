@@ -281,11 +281,24 @@ impl Opcode {
     }
 }
 
+/// Index (plus one) of each opcode byte in [`OPCODE_TABLE`]; 0 = unknown.
+/// Every packet in and out looks its opcode up several times, so this is a
+/// direct index rather than a search.
+static INFO_INDEX: [u8; 256] = {
+    let mut idx = [0u8; 256];
+    let mut i = 0;
+    while i < OPCODE_TABLE.len() {
+        idx[OPCODE_TABLE[i].code as usize] = (i + 1) as u8;
+        i += 1;
+    }
+    idx
+};
+
 fn info_of(code: u8) -> Option<&'static OpcodeInfo> {
-    OPCODE_TABLE
-        .binary_search_by_key(&code, |i| i.code)
-        .ok()
-        .map(|idx| &OPCODE_TABLE[idx])
+    match INFO_INDEX[usize::from(code)] {
+        0 => None,
+        i => OPCODE_TABLE.get(usize::from(i) - 1),
+    }
 }
 
 impl fmt::Debug for Opcode {
