@@ -902,11 +902,9 @@ pub unsafe extern "C" fn post_send(
             let c = ctx_of(qp);
             let qpn = (*qp).qp_num;
             let ud = (*qp).qp_type == QpType::Ud.to_ibv();
-            let scq = (*qp).send_cq;
-            let evented = !scq.is_null() && !(*scq).channel.is_null();
             let mut cur = wr;
             while !cur.is_null() {
-                if let Err(n) = post_one(c, qpn, ud, evented, &*cur) {
+                if let Err(n) = post_one(c, qpn, ud, &*cur) {
                     if !bad_wr.is_null() {
                         *bad_wr = cur;
                     }
@@ -926,17 +924,11 @@ thread_local! {
 
 /// Posts one send WR: a WRITE, READ or atomic to a same-host peer is done
 /// directly in its memory when softrdma can (docs/shm.md), anything else
-/// goes to the engine. `evented`: the QP's send CQ has a completion channel.
+/// goes to the engine (a direct completion raises its CQ event at once).
 ///
 /// # Safety
 /// `w` is readable, its SGE list too, and its AH (UD) is live.
-unsafe fn post_one(
-    c: &Ctx,
-    qpn: u32,
-    ud: bool,
-    evented: bool,
-    w: &ibv_send_wr,
-) -> Result<(), c_int> {
+unsafe fn post_one(c: &Ctx, qpn: u32, ud: bool, w: &ibv_send_wr) -> Result<(), c_int> {
     let op = send_op_checked(w)?;
     // SAFETY: per the contract.
     let sg = unsafe { sges(w.sg_list, w.num_sge) }
@@ -978,13 +970,6 @@ unsafe fn post_one(
     ) && !inline_op
         && ud.is_none();
     if direct && c.dev.try_direct(qpn, &swr) {
-        // The direct path completes the WR but leaves the completion event
-        // (for an armed CQ) queued in the engine until the next progress,
-        // which nothing may run while the application blocks in
-        // ibv_get_cq_event: run it now when the CQ has a channel.
-        if evented {
-            c.dev.with_engine(|_, _| ());
-        }
         return Ok(());
     }
     let r = if inline_op {
