@@ -79,6 +79,7 @@ fn rc_operations_over_udp() {
     assert_eq!((r.wr_id, r.byte_len, r.imm_data), (9, 5000, 0x1234_5678));
     ca.wait_ok(T).unwrap();
 
+    let before = mb.read_u64(0).unwrap();
     qa.post_send(&SendWr::new(
         4,
         SendOp::FetchAdd {
@@ -90,11 +91,15 @@ fn rc_operations_over_udp() {
     ))
     .unwrap();
     ca.wait_ok(T).unwrap();
-    let before = u64::from_ne_bytes(data[100 - 100..8].try_into().unwrap());
-    let _ = before;
     assert_eq!(
         ma.read_u64(900_000).unwrap(),
-        u64::from_ne_bytes(mb.to_vec()[0..8].try_into().unwrap()) - 5
+        before,
+        "FETCH_ADD returns the old value"
+    );
+    assert_eq!(
+        mb.read_u64(0).unwrap(),
+        before.wrapping_add(5),
+        "and adds to the target"
     );
     assert!(a.counters().tx_packets > 0 && b.counters().rx_packets > 0);
     assert_eq!(b.counters().icrc_errors, 0);
