@@ -203,12 +203,15 @@ fn kill_mid_transfer() -> std::result::Result<(), String> {
         ack_timeout * tries,
         side.rc.counters()
     );
-    // The retries ran: at least retry_cnt timeouts after the last progress
-    // (which was no earlier than the last success we saw)...
+    // The retries ran: the QP's local ACK timer fired retry_cnt + 1 times
+    // (the first timeout and each retry's) before the error. Counted by the
+    // engine rather than timed from outside: the test sees completions only
+    // when it polls, after the engine's last progress, so a success's
+    // observation time is no bound on when the timer last restarted.
+    let timeouts = side.rc.counters().timeouts;
     assert!(
-        after_progress >= ack_timeout * u32::from(o.retry_cnt),
-        "RETRY_EXC_ERR {after_progress:?} after the last success: too soon \
-         for {} retries of {ack_timeout:?}",
+        timeouts > u64::from(o.retry_cnt),
+        "RETRY_EXC_ERR after {timeouts} timeouts: {} retries were configured",
         o.retry_cnt
     );
     // ...and no more than (retry_cnt + 1) timeouts after the kill.
@@ -218,7 +221,6 @@ fn kill_mid_transfer() -> std::result::Result<(), String> {
          tries of {ack_timeout:?} (+250 ms slack)"
     );
     let c = side.rc.counters();
-    assert!(c.timeouts >= u64::from(o.retry_cnt), "{c:?}");
     assert!(c.retransmits > 0, "{c:?}");
     assert_eq!(side.rc.state(), QpState::Err);
 
