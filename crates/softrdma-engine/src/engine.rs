@@ -19,7 +19,7 @@ use softrdma_wire::{icrc, Endpoints, OpKind, PacketRepr, Psn, Transport};
 use crate::counters::Counters;
 use crate::error::{Result, VerbsError};
 use crate::memory::RegionMemory;
-use crate::qp::{Qp, SendWqe};
+use crate::qp::{AckHold, Qp, SendWqe};
 use crate::qp_attr::{
     validate_modify, AccessFlags, AhAttr, AttrLimits, AttrMask, Mtu, QpAttr, QpCap, QpState, QpType,
 };
@@ -67,6 +67,13 @@ pub struct EngineConfig {
     /// cannot see the IP header). Costs 16 of the ICRC's 32 bits on those
     /// packets only; off by default and in simulation.
     pub recover_ipv4_id: bool,
+    /// How long (ns) a responder may hold a lone positive ACK, hoping to
+    /// send it right behind a request of its own QP (a ping-pong's answer):
+    /// the peer then gets both in one receive batch, and a sender gets one
+    /// system call per round trip instead of two. NAKs, READ responses and
+    /// atomic ACKs never wait. 0 (the default) sends every ACK at once.
+    /// Keep it far below any requester's ACK timeout (4.096 µs·2^timeout).
+    pub ack_delay_ns: u64,
 }
 
 impl EngineConfig {
@@ -82,6 +89,7 @@ impl EngineConfig {
             max_inflight: 256,
             ack_req_every: 32,
             recover_ipv4_id: false,
+            ack_delay_ns: 0,
         }
     }
 }
@@ -116,6 +124,9 @@ pub struct Engine {
     next_qpn: u32,
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Held ACKs of QPs destroyed or reset before they went out, already
+    /// built: a peer that received everything must still learn so.
+    parting: VecDeque<(Transmit, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -139,6 +150,7 @@ impl Engine {
             next_qpn: 0x11,
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
+            parting: VecDeque::new(),
         }
     }
 
@@ -609,6 +621,7 @@ impl Engine {
 
     /// `ibv_destroy_qp`: outstanding work is discarded without completions.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        self.build_held_ack(qpn);
         let qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound {
             kind: "QP",
             handle: qpn,
@@ -729,6 +742,15 @@ impl Engine {
             qp.req.rnr_retry_left = attr.rnr_retry;
         }
         let old = qp.state;
+        if new == QpState::Reset {
+            self.build_held_ack(qpn);
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return Err(VerbsError::NotFound {
+                kind: "QP",
+                handle: qpn,
+            });
+        };
         match new {
             QpState::Reset => qp.reset(),
             QpState::Err if old != QpState::Err => qp.enter_error(&mut self.res, false),
@@ -1024,6 +1046,9 @@ impl Engine {
                 continue;
             }
             qp.timer_registered = None;
+            if matches!(qp.resp.ack_hold, AckHold::Until(h) if h <= now) {
+                qp.resp.ack_hold = AckHold::Due;
+            }
             qp.handle_requester_timeout(&mut self.res, now);
             self.after(qpn, now);
         }
@@ -1042,8 +1067,56 @@ impl Engine {
         None
     }
 
+    /// Sends every held ACK with the next transmissions (a driver closing
+    /// the device calls this, then drains `poll_transmit`).
+    pub fn release_held_acks(&mut self) {
+        let held: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.resp.ack_hold != AckHold::None)
+            .map(|(&n, _)| n)
+            .collect();
+        for qpn in held {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.resp.ack_hold = AckHold::Due;
+            }
+            self.after(qpn, Instant(0));
+        }
+    }
+
+    /// Builds the ACK `qpn` holds back, if any, into `parting`: the QP is
+    /// about to lose its responder state.
+    fn build_held_ack(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if qp.resp.ack_hold == AckHold::None {
+            return;
+        }
+        qp.resp.ack_hold = AckHold::Due;
+        let mut buf = vec![0u8; 128];
+        let mut ctx = TxCtx {
+            buf: &mut buf,
+            local: self.cfg.local,
+            max_inflight: self.cfg.max_inflight,
+            ack_req_every: self.cfg.ack_req_every,
+            ack_delay_ns: 0,
+            now: Instant(0),
+        };
+        if let Some(t) = qp.next_response(&mut self.res, &mut ctx) {
+            buf.truncate(t.len);
+            self.parting.push_back((t, buf));
+        }
+    }
+
     /// Writes the next packet to send into `buf` (at least 4096 + 64 bytes).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some((t, bytes)) = self.parting.pop_front() {
+            if let Some(dst) = buf.get_mut(..bytes.len()) {
+                dst.copy_from_slice(&bytes);
+                return Some(t);
+            }
+        }
         while let Some(&qpn) = self.ready.front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 self.ready.pop_front();
@@ -1054,11 +1127,17 @@ impl Engine {
                 local: self.cfg.local,
                 max_inflight: self.cfg.max_inflight,
                 ack_req_every: self.cfg.ack_req_every,
+                ack_delay_ns: self.cfg.ack_delay_ns,
                 now,
             };
-            let tx = qp
-                .next_response(&mut self.res, &mut ctx)
-                .or_else(|| qp.next_request(&mut self.res, &mut ctx));
+            let tx = qp.next_response(&mut self.res, &mut ctx).or_else(|| {
+                let t = qp.next_request(&mut self.res, &mut ctx);
+                if t.is_some() && qp.resp.ack_hold != AckHold::None {
+                    // A held ACK follows this request out, in the same batch.
+                    qp.resp.ack_hold = AckHold::Due;
+                }
+                t
+            });
             self.ready.pop_front();
             match tx {
                 Some(t) => {

@@ -167,6 +167,20 @@ pub(crate) struct Responder {
     pub atomics: VecDeque<AtomicResource>,
     /// UC: drop packets until the next FIRST/ONLY.
     pub uc_dropping: bool,
+    /// Whether a lone positive ACK is being held back: see
+    /// `EngineConfig::ack_delay_ns`.
+    pub ack_hold: AckHold,
+}
+
+/// A held ACK waits `Until` a time (or until its QP sends a request, which
+/// it then follows out); once `Due` it goes with the next transmission.
+/// Only `Until` sets a timer, so a QP that cannot transmit keeps no timer.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AckHold {
+    #[default]
+    None,
+    Until(Instant),
+    Due,
 }
 
 pub(crate) struct Qp {
@@ -196,10 +210,17 @@ pub(crate) struct Qp {
 impl Qp {
     /// The earliest time this QP needs `handle_timeout`.
     pub fn deadline(&self) -> Option<Instant> {
-        match (self.req.ack_deadline, self.req.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.req.ack_deadline,
+            self.req.rnr_until,
+            match self.resp.ack_hold {
+                AckHold::Until(t) => Some(t),
+                _ => None,
+            },
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// States in which incoming requests are executed.

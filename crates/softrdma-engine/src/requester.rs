@@ -39,6 +39,7 @@ pub(crate) struct TxCtx<'a> {
     pub local: SocketAddr,
     pub max_inflight: u32,
     pub ack_req_every: u32,
+    pub ack_delay_ns: u64,
     pub now: Instant,
 }
 

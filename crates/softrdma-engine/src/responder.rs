@@ -12,10 +12,11 @@ use softrdma_wire::{
     aeth, AethRepr, BthRepr, Headers, NakCode, OpKind, Opcode, PacketRepr, Position, Psn, Syndrome,
 };
 
-use crate::qp::{AtomicResource, InMsg, Qp, ReadJob, RespOut};
+use crate::qp::{AckHold, AtomicResource, InMsg, Qp, ReadJob, RespOut};
 use crate::qp_attr::{AccessFlags, Gid, QpType};
 use crate::requester::{Transmit, TxCtx};
 use crate::resources::{RecvWqe, Resources};
+use crate::time::Instant;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 /// Bytes of GRH space in front of every UD receive.
@@ -595,13 +596,30 @@ impl Qp {
         res: &mut Resources,
         ctx: &mut TxCtx<'_>,
     ) -> Option<Transmit> {
+        if self.resp.out.is_empty() {
+            self.resp.ack_hold = AckHold::None;
+            return None;
+        }
         let dst = self.dest?;
         let remote_qpn = self.attr.dest_qp_num;
         let mtu = u64::from(self.mtu);
         loop {
+            let lone = self.resp.out.len() == 1;
             let out = self.resp.out.front_mut()?;
             match out {
                 RespOut::Ack { psn, syndrome, msn } => {
+                    if lone && ctx.ack_delay_ns > 0 && matches!(syndrome, Syndrome::Ack { .. }) {
+                        match self.resp.ack_hold {
+                            AckHold::None => {
+                                let until = Instant(ctx.now.0.saturating_add(ctx.ack_delay_ns));
+                                self.resp.ack_hold = AckHold::Until(until);
+                                return None;
+                            }
+                            AckHold::Until(t) if ctx.now < t => return None,
+                            _ => {}
+                        }
+                    }
+                    self.resp.ack_hold = AckHold::None;
                     let mut syndrome = *syndrome;
                     if let Syndrome::Ack { .. } = syndrome {
                         let credits = match self.srq {

@@ -334,6 +334,7 @@ impl World {
             c.seed = sc.seed.wrapping_mul(31).wrapping_add(i as u64);
             c.max_inflight = sc.max_inflight;
             c.ack_req_every = sc.ack_req_every;
+            c.ack_delay_ns = sc.ack_delay_ns;
             cfgs.push(c);
         }
         let mut net = SimNet::with_configs(cfgs, sc.seed, sc.net);

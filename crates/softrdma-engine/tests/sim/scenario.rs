@@ -77,6 +77,8 @@ pub struct Scenario {
     pub jitter_fraction: f64,
     pub max_inflight: u32,
     pub ack_req_every: u32,
+    /// `EngineConfig::ack_delay_ns` of every node.
+    pub ack_delay_ns: u64,
     pub conns: Vec<Conn>,
     /// Every node gets a UD QP.
     pub ud: bool,
@@ -296,6 +298,10 @@ impl Scenario {
             jitter_fraction,
             max_inflight: fields.0,
             ack_req_every: fields.1,
+            // From the seed, not the scenario's RNG, so that adding it left
+            // every other choice of every seed as it was.
+            ack_delay_ns: [0, 0, 3_000, 25_000]
+                [(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 62) as usize],
             conns,
             ud,
             ud_recv_depth: fields.2,
