@@ -6,8 +6,9 @@
 //!
 //! Every verb runs on the device's engine under its lock
 //! (`Context::with_engine`, which then transmits what the call queued);
-//! `poll_cq` too: the program's polling drives receive, timers and
-//! transmit with no thread hand-off, and the device's background thread,
+//! `poll_cq` runs `Context::poll_engine`: the program's polling drives
+//! receive, timers and transmit with no thread hand-off, and the device's
+//! background thread,
 //! which wakes when packets arrive, serves one-sided operations to a
 //! program that is busy elsewhere (spinning on memory, blocked in
 //! `ibv_get_cq_event`).
@@ -304,17 +305,18 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             WCS.with(|cell| {
                 let mut v = cell.borrow_mut();
                 v.clear();
-                // Not `poll_engine`: that tells the device's background
-                // thread the application is polling, and the thread then
-                // ignores the network for up to a millisecond. Programs
-                // like ib_write_lat poll the CQ and then spin on memory a
-                // peer WRITEs, with no library call; the thread must stay
-                // ready to serve that WRITE. So progress runs after the
-                // poll (its completions show at the next poll, as on
-                // hardware), and the thread keeps waking on arrivals.
+                // Progress runs inline, as for a Rust application, and
+                // tells the device's background thread the program is
+                // polling. Programs like ib_write_lat poll for their send
+                // completion, then spin on memory a peer WRITEs with no
+                // library call: the responder's delayed ACK (see
+                // `EngineConfig::ack_delay_ns`) brings that WRITE in the
+                // same receive batch as the ACK this poll waits for, and a
+                // WRITE that comes later is served by the background thread
+                // once the program has stopped polling for its window.
                 match c
                     .dev
-                    .with_engine(|e, _| e.poll_cq(h, num_entries as usize, &mut v))
+                    .poll_engine(|e| e.poll_cq(h, num_entries as usize, &mut v))
                 {
                     Ok(n) => {
                         for (i, w) in v.iter().take(n).enumerate() {

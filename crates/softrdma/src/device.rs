@@ -16,7 +16,7 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -45,6 +45,20 @@ const RX_BATCH: usize = 32;
 const TX_BATCH: usize = 32;
 /// The background thread leaves the device to an application that polled this recently.
 const APP_ACTIVE: Duration = Duration::from_micros(100);
+/// How long a lone ACK may wait for a request to ride out with (`EngineConfig::ack_delay_ns`).
+const ACK_DELAY: Duration = Duration::from_micros(32);
+
+/// When progress reads the UDP socket.
+#[derive(Clone, Copy)]
+enum UdpRead {
+    /// The background thread, woken because the socket is readable.
+    Always,
+    /// An application's poll: skips most reads of an idle socket when
+    /// same-host peers exist, so polling one costs no system call.
+    Polling,
+    /// After a verb: only sends.
+    Skip,
+}
 
 /// Counters of the driver itself (the engine counts the protocol).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -172,6 +186,12 @@ impl Device {
         ec.max_inflight = 128;
         // Peers on a real wire (Linux rxe) send IPv4 with non-zero IDs.
         ec.recover_ipv4_id = true;
+        // A ping-pong's ACK rides out with the answer: one sendmmsg per turn
+        // instead of two, and the peer, polling for its send completion,
+        // receives the answer in the same batch (an application spinning
+        // on memory, like perftest, then needs no background wake-up). The
+        // delay stays below any usable ACK timeout (timeout 4 = 65 µs).
+        ec.ack_delay_ns = ACK_DELAY.as_nanos() as u64;
         ec.limits.gid_table_len = 1;
         let capture = match &cfg.capture {
             Some(p) => Some(
@@ -229,6 +249,7 @@ impl Device {
             .spawn(move || d.background())
             .map_err(io)?;
         *dev.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        register_for_exit(&dev);
         Ok(dev)
     }
 
@@ -247,7 +268,10 @@ impl Device {
         let now = self.now();
         let mut st = self.lock();
         let r = f(&mut st.engine, now);
-        self.progress(&mut st, now);
+        // Send what `f` queued; receiving is left to polls and the
+        // background thread (a post needs no read of the socket, which
+        // would cost a system call before every send).
+        self.progress_with(&mut st, now, UdpRead::Skip);
         let next = st.engine.poll_timeout().map_or(u64::MAX, |t| t.0);
         drop(st);
         if next < self.sleeping_until.load(Ordering::Acquire) {
@@ -267,22 +291,23 @@ impl Device {
 
     /// Receives what is waiting, runs timers, sends what is ready, routes events.
     fn progress(&self, st: &mut State, now: Instant) {
-        self.progress_with(st, now, false)
+        self.progress_with(st, now, UdpRead::Polling)
     }
 
-    /// `force_udp` reads the socket even when it has been idle: the
-    /// background thread passes it because it wakes on socket readability.
-    /// Inline progress skips most reads of an idle socket, so polling a
-    /// shared-memory peer costs no system call.
-    fn progress_with(&self, st: &mut State, now: Instant, force_udp: bool) {
+    fn progress_with(&self, st: &mut State, now: Instant, udp: UdpRead) {
         let local = self.addr;
         st.polls = st.polls.wrapping_add(1);
         // Skipping reads of an idle socket only pays when a same-host peer is
         // what the application talks to; a UDP-only device always reads.
-        let read_udp = force_udp
-            || !st.shm.has_links()
-            || st.udp_idle < UDP_IDLE_POLLS
-            || st.polls.is_multiple_of(UDP_IDLE_POLLS);
+        let read_udp = match udp {
+            UdpRead::Always => true,
+            UdpRead::Skip => false,
+            UdpRead::Polling => {
+                !st.shm.has_links()
+                    || st.udp_idle < UDP_IDLE_POLLS
+                    || st.polls.is_multiple_of(UDP_IDLE_POLLS)
+            }
+        };
         for _ in 0..16 {
             let got = {
                 let State {
@@ -657,12 +682,21 @@ impl Device {
                     .store(now.0 + left.as_nanos() as u64, Ordering::Release);
                 sys::wait_readable([wake], Some(left));
                 self.wake.drain();
+                // Timers set by the application's last polls (a held ACK)
+                // run even if it went on to do something else meanwhile.
+                if let Ok(mut st) = self.state.try_lock() {
+                    let now = self.now();
+                    if st.engine.poll_timeout().is_some_and(|t| t <= now) {
+                        st.engine.handle_timeout(now);
+                        self.transmit(&mut st, now);
+                    }
+                }
                 continue;
             }
             let (next, can_sleep, listen) = {
                 let mut st = self.lock();
                 st.driver.background_wakeups += 1;
-                self.progress_with(&mut st, now, true);
+                self.progress_with(&mut st, now, UdpRead::Always);
                 let can_sleep = st.shm.prepare_sleep();
                 (st.engine.poll_timeout(), can_sleep, st.shm.listen_fd())
             };
@@ -686,6 +720,14 @@ impl Device {
 
     /// Stops the background thread (the device closes when the last handle goes).
     pub fn shutdown(&self) {
+        // ACKs held back for a ping-pong's next answer still owe the peers
+        // their completions.
+        {
+            let now = self.now();
+            let mut st = self.lock();
+            st.engine.release_held_acks();
+            self.progress_with(&mut st, now, UdpRead::Skip);
+        }
         self.stop.store(true, Ordering::Release);
         self.wake.signal();
         if let Some(h) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -725,6 +767,37 @@ impl TxBatch {
     }
     fn packet(&self, i: usize) -> &[u8] {
         &self.data[i * BUF_LEN..i * BUF_LEN + self.meta[i].1]
+    }
+}
+
+/// Devices open in this process, for `release_at_exit`.
+static LIVE: Mutex<Vec<Weak<Device>>> = Mutex::new(Vec::new());
+
+fn register_for_exit(dev: &Arc<Device>) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain `extern "C" fn()` that lives as long as
+        // the program (this library is linked or preloaded, never unloaded).
+        unsafe { libc::atexit(release_at_exit) };
+    });
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    live.retain(|w| w.strong_count() > 0);
+    live.push(Arc::downgrade(dev));
+}
+
+/// At `exit()`: sends the ACKs devices still hold back. A program that
+/// exits right after its last receive (without closing the device) must
+/// not leave its peer retrying a message it got; hardware would have
+/// ACKed it already.
+extern "C" fn release_at_exit() {
+    let Ok(live) = LIVE.try_lock() else { return };
+    for dev in live.iter().filter_map(Weak::upgrade) {
+        // try_lock: a thread stopped by exit may hold the lock.
+        if let Ok(mut st) = dev.state.try_lock() {
+            let now = dev.now();
+            st.engine.release_held_acks();
+            dev.transmit(&mut st, now);
+        }
     }
 }
 
