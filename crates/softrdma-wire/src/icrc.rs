@@ -46,7 +46,11 @@ impl Endpoints {
 const CRC_OF_LEADING_ONES: u32 = 0x2144_DF1C;
 
 fn hasher() -> crc32fast::Hasher {
-    crc32fast::Hasher::new_with_initial(CRC_OF_LEADING_ONES)
+    // `Hasher::new_with_initial` detects the CPU's features on every call
+    // (twice per packet sent and received); a clone of one made once does not.
+    static SEED: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+    SEED.get_or_init(|| crc32fast::Hasher::new_with_initial(CRC_OF_LEADING_ONES))
+        .clone()
 }
 
 /// Computes the ICRC of `udp_payload` (BTH up to, not including, the ICRC)
