@@ -19,7 +19,7 @@ use softrdma_wire::{icrc, Endpoints, OpKind, PacketRepr, Psn, Transport};
 use crate::counters::Counters;
 use crate::error::{Result, VerbsError};
 use crate::memory::RegionMemory;
-use crate::qp::{AckHold, Qp, SendWqe};
+use crate::qp::{AckHold, Qp, SendWqe, SgeList};
 use crate::qp_attr::{
     validate_modify, AccessFlags, AhAttr, AttrLimits, AttrMask, Mtu, QpAttr, QpCap, QpState, QpType,
 };
@@ -339,7 +339,12 @@ impl Engine {
             handle: cq,
         })?;
         let n = max.min(c.entries.len());
-        out.extend(c.entries.drain(..n));
+        // Block copies of the (Copy) completions rather than one push each.
+        let (a, b) = c.entries.as_slices();
+        let na = n.min(a.len());
+        out.extend_from_slice(&a[..na]);
+        out.extend_from_slice(&b[..n - na]);
+        c.entries.drain(..n);
         Ok(n)
     }
 
@@ -769,6 +774,8 @@ impl Engine {
 
     /// `ibv_post_send` for one WR.
     pub fn post_send(&mut self, now: Instant, qpn: u32, wr: &SendWr) -> Result<()> {
+        // Posting starts no timer: the first transmission arms the ACK timer.
+        let _ = now;
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
             kind: "QP",
             handle: qpn,
@@ -847,7 +854,16 @@ impl Engine {
         } else {
             None
         };
-        self.enqueue_send(now, qpn, wr, inline, len)
+        enqueue_send(
+            qp,
+            &mut self.ready,
+            &mut self.timers,
+            &mut self.res,
+            wr,
+            inline,
+            len,
+        );
+        Ok(())
     }
 
     /// `ibv_post_send` with IBV_SEND_INLINE where the driver already copied
@@ -886,45 +902,6 @@ impl Engine {
             w.len = data.len() as u64;
             w.inline = Some(data.into());
         }
-        Ok(())
-    }
-
-    fn enqueue_send(
-        &mut self,
-        now: Instant,
-        qpn: u32,
-        wr: &SendWr,
-        inline: Option<Box<[u8]>>,
-        len: u64,
-    ) -> Result<()> {
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
-            kind: "QP",
-            handle: qpn,
-        })?;
-        let w = SendWqe {
-            wr_id: wr.wr_id,
-            op: wr.op,
-            sges: if inline.is_some() {
-                Vec::new()
-            } else {
-                wr.sg_list.clone()
-            },
-            inline,
-            len,
-            flags: wr.flags,
-            signaled: qp.sq_sig_all || wr.flags.contains(crate::wr::SendFlags::SIGNALED),
-            ud: wr.ud.map(|u| (u.ah, u.remote_qpn, u.remote_qkey)),
-            assigned: false,
-            first_psn: Psn::new(0),
-            npkts: 0,
-            read_done: 0,
-        };
-        qp.req.sq.push_back(w);
-        if matches!(qp.state, QpState::Err | QpState::Sqe) {
-            // Real HCAs accept the post and flush it at once.
-            qp.flush_sq(&mut self.res);
-        }
-        self.after(qpn, now);
         Ok(())
     }
 
@@ -1029,7 +1006,7 @@ impl Engine {
         } else if info.kind != OpKind::Cnp {
             qp.handle_response(&mut self.res, &pkt, now);
         }
-        self.after(qpn, now);
+        settle(qp, &mut self.ready, &mut self.timers, &mut self.res, true);
     }
 
     /// Runs every timer that is due.
@@ -1143,14 +1120,12 @@ impl Engine {
                 Some(t) => {
                     // Round robin: the QP goes to the back while it has more to send.
                     self.ready.push_back(qpn);
-                    self.after_inner(qpn, now, false);
+                    settle(qp, &mut self.ready, &mut self.timers, &mut self.res, false);
                     return Some(t);
                 }
                 None => {
-                    if let Some(q) = self.qps.get_mut(&qpn) {
-                        q.scheduled = false;
-                    }
-                    self.after_inner(qpn, now, false);
+                    qp.scheduled = false;
+                    settle(qp, &mut self.ready, &mut self.timers, &mut self.res, false);
                 }
             }
         }
@@ -1172,25 +1147,77 @@ impl Engine {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        if schedule && !qp.scheduled {
-            qp.scheduled = true;
-            self.ready.push_back(qpn);
-        }
-        if qp.state == QpState::Sqd
-            && !qp.req.drained_notified
-            && qp.req.sq.iter().all(|w| !w.assigned)
-        {
-            qp.req.drained_notified = true;
-            if qp.attr.en_sqd_async_notify {
-                self.res.events.push_back(Event::SqDrained { qpn });
-            }
-        }
-        let d = qp.deadline();
-        if d != qp.timer_registered {
-            qp.timer_registered = d;
-            if let Some(t) = d {
-                self.timers.push(Reverse((t, qpn)));
-            }
+        settle(
+            qp,
+            &mut self.ready,
+            &mut self.timers,
+            &mut self.res,
+            schedule,
+        );
+    }
+}
+
+/// `Engine::after` for a QP already at hand (sparing the lookup by QPN).
+fn settle(
+    qp: &mut Qp,
+    ready: &mut VecDeque<u32>,
+    timers: &mut BinaryHeap<Reverse<(Instant, u32)>>,
+    res: &mut Resources,
+    schedule: bool,
+) {
+    let qpn = qp.qpn;
+    if schedule && !qp.scheduled {
+        qp.scheduled = true;
+        ready.push_back(qpn);
+    }
+    if qp.state == QpState::Sqd && !qp.req.drained_notified && qp.req.sq.iter().all(|w| !w.assigned)
+    {
+        qp.req.drained_notified = true;
+        if qp.attr.en_sqd_async_notify {
+            res.events.push_back(Event::SqDrained { qpn });
         }
     }
+    let d = qp.deadline();
+    if d != qp.timer_registered {
+        qp.timer_registered = d;
+        if let Some(t) = d {
+            timers.push(Reverse((t, qpn)));
+        }
+    }
+}
+
+/// Queues a send WQE on `qp` (whose checks `post_send` made).
+fn enqueue_send(
+    qp: &mut Qp,
+    ready: &mut VecDeque<u32>,
+    timers: &mut BinaryHeap<Reverse<(Instant, u32)>>,
+    res: &mut Resources,
+    wr: &SendWr,
+    inline: Option<Box<[u8]>>,
+    len: u64,
+) {
+    let w = SendWqe {
+        wr_id: wr.wr_id,
+        op: wr.op,
+        sges: if inline.is_some() {
+            SgeList::Many(Vec::new())
+        } else {
+            SgeList::new(&wr.sg_list)
+        },
+        inline,
+        len,
+        flags: wr.flags,
+        signaled: qp.sq_sig_all || wr.flags.contains(crate::wr::SendFlags::SIGNALED),
+        ud: wr.ud.map(|u| (u.ah, u.remote_qpn, u.remote_qkey)),
+        assigned: false,
+        first_psn: Psn::new(0),
+        npkts: 0,
+        read_done: 0,
+    };
+    qp.req.sq.push_back(w);
+    if matches!(qp.state, QpState::Err | QpState::Sqe) {
+        // Real HCAs accept the post and flush it at once.
+        qp.flush_sq(res);
+    }
+    settle(qp, ready, timers, res, true);
 }

@@ -17,12 +17,39 @@ use crate::resources::{Event, RecvWqe, Resources};
 use crate::time::Instant;
 use crate::wr::{SendFlags, SendOp, Sge, WcOpcode, WcStatus, WorkCompletion};
 
+/// The SGE list of a send WQE: one SGE (the common case) is kept inline,
+/// so posting it allocates nothing.
+#[derive(Debug, Clone)]
+pub(crate) enum SgeList {
+    One([Sge; 1]),
+    Many(Vec<Sge>),
+}
+
+impl SgeList {
+    pub fn new(sges: &[Sge]) -> Self {
+        match sges {
+            [one] => SgeList::One([*one]),
+            _ => SgeList::Many(sges.to_vec()),
+        }
+    }
+}
+
+impl std::ops::Deref for SgeList {
+    type Target = [Sge];
+    fn deref(&self) -> &[Sge] {
+        match self {
+            SgeList::One(s) => s,
+            SgeList::Many(v) => v,
+        }
+    }
+}
+
 /// A send WQE.
 #[derive(Debug, Clone)]
 pub(crate) struct SendWqe {
     pub wr_id: u64,
     pub op: SendOp,
-    pub sges: Vec<Sge>,
+    pub sges: SgeList,
     pub inline: Option<Box<[u8]>>,
     pub len: u64,
     pub flags: SendFlags,

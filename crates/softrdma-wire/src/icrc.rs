@@ -46,7 +46,11 @@ impl Endpoints {
 const CRC_OF_LEADING_ONES: u32 = 0x2144_DF1C;
 
 fn hasher() -> crc32fast::Hasher {
-    crc32fast::Hasher::new_with_initial(CRC_OF_LEADING_ONES)
+    // `Hasher::new_with_initial` detects the CPU's features on every call
+    // (twice per packet sent and received); a clone of one made once does not.
+    static SEED: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+    SEED.get_or_init(|| crc32fast::Hasher::new_with_initial(CRC_OF_LEADING_ONES))
+        .clone()
 }
 
 /// Computes the ICRC of `udp_payload` (BTH up to, not including, the ICRC)
@@ -60,9 +64,50 @@ pub fn compute(ep: &Endpoints, udp_payload: &[u8]) -> Result<u32> {
 /// (ignored for IPv6). Linux Soft-RoCE (rxe) sends DF packets with a
 /// non-zero, changing ID, which the ICRC covers.
 pub fn compute_with_ipv4_id(ep: &Endpoints, udp_payload: &[u8], ip_id: u16) -> Result<u32> {
+    use crate::crc32::{Blocks, BLOCK};
     check("BTH", udp_payload, bth::HEADER_LEN)?;
-    let udp_len = udp_payload.len() + ICRC_LEN + 8;
-    let mut hdr = [0u8; 40 + 8 + bth::HEADER_LEN];
+    let (hdr, n) = pseudo_header(
+        ep,
+        udp_payload.len(),
+        &udp_payload[..bth::HEADER_LEN],
+        ip_id,
+    )?;
+    let rest = &udp_payload[bth::HEADER_LEN..];
+    if n + rest.len() < 2 * BLOCK {
+        let mut h = hasher();
+        h.update(&hdr[..n]);
+        h.update(rest);
+        return Ok(h.finalize());
+    }
+    // One CRC over the pseudo-header and the rest, reduced to 32 bits once
+    // (two `crc32fast` updates would reduce after the 40-60 header bytes too).
+    let mut first = [0u8; BLOCK];
+    first[..n].copy_from_slice(&hdr[..n]);
+    first[n..].copy_from_slice(&rest[..BLOCK - n]);
+    let rest = &rest[BLOCK - n..];
+    let whole = rest.len() / BLOCK * BLOCK;
+    let mut h = Blocks::begin(CRC_OF_LEADING_ONES, &first);
+    h.update(&rest[..whole]);
+    Ok(h.finish(&rest[whole..]))
+}
+
+/// Longest [`pseudo_header`].
+const PSEUDO_MAX: usize = 40 + 8 + bth::HEADER_LEN;
+
+/// What the ICRC covers up to the end of the BTH, after the eight leading
+/// ones (which the hasher's seed stands for): the IP and UDP headers with
+/// their variant fields masked, and the BTH with byte 4 masked, for a
+/// packet whose UDP payload (BTH up to, not including, the ICRC) is `len`
+/// bytes. Returns the bytes and how many of them are used.
+fn pseudo_header(
+    ep: &Endpoints,
+    len: usize,
+    bth_bytes: &[u8],
+    ip_id: u16,
+) -> Result<([u8; PSEUDO_MAX], usize)> {
+    check("BTH", bth_bytes, bth::HEADER_LEN)?;
+    let udp_len = len + ICRC_LEN + 8;
+    let mut hdr = [0u8; PSEUDO_MAX];
     let ip_len = match (ep.src.ip(), ep.dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let total = 20 + udp_len;
@@ -121,12 +166,9 @@ pub fn compute_with_ipv4_id(ep: &Endpoints, udp_payload: &[u8], ip_id: u16) -> R
     u[6] = 0xFF;
     u[7] = 0xFF;
     let b = ip_len + 8;
-    hdr[b..b + bth::HEADER_LEN].copy_from_slice(&udp_payload[..bth::HEADER_LEN]);
+    hdr[b..b + bth::HEADER_LEN].copy_from_slice(&bth_bytes[..bth::HEADER_LEN]);
     hdr[b + 4] = 0xFF;
-    let mut h = hasher();
-    h.update(&hdr[..b + bth::HEADER_LEN]);
-    h.update(&udp_payload[bth::HEADER_LEN..]);
-    Ok(h.finalize())
+    Ok((hdr, b + bth::HEADER_LEN))
 }
 
 /// Reads the ICRC stored in the last four bytes of a UDP payload.
@@ -322,6 +364,37 @@ mod tests {
         p.extend((0..len).map(|i| (i * 13 + 1) as u8));
         p.extend([0; 4]);
         p
+    }
+
+    #[test]
+    fn compute_matches_crc32fast_over_the_pseudo_header_at_every_length() {
+        let eps = [
+            super::Endpoints::new(
+                "10.0.0.2:49152".parse().unwrap(),
+                "10.0.0.1:4791".parse().unwrap(),
+            ),
+            super::Endpoints::new(
+                "[fe80::2]:49152".parse().unwrap(),
+                "[fe80::1]:4791".parse().unwrap(),
+            ),
+        ];
+        let lens = (0..600)
+            .chain((600..9000).step_by(97))
+            .chain([4096, 4112, 4124]);
+        for len in lens {
+            let p = packet(len);
+            let body = &p[..p.len() - 4];
+            for ep in &eps {
+                for id in [0u16, 0x1234] {
+                    let (hdr, n) = super::pseudo_header(ep, body.len(), &body[..12], id).unwrap();
+                    let mut h = crc32fast::Hasher::new_with_initial(super::CRC_OF_LEADING_ONES);
+                    h.update(&hdr[..n]);
+                    h.update(&body[12..]);
+                    let got = super::compute_with_ipv4_id(ep, body, id).unwrap();
+                    assert_eq!(got, h.finalize(), "len {len} {ep:?} id {id}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -269,17 +269,43 @@ impl Opcode {
         position: Position,
         layout: HeaderLayout,
     ) -> Option<Opcode> {
-        OPCODE_TABLE
-            .iter()
-            .find(|i| {
-                i.transport == transport
-                    && i.kind == kind
-                    && i.position == position
-                    && i.layout == layout
-            })
-            .map(|i| Opcode(i.code))
+        match FIND_INDEX[find_key(transport, kind, position, layout)] {
+            0 => None,
+            i => Some(Opcode(OPCODE_TABLE[usize::from(i) - 1].code)),
+        }
     }
 }
+
+const N_TRANSPORT: usize = 4;
+const N_KIND: usize = 9;
+const N_POSITION: usize = 4;
+const N_LAYOUT: usize = 11;
+// The counts above are those of the enums (each one's last variant).
+const _: () = assert!(Transport::Cnp as usize + 1 == N_TRANSPORT);
+const _: () = assert!(OpKind::Cnp as usize + 1 == N_KIND);
+const _: () = assert!(Position::Only as usize + 1 == N_POSITION);
+const _: () = assert!(HeaderLayout::Cnp as usize + 1 == N_LAYOUT);
+
+const fn find_key(t: Transport, k: OpKind, p: Position, l: HeaderLayout) -> usize {
+    ((t as usize * N_KIND + k as usize) * N_POSITION + p as usize) * N_LAYOUT + l as usize
+}
+
+/// Index (plus one) in [`OPCODE_TABLE`] of the first opcode with each
+/// (transport, kind, position, layout); 0 = none. Every SEND and WRITE
+/// packet built looks its opcode up this way.
+static FIND_INDEX: [u8; N_TRANSPORT * N_KIND * N_POSITION * N_LAYOUT] = {
+    let mut idx = [0u8; N_TRANSPORT * N_KIND * N_POSITION * N_LAYOUT];
+    let mut i = 0;
+    while i < OPCODE_TABLE.len() {
+        let e = &OPCODE_TABLE[i];
+        let k = find_key(e.transport, e.kind, e.position, e.layout);
+        if idx[k] == 0 {
+            idx[k] = (i + 1) as u8;
+        }
+        i += 1;
+    }
+    idx
+};
 
 /// Index (plus one) of each opcode byte in [`OPCODE_TABLE`]; 0 = unknown.
 /// Every packet in and out looks its opcode up several times, so this is a
@@ -315,6 +341,57 @@ impl fmt::Display for Opcode {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn find_agrees_with_a_search_of_the_table() {
+        use super::*;
+        let ts = [Transport::Rc, Transport::Uc, Transport::Ud, Transport::Cnp];
+        let ks = [
+            OpKind::Send,
+            OpKind::Write,
+            OpKind::ReadRequest,
+            OpKind::ReadResponse,
+            OpKind::Ack,
+            OpKind::AtomicAck,
+            OpKind::CompareSwap,
+            OpKind::FetchAdd,
+            OpKind::Cnp,
+        ];
+        let ps = [
+            Position::First,
+            Position::Middle,
+            Position::Last,
+            Position::Only,
+        ];
+        let ls = [
+            HeaderLayout::None,
+            HeaderLayout::Imm,
+            HeaderLayout::Ieth,
+            HeaderLayout::Reth,
+            HeaderLayout::RethImm,
+            HeaderLayout::Aeth,
+            HeaderLayout::AtomicAck,
+            HeaderLayout::Atomic,
+            HeaderLayout::Deth,
+            HeaderLayout::DethImm,
+            HeaderLayout::Cnp,
+        ];
+        for t in ts {
+            for k in ks {
+                for p in ps {
+                    for l in ls {
+                        let want = OPCODE_TABLE
+                            .iter()
+                            .find(|i| {
+                                i.transport == t && i.kind == k && i.position == p && i.layout == l
+                            })
+                            .map(|i| Opcode(i.code));
+                        assert_eq!(Opcode::find(t, k, p, l), want, "{t:?} {k:?} {p:?} {l:?}");
+                    }
+                }
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
