@@ -41,8 +41,12 @@ const BUF_LEN: usize = 4096 + 256;
 const UDP_IDLE_POLLS: u32 = 64;
 /// Datagrams per `recvmmsg`.
 const RX_BATCH: usize = 32;
-/// Packets per `sendmmsg`.
-const TX_BATCH: usize = 32;
+/// Received packets after which progress sends what they produced, even
+/// in the middle of a receive batch.
+const TX_EARLY: usize = 32;
+/// Packets per `sendmmsg`: a whole window (`max_inflight`), so that with
+/// GSO a burst leaves in few system calls and few short runs.
+const TX_BATCH: usize = 128;
 /// The background thread leaves the device to an application that polled this recently.
 const APP_ACTIVE: Duration = Duration::from_micros(100);
 
@@ -297,6 +301,7 @@ impl Device {
             || st.polls.is_multiple_of(UDP_IDLE_POLLS);
         for _ in 0..16 {
             let got = if read_udp { st.rx.recv(&self.sock) } else { 0 };
+            let mut since_tx = 0;
             for i in 0..got {
                 let State {
                     engine,
@@ -314,6 +319,7 @@ impl Device {
                 }
                 // One RoCE packet per datagram, however many GRO coalesced.
                 for data in sys::segments(buf, seg) {
+                    since_tx += 1;
                     if let Some(c) = capture {
                         let _ = c.write_roce(Timestamp::now(), src, local, data);
                     }
@@ -327,6 +333,13 @@ impl Device {
                         }
                         None => engine.handle_packet(now, Endpoints::new(src, local), data),
                     }
+                }
+                // A full receive batch can hold a whole window of packets:
+                // send what they produced (ACKs, READ responses) as it
+                // comes, so the peer's next window overlaps with this one.
+                if since_tx >= TX_EARLY && i + 1 < got {
+                    since_tx = 0;
+                    self.transmit(st, now);
                 }
             }
             if got == 0 {
@@ -361,7 +374,7 @@ impl Device {
             }
             st.engine.handle_timeout(now);
             self.transmit(st, now);
-            if got < RX_BATCH && shm_got < RX_BATCH {
+            if !(got > 0 && st.rx.full()) && shm_got < RX_BATCH {
                 break;
             }
         }
