@@ -499,8 +499,10 @@ pub fn send_batch(
     packets: &[(std::net::SocketAddr, &[u8])],
     gso: &mut bool,
 ) -> io::Result<(usize, usize)> {
-    if packets.is_empty() {
-        return Ok((0, 0));
+    match packets {
+        [] => return Ok((0, 0)),
+        [(dst, data)] => return send_one(sock, *dst, data).map(|()| (1, 0)),
+        _ => {}
     }
     // Messages: (first packet, packet count, segment size or 0 for none).
     let mut msgs: Vec<(usize, usize, usize)> = Vec::with_capacity(packets.len());
@@ -616,6 +618,35 @@ pub fn send_batch(
             done += r as usize;
         }
         return Ok((sent_pkts, gso_msgs));
+    }
+}
+
+/// One datagram with `sendmsg` (the common case of latency-bound traffic:
+/// no grouping, no allocation).
+fn send_one(sock: &UdpSocket, dst: std::net::SocketAddr, data: &[u8]) -> io::Result<()> {
+    let (mut addr, alen) = to_sockaddr(dst);
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: all-zero msghdr is valid; we fill the fields we use.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_name = (&mut addr as *mut libc::sockaddr_storage).cast();
+    h.msg_namelen = alen;
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    loop {
+        // SAFETY: the header points at a live address and buffer for the call.
+        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &h, 0) };
+        if r >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => wait_writable(sock.as_raw_fd()),
+            io::ErrorKind::Interrupted => {}
+            _ => return Err(e),
+        }
     }
 }
 
