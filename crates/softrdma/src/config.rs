@@ -46,6 +46,12 @@ pub struct DeviceConfig {
     pub seed: Option<u64>,
     /// Transport to same-host peers (SOFTRDMA_TRANSPORT).
     pub transport: crate::shm::Transport,
+    /// Send runs of equal-sized packets to loopback peers as one UDP GSO
+    /// message each (default on; SOFTRDMA_GSO=0 turns it off). The
+    /// datagrams are the same; only a capture on `lo` (tcpdump), which
+    /// sees the kernel's buffers before they are split, shows the
+    /// difference.
+    pub gso: bool,
 }
 
 impl DeviceConfig {
@@ -58,6 +64,7 @@ impl DeviceConfig {
             fault: None,
             seed: None,
             transport: crate::shm::Transport::Auto,
+            gso: true,
         }
         .with_env()
     }
@@ -71,6 +78,7 @@ impl DeviceConfig {
             fault: None,
             seed: None,
             transport: crate::shm::Transport::Auto,
+            gso: true,
         }
     }
 
@@ -92,14 +100,28 @@ impl DeviceConfig {
         self
     }
 
+    /// Allows or forbids UDP GSO sends (see [`DeviceConfig::gso`]).
+    pub fn gso(mut self, on: bool) -> Self {
+        self.gso = on;
+        self
+    }
+
     /// Fixes the key seed (tests that want reproducible keys).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
     }
 
-    /// Applies SOFTRDMA_CAPTURE and SOFTRDMA_FAULT when set and not already configured.
+    /// Applies SOFTRDMA_CAPTURE and SOFTRDMA_FAULT when set and not already
+    /// configured, SOFTRDMA_TRANSPORT, and SOFTRDMA_GSO=0 (no GSO sends).
     pub fn with_env(mut self) -> Self {
+        if let Ok(v) = std::env::var("SOFTRDMA_GSO") {
+            match v.as_str() {
+                "0" | "off" | "no" => self.gso = false,
+                "1" | "on" | "yes" => self.gso = true,
+                _ => eprintln!("softrdma: ignoring SOFTRDMA_GSO={v:?} (0 or 1)"),
+            }
+        }
         if self.capture.is_none() {
             if let Some(p) = std::env::var_os("SOFTRDMA_CAPTURE").filter(|v| !v.is_empty()) {
                 self.capture = Some(p.into());
@@ -145,6 +167,7 @@ fn parse_entry(entry: &str) -> Result<DeviceConfig, Error> {
             fault: None,
             seed: None,
             transport: crate::shm::Transport::Auto,
+            gso: true,
         });
     }
     let sa = if let Ok(sa) = addr.parse::<SocketAddr>() {

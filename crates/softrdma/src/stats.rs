@@ -152,11 +152,13 @@ fn counters_json(out: &mut String, c: &Counters) {
 }
 
 /// Driver counters as name/value pairs.
-pub fn driver_fields(d: &DriverCounters) -> [(&'static str, u64); 3] {
+pub fn driver_fields(d: &DriverCounters) -> [(&'static str, u64); 5] {
     [
         ("send_errors", d.send_errors),
         ("faults_injected", d.faults_injected),
         ("background_wakeups", d.background_wakeups),
+        ("gso_sends", d.gso_sends),
+        ("gro_buffers", d.gro_buffers),
     ]
 }
 
