@@ -262,7 +262,12 @@ impl Context {
 
     /// The next asynchronous event (`ibv_get_async_event` without blocking).
     pub fn poll_async_event(&self) -> Option<Event> {
-        self.dev.poll_progress(|st| st.async_events.pop_front())
+        self.dev.poll_progress(
+            true,
+            &mut (),
+            |_, _| None,
+            |st, _| st.async_events.pop_front(),
+        )
     }
 
     /// A file descriptor that becomes readable when async events may be waiting.
@@ -284,7 +289,33 @@ impl Context {
     /// Low-level access for bindings: runs receive/timer/transmit progress as a
     /// polling application does, then `f` on the engine (e.g. `poll_cq`).
     pub fn poll_engine<R>(&self, f: impl FnOnce(&mut softrdma_engine::Engine) -> R) -> R {
-        self.dev.poll_progress(|st| f(&mut st.engine))
+        self.dev
+            .poll_progress(true, &mut (), |_, _| None, |st, _| f(&mut st.engine))
+    }
+
+    /// Low-level access for bindings: `ibv_poll_cq` on the CQ with engine
+    /// handle `cq`, as [`Cq::poll`] does: the completions waiting, else
+    /// progress and then those. `mark_app` says the application is polling,
+    /// which keeps the background thread away from the network while it
+    /// does (it takes over about 100 µs after the last marked poll); the C
+    /// library passes false, because its programs may poll a CQ and then
+    /// spin on memory that the thread must keep serving.
+    pub fn poll_cq(
+        &self,
+        cq: u32,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+        mark_app: bool,
+    ) -> softrdma_engine::Result<usize> {
+        self.dev.poll_progress(
+            mark_app,
+            out,
+            |st, out| match st.engine.poll_cq(cq, max, out) {
+                Ok(0) => None,
+                r => Some(r),
+            },
+            |st, out| st.engine.poll_cq(cq, max, out),
+        )
     }
 
     /// Low-level access for bindings: binds a CQ (engine handle) to a
@@ -300,7 +331,8 @@ impl Context {
 
     /// Runs progress once (receive, timers, transmit) from this thread.
     pub fn progress(&self) {
-        self.dev.poll_progress(|_| ());
+        self.dev
+            .poll_progress(true, &mut (), |_, _| None, |_, _| ());
     }
 
     /// Low-level access for bindings: publishes a QP's state, PD and access
@@ -767,13 +799,11 @@ impl Cq {
         self.handle
     }
 
-    /// `ibv_poll_cq`: runs progress, then moves up to `max` completions into `out`.
+    /// `ibv_poll_cq`: moves up to `max` completions into `out`. When the CQ
+    /// is empty it first runs progress (receive, timers, transmit), which
+    /// is cheap while nothing can be pending.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
-        let h = self.handle;
-        Ok(self
-            .ctx
-            .dev
-            .poll_progress(|st| st.engine.poll_cq(h, max, out))?)
+        Ok(self.ctx.poll_cq(self.handle, max, out, true)?)
     }
 
     /// One completion, if any.
