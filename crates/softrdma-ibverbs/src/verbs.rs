@@ -122,7 +122,7 @@ unsafe fn reg_mr(
     unsafe {
         let p = &*pd.cast::<Pd>();
         let access = AccessFlags::from_bits_retain(bits);
-        match p.pd.register_raw(addr.cast(), len, iova, access) {
+        match p.pd.register_raw_shared(addr.cast(), len, iova, access) {
             Ok(mr) => objects::leak(Mr {
                 ibv: ibv_mr {
                     context: p.ibv.context,

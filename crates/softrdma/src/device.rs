@@ -597,6 +597,11 @@ impl Device {
         let Some(roff) = guard.info.offset_of(remote_addr, total) else {
             return false;
         };
+        // CPU atomics need the word 8-aligned in both mappings (a region
+        // registered at an iova of another alignment goes to the engine).
+        if atomic && ((guard.info.arena_off.wrapping_add(roff)) % 8 != 0 || local[0].0 % 8 != 0) {
+            return false;
+        }
         let lp = |a: usize| a as *mut u8;
         if !guard.info.in_arena() {
             // Caller memory of the peer: cross-memory attach, WRITE and READ only

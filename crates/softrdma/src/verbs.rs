@@ -486,6 +486,81 @@ impl Pd {
         Ok(mr)
     }
 
+    /// Registers caller memory like [`Pd::register_raw`], and for same-host
+    /// peers moves it into the device's shared arena when it can
+    /// ([`crate::arena::Arena::adopt`]: whole pages of private anonymous
+    /// memory are remapped, in place, to shared pages holding the same
+    /// bytes), so their WRITEs, READs and atomics on it are plain copies
+    /// and CPU atomics instead of cross-memory-attach system calls. The
+    /// last registration of the pages gives them back private pages with
+    /// their current contents. What cannot move stays reachable by
+    /// cross-memory attach, as with `register_raw`. The C library's
+    /// `ibv_reg_mr` uses this.
+    ///
+    /// Differences the program can see: while registered, the pages are a
+    /// shared mapping (a child process forked meanwhile shares them instead
+    /// of getting a copy), and `/proc/self/maps` shows them as the arena.
+    ///
+    /// # Safety
+    /// As [`Pd::register_raw`]; and no other thread writes the memory
+    /// while this call runs (such a write could be lost).
+    pub unsafe fn register_raw_shared(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Mr> {
+        let remote = AccessFlags::REMOTE_WRITE.bits()
+            | AccessFlags::REMOTE_READ.bits()
+            | AccessFlags::REMOTE_ATOMIC.bits();
+        let arena = self.ctx.dev.lock().arena.clone();
+        let (Some(arena), true) = (arena, access.bits() & remote != 0) else {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.register_raw(ptr, len, iova, access) };
+        };
+        // SAFETY: forwarded from this function's contract.
+        let Some(off) = (unsafe { arena.adopt(ptr, len) }) else {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.register_raw(ptr, len, iova, access) };
+        };
+        // SAFETY: the memory stays valid (contract); it is now the arena's
+        // shared pages at the same addresses.
+        let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
+        let mut mr = match self.register(mem, iova, len, access) {
+            Ok(mr) => mr,
+            Err(e) => {
+                arena.unadopt(ptr, len, true);
+                return Err(e);
+            }
+        };
+        mr.adopted = Some((ptr as usize, len));
+        let pd = self.handle;
+        let mut st = self.ctx.dev.lock();
+        st.local_mrs.insert(
+            mr.lkey,
+            LocalMr {
+                pd,
+                iova,
+                len: len as u64,
+                base: ptr as usize,
+                access,
+            },
+        );
+        arena.publish_mr(MrInfo {
+            rkey: mr.rkey,
+            pd,
+            access,
+            iova,
+            len: len as u64,
+            arena_off: off as u64,
+            pid: std::process::id(),
+            addr: ptr as u64,
+        });
+        drop(st);
+        Ok(mr)
+    }
+
     fn register(
         &self,
         mem: Arc<dyn RegionMemory>,
@@ -506,6 +581,7 @@ impl Pd {
             addr,
             len,
             mem,
+            adopted: None,
         })
     }
 
@@ -585,6 +661,8 @@ pub struct Mr {
     addr: u64,
     len: usize,
     mem: Arc<dyn RegionMemory>,
+    /// Caller memory moved into the arena: (address, length).
+    adopted: Option<(usize, usize)>,
 }
 
 impl fmt::Debug for Mr {
@@ -606,11 +684,16 @@ impl Drop for Mr {
             let mut st = self.ctx.dev.lock();
             (st.local_mrs.remove(&k), st.arena.clone())
         };
-        let drained = match (local, arena) {
+        let drained = match (local, &arena) {
             (Some(_), Some(a)) => a.withdraw_mr(self.rkey),
             _ => true,
         };
         let _ = self.ctx.dev.with_engine(|e, _| e.dereg_mr(k));
+        if let (Some((p, len)), Some(a)) = (self.adopted, &arena) {
+            // Private pages again; the arena space is reused only when no
+            // peer can still be inside.
+            a.unadopt(p as *mut u8, len, drained);
+        }
         if !drained {
             // A peer died inside the region: never reuse its memory.
             std::mem::forget(self.mem.clone());
