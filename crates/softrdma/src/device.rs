@@ -86,6 +86,8 @@ pub(crate) struct State {
     udp_idle: u32,
     /// Polls answered from the CQ alone (no progress), for `last_app_poll`.
     app_polls: u32,
+    /// Idle polls in a row (see `poll_progress`).
+    idle_polls: u32,
 }
 
 /// A local region in the arena, for the initiator's direct copies.
@@ -216,6 +218,7 @@ impl Device {
                 polls: 0,
                 udp_idle: 0,
                 app_polls: 0,
+                idle_polls: 0,
             }),
             sock,
             wake,
@@ -269,12 +272,13 @@ impl Device {
     /// linked, the UDP socket has been idle (so progress would skip reading
     /// it anyway), no timer is armed, no fault injection, empty rings: the
     /// poll then checks the rings and returns, with no clock read and no
-    /// system call. Every `UDP_IDLE_POLLS`-th poll still runs full progress
-    /// (the UDP read, new links and dead peers keep their cadence).
+    /// system call. Every `IDLE_FULL_POLLS`-th poll still runs full
+    /// progress, reading the UDP socket and looking for new links and dead
+    /// peers.
     ///
     /// `mark_app` tells the background thread that the application is
     /// polling (`last_app_poll`); the time stored is read at most
-    /// `UDP_IDLE_POLLS` polls apart, far inside `APP_ACTIVE` while the
+    /// `IDLE_FULL_POLLS` polls apart, far inside `APP_ACTIVE` while the
     /// application polls in a loop.
     pub fn poll_progress<C, R>(
         &self,
@@ -291,16 +295,26 @@ impl Device {
             }
             return r;
         }
+        /// While idle, one poll in this many runs full progress (about
+        /// every 10 µs of a polling loop): its system calls (the UDP read,
+        /// the listener and peer sockets) took a quarter of an idle
+        /// loop's time at one in 64, delaying the notice of a peer's WRITE.
+        const IDLE_FULL_POLLS: u32 = 256;
         let idle = st.shm.has_links()
             && st.udp_idle >= UDP_IDLE_POLLS
             && st.fault.is_none()
-            && !st.polls.wrapping_add(1).is_multiple_of(UDP_IDLE_POLLS)
             && !st.shm.rx_pending()
             && st.engine.poll_timeout().is_none();
-        if idle {
-            // What progress would count, so its UDP cadence is unchanged.
-            st.polls = st.polls.wrapping_add(1);
+        st.idle_polls = if idle {
+            st.idle_polls.wrapping_add(1)
         } else {
+            0
+        };
+        if !idle || st.idle_polls.is_multiple_of(IDLE_FULL_POLLS) {
+            if idle {
+                // Make this progress the one that reads the idle UDP socket.
+                st.polls |= UDP_IDLE_POLLS - 1;
+            }
             let now = self.now();
             if mark_app {
                 self.last_app_poll.store(now.0, Ordering::Release);
