@@ -123,7 +123,7 @@ unsafe fn reg_mr(
     unsafe {
         let p = &*pd.cast::<Pd>();
         let access = AccessFlags::from_bits_retain(bits);
-        match p.pd.register_raw(addr.cast(), len, iova, access) {
+        match p.pd.register_raw_shared(addr.cast(), len, iova, access) {
             Ok(mr) => objects::leak(Mr {
                 ibv: ibv_mr {
                     context: p.ibv.context,
@@ -288,8 +288,8 @@ thread_local! {
     static WCS: RefCell<Vec<WorkCompletion>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `ctx->ops.poll_cq`: takes up to `num_entries` completions, then runs
-/// progress (receive, timers, transmit).
+/// `ctx->ops.poll_cq`: takes up to `num_entries` completions; when none is
+/// waiting, runs progress (receive, timers, transmit) and takes those.
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-libc::EIO, || {
         if cq.is_null() || (wc.is_null() && num_entries > 0) {
@@ -305,8 +305,10 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             WCS.with(|cell| {
                 let mut v = cell.borrow_mut();
                 v.clear();
-                // Progress runs inline, as for a Rust application, and
-                // tells the device's background thread the program is
+                // Completions already waiting are returned without
+                // progress; an empty CQ runs progress inline first (cheap
+                // while nothing can be pending), as for a Rust application,
+                // and tells the device's background thread the program is
                 // polling. Programs like ib_write_lat poll for their send
                 // completion, then spin on memory a peer WRITEs with no
                 // library call: the responder's delayed ACK (see
@@ -314,10 +316,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
                 // same receive batch as the ACK this poll waits for, and a
                 // WRITE that comes later is served by the background thread
                 // once the program has stopped polling for its window.
-                match c
-                    .dev
-                    .poll_engine(|e| e.poll_cq(h, num_entries as usize, &mut v))
-                {
+                match c.dev.poll_cq(h, num_entries as usize, &mut v, true) {
                     Ok(n) => {
                         for (i, w) in v.iter().take(n).enumerate() {
                             wc.add(i).write(convert::wc(w));
@@ -861,15 +860,37 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 /// # Safety
 /// `sg_list` points to `num_sge` readable SGEs (or num_sge is 0).
 unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, &'static str> {
+    let mut v = Vec::new();
+    // SAFETY: per the contract.
+    unsafe { sges_into(sg_list, num_sge, &mut v) }?;
+    Ok(v)
+}
+
+/// Like [`sges`], into `out` (cleared first), reusing its allocation.
+///
+/// # Safety
+/// As [`sges`].
+unsafe fn sges_into(
+    sg_list: *const ibv_sge,
+    num_sge: c_int,
+    out: &mut Vec<Sge>,
+) -> Result<(), &'static str> {
+    out.clear();
     if num_sge == 0 {
-        return Ok(Vec::new());
+        return Ok(());
     }
     if !(0..=MAX_SGE_READ).contains(&num_sge) || sg_list.is_null() {
         return Err("bad num_sge or NULL sg_list");
     }
     // SAFETY: per the contract.
     let s = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
-    Ok(s.iter().map(convert::sge).collect())
+    out.extend(s.iter().map(convert::sge));
+    Ok(())
+}
+
+thread_local! {
+    /// The SGE list of the WR being posted (its allocation is reused).
+    static SEND_SGES: RefCell<Vec<Sge>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Copies the bytes of an inline send out of application memory.
@@ -931,10 +952,29 @@ thread_local! {
 /// # Safety
 /// `w` is readable, its SGE list too, and its AH (UD) is live.
 unsafe fn post_one(c: &Ctx, qpn: u32, ud: bool, w: &ibv_send_wr) -> Result<(), c_int> {
+    let mut sg = SEND_SGES.with(|v| std::mem::take(&mut *v.borrow_mut()));
+    // SAFETY: per the contract.
+    let r = unsafe { post_one_with(c, qpn, ud, w, &mut sg) };
+    SEND_SGES.with(|v| *v.borrow_mut() = sg);
+    r
+}
+
+/// [`post_one`] with `buf` as the SGE list's buffer (given back after).
+///
+/// # Safety
+/// As [`post_one`].
+unsafe fn post_one_with(
+    c: &Ctx,
+    qpn: u32,
+    ud: bool,
+    w: &ibv_send_wr,
+    buf: &mut Vec<Sge>,
+) -> Result<(), c_int> {
     let op = send_op_checked(w)?;
     // SAFETY: per the contract.
-    let sg = unsafe { sges(w.sg_list, w.num_sge) }
+    unsafe { sges_into(w.sg_list, w.num_sge, buf) }
         .map_err(|m| fail_with("ibv_post_send", libc::EINVAL, m))?;
+    let sg = std::mem::take(buf);
     let ud = if ud {
         // SAFETY: the union's members are plain data; UD uses `ud`.
         let u = unsafe { w.wr.ud };
@@ -971,10 +1011,9 @@ unsafe fn post_one(c: &Ctx, qpn: u32, ud: bool, w: &ibv_send_wr) -> Result<(), c
             | SendOp::FetchAdd { .. }
     ) && !inline_op
         && ud.is_none();
-    if direct && c.dev.try_direct(qpn, &swr) {
-        return Ok(());
-    }
-    let r = if inline_op {
+    let r = if direct && c.dev.try_direct(qpn, &swr) {
+        Ok(())
+    } else if inline_op {
         INLINE.with(|buf| {
             let mut data = buf.borrow_mut();
             // SAFETY: per the contract, the SGEs describe readable memory.
@@ -986,6 +1025,7 @@ unsafe fn post_one(c: &Ctx, qpn: u32, ud: bool, w: &ibv_send_wr) -> Result<(), c
     } else {
         c.dev.with_engine(|e, now| e.post_send(now, qpn, &swr))
     };
+    *buf = swr.sg_list;
     r.map_err(|err| fail("ibv_post_send", &err))
 }
 

@@ -38,6 +38,29 @@ const VALID: u32 = 1;
 const DYING: u32 = 2;
 const DELETED: u32 = 3;
 
+/// Multiply-and-fold hasher for the driver's small integer keys (lkeys): the
+/// direct path looks one up per SGE, and std's SipHash costs more than the
+/// rest of that lookup. The keys are the engine's, not a peer's choice.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+/// A `HashMap` with [`KeyHasher`].
+pub type KeyMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<KeyHasher>>;
+
 /// A mapping of an arena (ours or a peer's).
 #[derive(Debug)]
 pub struct ArenaMap {
@@ -267,6 +290,64 @@ pub struct Arena {
     pub map: ArenaMap,
     pub fd: OwnedFd,
     free: Mutex<Vec<(usize, usize)>>,
+    /// Caller memory moved into the arena (see [`Arena::adopt`]).
+    adopted: Mutex<Vec<Adopted>>,
+}
+
+/// A span of caller pages now backed by the arena.
+#[derive(Debug, Clone, Copy)]
+struct Adopted {
+    /// Process address and length of the span (whole pages).
+    lo: usize,
+    len: usize,
+    /// Its offset in the arena.
+    off: usize,
+    /// Registrations using it.
+    refs: u32,
+}
+
+/// Walks this process's mappings covering `[lo, hi)`; true when they cover
+/// it without a gap and `ok(start, perms, file offset, inode, path)` holds
+/// for each.
+fn mappings_cover(
+    lo: usize,
+    hi: usize,
+    mut ok: impl FnMut(usize, &str, u64, &str, &str) -> bool,
+) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    let mut at = lo;
+    for line in text.lines() {
+        let mut it = line.split_ascii_whitespace();
+        let (Some(range), Some(perms), Some(offset), Some(_dev), Some(inode)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            return false;
+        };
+        let path = it.next().unwrap_or("");
+        let Some((s, e)) = range.split_once('-') else {
+            return false;
+        };
+        let (Ok(s), Ok(e), Ok(offset)) = (
+            usize::from_str_radix(s, 16),
+            usize::from_str_radix(e, 16),
+            u64::from_str_radix(offset, 16),
+        ) else {
+            return false;
+        };
+        if e <= at {
+            continue;
+        }
+        if s > at || !ok(s, perms, offset, inode, path) {
+            return false;
+        }
+        at = e;
+        if at >= hi {
+            return true;
+        }
+    }
+    false
 }
 
 impl Arena {
@@ -288,7 +369,152 @@ impl Arena {
             map,
             fd,
             free: Mutex::new(vec![(TABLE_LEN, ARENA_LEN - TABLE_LEN)]),
+            adopted: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Moves caller memory into the arena, so that same-host peers reach it
+    /// with a plain copy instead of a cross-memory-attach system call:
+    /// the pages' bytes are copied into arena space, which is then mapped
+    /// over the very same addresses (`MAP_FIXED`), so the process sees the
+    /// same bytes at the same place, now shared with peers that map the
+    /// arena. Returns the arena offset of `ptr`.
+    ///
+    /// Only whole pages of private anonymous read-write memory (heap,
+    /// `malloc`/`memalign`/anonymous `mmap`) are moved: `ptr` and `len`
+    /// page-aligned, so no byte outside the registration shares its pages.
+    /// A range inside memory adopted earlier is shared (counted). Anything
+    /// else (files, hugetlb, shared memory, stacks, partial pages) stays
+    /// where it is: `None`, and the caller uses cross-memory attach.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` is the caller's memory, valid for reads and writes,
+    /// and no other thread writes it during the call (writes between the
+    /// copy and the remapping would be lost).
+    pub unsafe fn adopt(&self, ptr: *mut u8, len: usize) -> Option<usize> {
+        let lo = ptr as usize;
+        let hi = lo.checked_add(len)?;
+        let mut adopted = self.adopted.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = adopted
+            .iter_mut()
+            .find(|a| a.lo <= lo && hi <= a.lo + a.len)
+        {
+            a.refs += 1;
+            return Some(a.off + (lo - a.lo));
+        }
+        if len == 0 || !lo.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) {
+            return None;
+        }
+        let anonymous = mappings_cover(lo, hi, |_, perms, _, inode, path| {
+            perms == "rw-p" && inode == "0" && (path.is_empty() || path == "[heap]")
+        });
+        if !anonymous {
+            return None;
+        }
+        let off = self.alloc(len)?;
+        // SAFETY: the caller's range is valid for reads (contract); the
+        // arena range was just allocated to us, inside the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, self.map.ptr(off), len) };
+        // SAFETY: replaces exactly the caller's pages (whole pages of
+        // private anonymous memory, checked above) with a shared mapping
+        // of the arena bytes that now hold the same contents.
+        let p = unsafe {
+            libc::mmap(
+                ptr.cast(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                self.fd.as_raw_fd(),
+                off as libc::off_t,
+            )
+        };
+        if p != ptr.cast() {
+            // The old pages may be gone: put private pages with the bytes back.
+            if p == libc::MAP_FAILED && !self.restore_private(lo, len, off) {
+                return None; // the space stays mapped by the caller: never reused
+            }
+            self.release(off, len);
+            return None;
+        }
+        adopted.push(Adopted {
+            lo,
+            len,
+            off,
+            refs: 1,
+        });
+        Some(off)
+    }
+
+    /// Ends one use of memory adopted by [`Arena::adopt`]. The last one
+    /// gives the span private pages again (with its current bytes) and
+    /// frees the arena space — unless `reuse` is false (a peer may still
+    /// be inside: the space is then never reused), or the caller already
+    /// unmapped or replaced the span (then only the space is freed).
+    pub fn unadopt(&self, ptr: *mut u8, len: usize, reuse: bool) {
+        let lo = ptr as usize;
+        let Some(hi) = lo.checked_add(len) else {
+            return;
+        };
+        let mut adopted = self.adopted.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = adopted
+            .iter()
+            .position(|a| a.lo <= lo && hi <= a.lo + a.len)
+        else {
+            return;
+        };
+        adopted[i].refs -= 1;
+        if adopted[i].refs > 0 {
+            return;
+        }
+        let a = adopted.swap_remove(i);
+        // Still our pages at the caller's addresses: each mapping over the
+        // span is the arena memfd at the matching offset.
+        let ours = mappings_cover(a.lo, a.lo + a.len, |start, _, offset, _, path| {
+            let x = start.max(a.lo);
+            path == "/memfd:softrdma-arena"
+                && offset + (x - start) as u64 == (a.off + (x - a.lo)) as u64
+        });
+        let restored = !ours || self.restore_private(a.lo, a.len, a.off);
+        if restored && reuse {
+            self.release(a.off, a.len);
+        }
+    }
+
+    /// Maps private anonymous pages holding the arena bytes at `off` over
+    /// `lo..lo+len`. False when that failed (the span is as it was).
+    fn restore_private(&self, lo: usize, len: usize, off: usize) -> bool {
+        // SAFETY: a fresh private anonymous mapping at a kernel-chosen address.
+        let tmp = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if tmp == libc::MAP_FAILED {
+            return false;
+        }
+        // SAFETY: copies `len` arena bytes (inside the mapping) into the
+        // fresh mapping, then moves that mapping over exactly the span this
+        // arena was mapped at; on failure the temporary one is unmapped.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.map.ptr(off), tmp.cast::<u8>(), len);
+            let r = libc::mremap(
+                tmp,
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                lo as *mut libc::c_void,
+            );
+            if r == libc::MAP_FAILED {
+                libc::munmap(tmp, len);
+                return false;
+            }
+        }
+        true
     }
 
     /// Reserves `len` bytes (page-rounded); returns the offset.

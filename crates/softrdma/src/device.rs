@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use softrdma_engine::{
     AccessFlags, Counters, Engine, EngineConfig, Event, Instant, Mtu, QpState, QpType, SendFlags,
-    SendOp, SendWr, SrcPortPolicy, WcOpcode, WcStatus, WorkCompletion,
+    SendOp, SendWr, SrcPortPolicy, WcStatus, WorkCompletion,
 };
 use softrdma_pcap::{SharedPcapWriter, Timestamp};
 use softrdma_wire::{icrc, Endpoints};
@@ -105,10 +105,14 @@ pub(crate) struct State {
     /// This device's shared arena (None when shared memory is off or failed).
     pub arena: Option<Arc<Arena>>,
     /// Regions of this device that live in the arena, by lkey.
-    pub local_mrs: HashMap<u32, LocalMr>,
+    pub local_mrs: crate::arena::KeyMap<u32, LocalMr>,
     /// Inline progress calls so far, and how many UDP reads in a row found nothing.
     polls: u32,
     udp_idle: u32,
+    /// Polls answered from the CQ alone (no progress), for `last_app_poll`.
+    app_polls: u32,
+    /// Idle polls in a row (see `poll_progress`).
+    idle_polls: u32,
 }
 
 /// A local region in the arena, for the initiator's direct copies.
@@ -246,9 +250,11 @@ impl Device {
                 driver: DriverCounters::default(),
                 shm,
                 arena,
-                local_mrs: HashMap::new(),
+                local_mrs: Default::default(),
                 polls: 0,
                 udp_idle: 0,
+                app_polls: 0,
+                idle_polls: 0,
             }),
             sock,
             wake,
@@ -296,13 +302,74 @@ impl Device {
         r
     }
 
-    /// Inline progress for a polling application.
-    pub fn poll_progress<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        let now = self.now();
-        self.last_app_poll.store(now.0, Ordering::Release);
+    /// Inline progress for a polling application, around a poll of its own.
+    ///
+    /// `pre` runs first: when it finds work already waiting (`Some`), that is
+    /// the answer and nothing else runs, as hardware's `poll_cq` only reads
+    /// the CQ. Otherwise progress runs and `post` gives the answer.
+    ///
+    /// Progress is cheap when nothing can be pending — a same-host peer is
+    /// linked, the UDP socket has been idle (so progress would skip reading
+    /// it anyway), no timer is armed, no fault injection, empty rings: the
+    /// poll then checks the rings and returns, with no clock read and no
+    /// system call. Every `IDLE_FULL_POLLS`-th poll still runs full
+    /// progress, reading the UDP socket and looking for new links and dead
+    /// peers.
+    ///
+    /// `mark_app` tells the background thread that the application is
+    /// polling (`last_app_poll`); the time stored is read at most
+    /// `IDLE_FULL_POLLS` polls apart, far inside `APP_ACTIVE` while the
+    /// application polls in a loop.
+    pub fn poll_progress<C, R>(
+        &self,
+        mark_app: bool,
+        c: &mut C,
+        pre: impl FnOnce(&mut State, &mut C) -> Option<R>,
+        post: impl FnOnce(&mut State, &mut C) -> R,
+    ) -> R {
         let mut st = self.lock();
-        self.progress(&mut st, now);
-        f(&mut st)
+        if let Some(r) = pre(&mut st, c) {
+            st.app_polls = st.app_polls.wrapping_add(1);
+            if mark_app && st.app_polls.is_multiple_of(UDP_IDLE_POLLS) {
+                self.last_app_poll.store(self.now().0, Ordering::Release);
+            }
+            return r;
+        }
+        /// While idle, one poll in this many runs full progress (about
+        /// every 10 µs of a polling loop): its system calls (the UDP read,
+        /// the listener and peer sockets) took a quarter of an idle
+        /// loop's time at one in 64, delaying the notice of a peer's WRITE.
+        const IDLE_FULL_POLLS: u32 = 256;
+        let idle = st.shm.has_links()
+            && st.udp_idle >= UDP_IDLE_POLLS
+            && st.fault.is_none()
+            && !st.shm.rx_pending()
+            && st.engine.poll_timeout().is_none();
+        st.idle_polls = if idle {
+            st.idle_polls.wrapping_add(1)
+        } else {
+            0
+        };
+        if !idle || st.idle_polls.is_multiple_of(IDLE_FULL_POLLS) {
+            if idle {
+                // Make this progress the one that reads the idle UDP socket.
+                st.polls |= UDP_IDLE_POLLS - 1;
+            }
+            let now = self.now();
+            if mark_app {
+                self.last_app_poll.store(now.0, Ordering::Release);
+            }
+            self.progress(&mut st, now);
+            // A polling application's background thread wakes on its own
+            // within the APP_ACTIVE window and runs due timers then; waking
+            // it for every held ACK would cost the poller a context switch
+            // per message.
+            let next = st.engine.poll_timeout().map_or(u64::MAX, |t| t.0);
+            if !mark_app && next < self.sleeping_until.load(Ordering::Acquire) {
+                self.wake.signal();
+            }
+        }
+        post(&mut st, c)
     }
 
     /// Receives what is waiting, runs timers, sends what is ready, routes events.
@@ -540,6 +607,8 @@ impl Device {
     /// published tables grant the access. Returns false to let the engine
     /// handle the WR instead (which also produces every error completion).
     pub fn try_direct(&self, qpn: u32, wr: &SendWr) -> bool {
+        /// Most SGEs a direct operation takes (longer lists go to the engine).
+        const MAX_SGE: usize = 8;
         let (remote_addr, rkey, need) = match wr.op {
             SendOp::Write { remote_addr, rkey } => (remote_addr, rkey, AccessFlags::REMOTE_WRITE),
             SendOp::Read { remote_addr, rkey } => (remote_addr, rkey, AccessFlags::REMOTE_READ),
@@ -551,14 +620,18 @@ impl Device {
             } => (remote_addr, rkey, AccessFlags::REMOTE_ATOMIC),
             _ => return false,
         };
-        let mut st = self.lock();
-        if st.arena.is_none()
-            || st.shm.mode == crate::shm::Transport::Udp
-            || wr.flags.contains(SendFlags::INLINE)
-        {
+        if wr.flags.contains(SendFlags::INLINE) || wr.sg_list.len() > MAX_SGE {
             return false;
         }
-        let Some(info) = st.engine.fast_qp_info(qpn) else {
+        let mut guard_st = self.lock();
+        let st = &mut *guard_st;
+        if st.arena.is_none() || st.shm.mode == crate::shm::Transport::Udp {
+            return false;
+        }
+        // Fields read in place: moving the returned struct out of its
+        // Option stalled on store forwarding (a tenth of this function).
+        let qi = st.engine.fast_qp_info(qpn);
+        let Some(info) = &qi else {
             return false;
         };
         if info.state != QpState::Rts || !info.sq_empty || info.qp_type == QpType::Ud {
@@ -568,26 +641,28 @@ impl Device {
             return false;
         }
         let Some(dest) = info.dest else { return false };
+        let (qp_pd, dest_qpn) = (info.pd, info.dest_qpn);
         // Local SGEs: all in this device's arena, in the QP's PD, with the rights needed.
         let local_write = need != AccessFlags::REMOTE_WRITE;
-        let mut local = Vec::with_capacity(wr.sg_list.len());
+        let mut local_buf = [(0usize, 0usize); MAX_SGE];
         let mut total = 0u64;
-        for sge in &wr.sg_list {
+        for (slot, sge) in local_buf.iter_mut().zip(&wr.sg_list) {
             let Some(m) = st.local_mrs.get(&sge.lkey) else {
                 return false;
             };
             let Some(off) = sge.addr.checked_sub(m.iova) else {
                 return false;
             };
-            if m.pd != info.pd
+            if m.pd != qp_pd
                 || off + u64::from(sge.length) > m.len
                 || (local_write && !m.access.contains(AccessFlags::LOCAL_WRITE))
             {
                 return false;
             }
-            local.push((m.base + off as usize, sge.length as usize));
+            *slot = (m.base + off as usize, sge.length as usize);
             total += u64::from(sge.length);
         }
+        let local = &local_buf[..wr.sg_list.len()];
         let atomic = need == AccessFlags::REMOTE_ATOMIC;
         if atomic && (total != 8 || remote_addr % 8 != 0) {
             return false;
@@ -596,7 +671,7 @@ impl Device {
             return false;
         };
         // The target QP and region, as the peer published them.
-        let Some((tpd, tacc, tstate)) = peer.lookup_qp(info.dest_qpn) else {
+        let Some((tpd, tacc, tstate)) = peer.lookup_qp(dest_qpn) else {
             return false;
         };
         if !matches!(tstate, QpState::Rtr | QpState::Rts) || !tacc.contains(need) {
@@ -611,8 +686,11 @@ impl Device {
         let Some(roff) = guard.info.offset_of(remote_addr, total) else {
             return false;
         };
-        let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
-        wc.byte_len = total as u32;
+        // CPU atomics need the word 8-aligned in both mappings (a region
+        // registered at an iova of another alignment goes to the engine).
+        if atomic && ((guard.info.arena_off.wrapping_add(roff)) % 8 != 0 || local[0].0 % 8 != 0) {
+            return false;
+        }
         let lp = |a: usize| a as *mut u8;
         if !guard.info.in_arena() {
             // Caller memory of the peer: cross-memory attach, WRITE and READ only
@@ -621,13 +699,15 @@ impl Device {
                 iov_base: (guard.info.addr + roff) as *mut libc::c_void,
                 iov_len: total as usize,
             };
-            let iovs: Vec<libc::iovec> = local
-                .iter()
-                .map(|&(a, n)| libc::iovec {
-                    iov_base: lp(a).cast(),
-                    iov_len: n,
-                })
-                .collect();
+            let mut iov_buf = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; MAX_SGE];
+            for (v, &(a, n)) in iov_buf.iter_mut().zip(local) {
+                v.iov_base = lp(a).cast();
+                v.iov_len = n;
+            }
+            let iovs = &iov_buf[..local.len()];
             let pid = guard.info.pid as libc::pid_t;
             // SAFETY: the local iovecs lie inside our own registered regions
             // (checked above); the remote range lies inside the peer's
@@ -651,7 +731,7 @@ impl Device {
             match wr.op {
                 SendOp::Write { .. } => {
                     let mut r = roff;
-                    for &(lo, n) in &local {
+                    for &(lo, n) in local {
                         // SAFETY: both ranges were bounds-checked against their
                         // regions above; the source is ours, the target the
                         // peer's arena, distinct mappings.
@@ -661,7 +741,7 @@ impl Device {
                 }
                 SendOp::Read { .. } => {
                     let mut r = roff;
-                    for &(lo, n) in &local {
+                    for &(lo, n) in local {
                         // SAFETY: as above, with the roles swapped.
                         unsafe { std::ptr::copy_nonoverlapping(rp(r), lp(lo), n) };
                         r += n as u64;
@@ -686,11 +766,12 @@ impl Device {
             }
         }
         drop(guard);
+        let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
+        wc.byte_len = total as u32;
         st.driver.direct_ops += 1;
         st.engine.complete_executed(qpn, wr.flags, wc);
         // An armed CQ's completion event goes out now, not at the next progress.
-        self.route_events(&mut st);
-        let _ = WcOpcode::Send;
+        self.route_events(st);
         true
     }
 

@@ -219,6 +219,8 @@ struct Link {
     peer_wake: EventFd,
     sock: UnixStream,
     dead: bool,
+    /// Its socket showed activity in the last poll (the peer may be gone).
+    suspect: bool,
 }
 
 // SAFETY: the rings point into `_map`, which the link owns; all shared
@@ -252,6 +254,10 @@ pub(crate) struct ShmHub {
     wake_fd: RawFd,
     arena_fd: Option<RawFd>,
     buf: Vec<u8>,
+    /// `accept`'s poll set (kept to reuse its allocation).
+    pollfds: Vec<libc::pollfd>,
+    /// `accept` just polled every link socket (see `check_dead`).
+    polled: bool,
     pub counters: ShmCounters,
 }
 
@@ -274,6 +280,8 @@ impl ShmHub {
             wake_fd,
             arena_fd,
             buf: vec![0; SLOT_DATA],
+            pollfds: Vec::new(),
+            polled: false,
             counters: ShmCounters::default(),
         };
         if mode != Transport::Udp {
@@ -294,14 +302,59 @@ impl ShmHub {
         !self.links.is_empty()
     }
 
+    /// True when a ring holds packets not yet received.
+    pub fn rx_pending(&self) -> bool {
+        self.links.iter().any(|l| !l.rx.is_empty())
+    }
+
     /// The listening socket's fd, to wait on.
     pub fn listen_fd(&self) -> Option<RawFd> {
         self.listener.as_ref().map(|l| l.as_raw_fd())
     }
 
-    /// Accepts peers that connected (non-blocking).
+    /// Accepts peers that connected (non-blocking), and looks for dead ones.
+    ///
+    /// One `poll` system call covers the listener and every link's socket:
+    /// an `accept` on an idle listener would cost the kernel a socket
+    /// allocation each time, and a link socket carries nothing after setup,
+    /// so it becomes readable or hung up only when the peer is gone. The
+    /// [`ShmHub::check_dead`] that follows then peeks only at those.
     pub fn accept(&mut self) {
         let Some(l) = &self.listener else { return };
+        self.pollfds.clear();
+        self.pollfds.push(libc::pollfd {
+            fd: l.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        for link in &self.links {
+            self.pollfds.push(libc::pollfd {
+                fd: link.sock.as_raw_fd(),
+                events: libc::POLLIN | libc::POLLRDHUP,
+                revents: 0,
+            });
+        }
+        // SAFETY: polls the live descriptors of `pollfds`, which holds
+        // exactly `len` entries, without waiting.
+        let r = unsafe {
+            libc::poll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                0,
+            )
+        };
+        if r < 0 {
+            // Unknown: accept and peek as without the poll.
+            self.polled = false;
+        } else {
+            self.polled = true;
+            for (link, p) in self.links.iter_mut().zip(&self.pollfds[1..]) {
+                link.suspect = p.revents != 0;
+            }
+            if self.pollfds[0].revents == 0 {
+                return;
+            }
+        }
         while let Ok((s, _)) = l.accept() {
             if let Ok(link) = accept_link(s, self.wake_fd, self.arena_fd) {
                 link.rx.sleeping().store(1, Ordering::SeqCst);
@@ -412,9 +465,15 @@ impl ShmHub {
         self.links.iter().all(|l| l.rx.is_empty())
     }
 
-    /// Drops links whose peer process is gone (its socket closed).
+    /// Drops links whose peer process is gone (its socket closed). Right
+    /// after [`ShmHub::accept`], only the sockets its poll flagged are
+    /// peeked at.
     pub fn check_dead(&mut self) {
+        let polled = std::mem::take(&mut self.polled);
         for l in &mut self.links {
+            if polled && !l.suspect {
+                continue;
+            }
             let mut b = [0u8; 1];
             // SAFETY: non-blocking peek of one byte into a live buffer.
             let r = unsafe {
@@ -515,6 +574,7 @@ fn connect_link(
         peer_wake: EventFd::from_owned(peer_wake),
         sock,
         dead: false,
+        suspect: false,
     })
 }
 
@@ -543,6 +603,7 @@ fn accept_link(sock: UnixStream, wake_fd: RawFd, arena_fd: Option<RawFd>) -> io:
         peer_wake: EventFd::from_owned(peer_wake),
         sock,
         dead: false,
+        suspect: false,
     })
 }
 

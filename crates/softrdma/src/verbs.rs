@@ -262,7 +262,12 @@ impl Context {
 
     /// The next asynchronous event (`ibv_get_async_event` without blocking).
     pub fn poll_async_event(&self) -> Option<Event> {
-        self.dev.poll_progress(|st| st.async_events.pop_front())
+        self.dev.poll_progress(
+            true,
+            &mut (),
+            |_, _| None,
+            |st, _| st.async_events.pop_front(),
+        )
     }
 
     /// A file descriptor that becomes readable when async events may be waiting.
@@ -284,7 +289,33 @@ impl Context {
     /// Low-level access for bindings: runs receive/timer/transmit progress as a
     /// polling application does, then `f` on the engine (e.g. `poll_cq`).
     pub fn poll_engine<R>(&self, f: impl FnOnce(&mut softrdma_engine::Engine) -> R) -> R {
-        self.dev.poll_progress(|st| f(&mut st.engine))
+        self.dev
+            .poll_progress(true, &mut (), |_, _| None, |st, _| f(&mut st.engine))
+    }
+
+    /// Low-level access for bindings: `ibv_poll_cq` on the CQ with engine
+    /// handle `cq`, as [`Cq::poll`] does: the completions waiting, else
+    /// progress and then those. `mark_app` says the application is polling,
+    /// which keeps the background thread away from the network while it
+    /// does (it takes over about 100 µs after the last marked poll); the C
+    /// library passes false, because its programs may poll a CQ and then
+    /// spin on memory that the thread must keep serving.
+    pub fn poll_cq(
+        &self,
+        cq: u32,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+        mark_app: bool,
+    ) -> softrdma_engine::Result<usize> {
+        self.dev.poll_progress(
+            mark_app,
+            out,
+            |st, out| match st.engine.poll_cq(cq, max, out) {
+                Ok(0) => None,
+                r => Some(r),
+            },
+            |st, out| st.engine.poll_cq(cq, max, out),
+        )
     }
 
     /// Low-level access for bindings: binds a CQ (engine handle) to a
@@ -300,7 +331,8 @@ impl Context {
 
     /// Runs progress once (receive, timers, transmit) from this thread.
     pub fn progress(&self) {
-        self.dev.poll_progress(|_| ());
+        self.dev
+            .poll_progress(true, &mut (), |_, _| None, |_, _| ());
     }
 
     /// Low-level access for bindings: publishes a QP's state, PD and access
@@ -454,6 +486,81 @@ impl Pd {
         Ok(mr)
     }
 
+    /// Registers caller memory like [`Pd::register_raw`], and for same-host
+    /// peers moves it into the device's shared arena when it can
+    /// ([`crate::arena::Arena::adopt`]: whole pages of private anonymous
+    /// memory are remapped, in place, to shared pages holding the same
+    /// bytes), so their WRITEs, READs and atomics on it are plain copies
+    /// and CPU atomics instead of cross-memory-attach system calls. The
+    /// last registration of the pages gives them back private pages with
+    /// their current contents. What cannot move stays reachable by
+    /// cross-memory attach, as with `register_raw`. The C library's
+    /// `ibv_reg_mr` uses this.
+    ///
+    /// Differences the program can see: while registered, the pages are a
+    /// shared mapping (a child process forked meanwhile shares them instead
+    /// of getting a copy), and `/proc/self/maps` shows them as the arena.
+    ///
+    /// # Safety
+    /// As [`Pd::register_raw`]; and no other thread writes the memory
+    /// while this call runs (such a write could be lost).
+    pub unsafe fn register_raw_shared(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Mr> {
+        let remote = AccessFlags::REMOTE_WRITE.bits()
+            | AccessFlags::REMOTE_READ.bits()
+            | AccessFlags::REMOTE_ATOMIC.bits();
+        let arena = self.ctx.dev.lock().arena.clone();
+        let (Some(arena), true) = (arena, access.bits() & remote != 0) else {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.register_raw(ptr, len, iova, access) };
+        };
+        // SAFETY: forwarded from this function's contract.
+        let Some(off) = (unsafe { arena.adopt(ptr, len) }) else {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.register_raw(ptr, len, iova, access) };
+        };
+        // SAFETY: the memory stays valid (contract); it is now the arena's
+        // shared pages at the same addresses.
+        let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
+        let mut mr = match self.register(mem, iova, len, access) {
+            Ok(mr) => mr,
+            Err(e) => {
+                arena.unadopt(ptr, len, true);
+                return Err(e);
+            }
+        };
+        mr.adopted = Some((ptr as usize, len));
+        let pd = self.handle;
+        let mut st = self.ctx.dev.lock();
+        st.local_mrs.insert(
+            mr.lkey,
+            LocalMr {
+                pd,
+                iova,
+                len: len as u64,
+                base: ptr as usize,
+                access,
+            },
+        );
+        arena.publish_mr(MrInfo {
+            rkey: mr.rkey,
+            pd,
+            access,
+            iova,
+            len: len as u64,
+            arena_off: off as u64,
+            pid: std::process::id(),
+            addr: ptr as u64,
+        });
+        drop(st);
+        Ok(mr)
+    }
+
     fn register(
         &self,
         mem: Arc<dyn RegionMemory>,
@@ -474,6 +581,7 @@ impl Pd {
             addr,
             len,
             mem,
+            adopted: None,
         })
     }
 
@@ -553,6 +661,8 @@ pub struct Mr {
     addr: u64,
     len: usize,
     mem: Arc<dyn RegionMemory>,
+    /// Caller memory moved into the arena: (address, length).
+    adopted: Option<(usize, usize)>,
 }
 
 impl fmt::Debug for Mr {
@@ -574,11 +684,16 @@ impl Drop for Mr {
             let mut st = self.ctx.dev.lock();
             (st.local_mrs.remove(&k), st.arena.clone())
         };
-        let drained = match (local, arena) {
+        let drained = match (local, &arena) {
             (Some(_), Some(a)) => a.withdraw_mr(self.rkey),
             _ => true,
         };
         let _ = self.ctx.dev.with_engine(|e, _| e.dereg_mr(k));
+        if let (Some((p, len)), Some(a)) = (self.adopted, &arena) {
+            // Private pages again; the arena space is reused only when no
+            // peer can still be inside.
+            a.unadopt(p as *mut u8, len, drained);
+        }
         if !drained {
             // A peer died inside the region: never reuse its memory.
             std::mem::forget(self.mem.clone());
@@ -767,13 +882,11 @@ impl Cq {
         self.handle
     }
 
-    /// `ibv_poll_cq`: runs progress, then moves up to `max` completions into `out`.
+    /// `ibv_poll_cq`: moves up to `max` completions into `out`. When the CQ
+    /// is empty it first runs progress (receive, timers, transmit), which
+    /// is cheap while nothing can be pending.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
-        let h = self.handle;
-        Ok(self
-            .ctx
-            .dev
-            .poll_progress(|st| st.engine.poll_cq(h, max, out))?)
+        Ok(self.ctx.poll_cq(self.handle, max, out, true)?)
     }
 
     /// One completion, if any.

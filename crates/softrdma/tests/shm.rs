@@ -290,6 +290,125 @@ fn caller_memory_is_reached_by_cross_memory_attach() {
     drop(target);
 }
 
+/// True when /proc/self/maps shows the arena mapped at `addr`.
+fn arena_mapped_at(addr: usize) -> bool {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .any(|l| {
+            let (s, e) = l.split_once(' ').unwrap().0.split_once('-').unwrap();
+            let (s, e) = (
+                usize::from_str_radix(s, 16).unwrap(),
+                usize::from_str_radix(e, 16).unwrap(),
+            );
+            s <= addr && addr < e && l.contains("softrdma-arena")
+        })
+}
+
+#[test]
+fn caller_memory_moves_into_the_arena_while_registered() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(1 << 16, all()).unwrap();
+    let layout = std::alloc::Layout::from_size_align(1 << 16, 4096).unwrap();
+    // SAFETY: a non-zero size; freed at the end with the same layout.
+    let tp = unsafe { std::alloc::alloc(layout) };
+    assert!(!tp.is_null());
+    // SAFETY: tp is valid for 64 KiB; bytes are accessed by raw pointer only.
+    let byte = |i: usize| unsafe { std::ptr::read_volatile(tp.add(i)) };
+    // SAFETY: as above.
+    unsafe { std::ptr::write_bytes(tp, 0xA7, 1 << 16) };
+    // SAFETY: the memory outlives the region (freed after `mb` is dropped)
+    // and no other thread touches it.
+    let mb = unsafe { p.pb.register_raw_shared(tp, 1 << 16, tp as u64, all()) }.unwrap();
+    assert!(
+        arena_mapped_at(tp as usize),
+        "page-aligned heap memory moved"
+    );
+    assert_eq!(byte(0), 0xA7, "contents kept");
+    assert_eq!(byte((1 << 16) - 1), 0xA7);
+    let rb = mb.remote();
+    ma.write(0, &[0x5C; 5000]).unwrap();
+    p.qa.post_send(&SendWr::new(
+        1,
+        SendOp::Write {
+            remote_addr: rb.at(100),
+            rkey: rb.rkey,
+        },
+        vec![ma.sge(0, 5000)],
+    ))
+    .unwrap();
+    p.ca.wait_ok(T).unwrap();
+    assert_eq!(
+        (byte(99), byte(100), byte(5099), byte(5100)),
+        (0xA7, 0x5C, 0x5C, 0xA7)
+    );
+    // Atomics on it are direct CPU atomics now.
+    mb.write(8, &1u64.to_ne_bytes()).unwrap();
+    p.qa.post_send(&SendWr::new(
+        2,
+        SendOp::FetchAdd {
+            remote_addr: rb.at(8),
+            rkey: rb.rkey,
+            add: 10,
+        },
+        vec![ma.sge(0, 8)],
+    ))
+    .unwrap();
+    p.ca.wait_ok(T).unwrap();
+    assert_eq!(ma.read_u64(0).unwrap(), 1);
+    assert_eq!(mb.read_u64(8).unwrap(), 11);
+    assert_eq!(p.a.driver_counters().direct_ops, 2);
+    assert_eq!(
+        p.b.counters().rx_packets,
+        0,
+        "nothing went through the rings"
+    );
+    // A second registration inside it shares the arena pages; memory that
+    // is not whole pages stays where it is (cross-memory attach).
+    // SAFETY: as above.
+    let inner = unsafe {
+        p.pb.register_raw_shared(tp.add(4096), 8192, tp as u64 + 4096, all())
+    }
+    .unwrap();
+    drop(mb);
+    assert!(arena_mapped_at(tp as usize), "still registered once");
+    drop(inner);
+    assert!(
+        !arena_mapped_at(tp as usize),
+        "private again after the last dereg"
+    );
+    assert_eq!(
+        (byte(99), byte(100), byte(5099), byte(5100)),
+        (0xA7, 0x5C, 0x5C, 0xA7)
+    );
+    assert_eq!(byte(8), 11, "contents kept");
+    // SAFETY: as above.
+    let odd = unsafe {
+        p.pb.register_raw_shared(tp.add(1), 5000, tp as u64 + 1, all())
+    }
+    .unwrap();
+    assert!(!arena_mapped_at(tp as usize), "partial pages stay");
+    let ro = odd.remote();
+    p.qa.post_send(&SendWr::new(
+        3,
+        SendOp::Write {
+            remote_addr: ro.at(0),
+            rkey: ro.rkey,
+        },
+        vec![ma.sge(0, 16)],
+    ))
+    .unwrap();
+    p.ca.wait_ok(T).unwrap();
+    assert_eq!(
+        (byte(0), byte(1), byte(16), byte(17)),
+        (0xA7, 1, 0x5C, 0xA7),
+        "ma's first 16 bytes (the fetched 1, then 0x5C) at offset 1"
+    );
+    drop(odd);
+    // SAFETY: allocated above with this layout; no region uses it any more.
+    unsafe { std::alloc::dealloc(tp, layout) };
+}
+
 #[test]
 fn udp_transport_never_uses_shared_memory() {
     let p = pair(Transport::Udp, all());
