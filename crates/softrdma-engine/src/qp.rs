@@ -237,17 +237,18 @@ pub(crate) struct Qp {
 impl Qp {
     /// The earliest time this QP needs `handle_timeout`.
     pub fn deadline(&self) -> Option<Instant> {
-        [
-            self.req.ack_deadline,
-            self.req.rnr_until,
-            match self.resp.ack_hold {
-                AckHold::Until(t) => Some(t),
-                _ => None,
-            },
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+            match (a, b) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, None) => x,
+                (None, y) => y,
+            }
+        }
+        let hold = match self.resp.ack_hold {
+            AckHold::Until(t) => Some(t),
+            _ => None,
+        };
+        earlier(earlier(self.req.ack_deadline, self.req.rnr_until), hold)
     }
 
     /// States in which incoming requests are executed.

@@ -324,6 +324,9 @@ impl Qp {
                 }
             }
             OpKind::Write => {
+                let n = pkt.payload.len() as u64;
+                // Whether this packet's payload is already in the region.
+                let mut written = false;
                 let (rkey, va, remaining, total) = match self.resp.cur.take() {
                     Some(InMsg::Write {
                         rkey,
@@ -336,19 +339,40 @@ impl Qp {
                             return Err(Fail::Nak(NakCode::InvalidRequest));
                         };
                         let len = u64::from(reth.dma_len);
-                        if !self.check_remote(
-                            res,
-                            reth.rkey,
-                            reth.va,
-                            len,
-                            AccessFlags::REMOTE_WRITE,
-                        ) {
-                            return Err(self.remote_fail(NakCode::RemoteAccessError));
+                        if len == 0 || pkt.headers.imm().is_some() {
+                            if !self.check_remote(
+                                res,
+                                reth.rkey,
+                                reth.va,
+                                len,
+                                AccessFlags::REMOTE_WRITE,
+                            ) {
+                                return Err(self.remote_fail(NakCode::RemoteAccessError));
+                            }
+                        } else {
+                            // No receive WQE to wait for: one key lookup checks
+                            // the whole message and writes this first packet,
+                            // after the same checks in the same order.
+                            let access = AccessFlags::REMOTE_WRITE;
+                            let found = if self.attr.qp_access_flags.contains(access) {
+                                res.remote_mr(reth.rkey, self.pd, reth.va, len, access)
+                            } else {
+                                None
+                            };
+                            let Some((mr, off)) = found else {
+                                return Err(self.remote_fail(NakCode::RemoteAccessError));
+                            };
+                            if n > len || (pos.ends_message() && n != len) {
+                                return Err(self.remote_fail(NakCode::InvalidRequest));
+                            }
+                            if n > 0 {
+                                mr.mem.write(off, pkt.payload);
+                            }
+                            written = true;
                         }
                         (reth.rkey, reth.va, len, len)
                     }
                 };
-                let n = pkt.payload.len() as u64;
                 if n > remaining || (pos.ends_message() && n != remaining) {
                     return Err(self.remote_fail(NakCode::InvalidRequest));
                 }
@@ -374,7 +398,7 @@ impl Qp {
                     },
                     None => None,
                 };
-                if !self.write_remote(res, rkey, va, pkt.payload) {
+                if !written && !self.write_remote(res, rkey, va, pkt.payload) {
                     // The region went away mid-message.
                     return Err(self.remote_fail(NakCode::RemoteAccessError));
                 }

@@ -1,16 +1,18 @@
-//! A CRC-32 (the Ethernet/zlib polynomial, reflected) fed in 256-byte
+//! A CRC-32 (the Ethernet/zlib polynomial, reflected) folded in 256-byte
 //! blocks, with its folding state kept wide until the end, for the ICRC.
 //!
 //! `crc32fast` folds with VPCLMULQDQ as fast as this does, but each of its
 //! `update` calls ends by collapsing its streams and reducing to 32 bits:
 //! the ICRC, taken as two updates (the 40 or 60 pseudo-header bytes, then
 //! the packet), pays that twice, and the short first update is a chain of
-//! dependent multiplies on its own. Here the pseudo-header and the start of
-//! the packet form the first block, the four 512-bit accumulators are kept
-//! across [`Blocks::update`] calls and collapsed once (as a tree) in
-//! [`Blocks::finish`]. On CPUs without AVX-512F and VPCLMULQDQ it is
-//! `crc32fast` throughout. Results are identical either way (tested against
-//! `crc32fast` below and in `icrc`).
+//! dependent multiplies on its own; a length that is not a whole number of
+//! its blocks ends in a byte-wise tail. Here [`checksum`] pads the input at
+//! the front with zeros to whole 256-byte blocks (the pseudo-header and the
+//! start of the packet form the first one or two), folds them into four
+//! 512-bit accumulators and collapses those once (as a tree). On CPUs
+//! without AVX-512F and VPCLMULQDQ it is `crc32fast` throughout. Results
+//! are identical either way (tested against `crc32fast` below and in
+//! `icrc`).
 //!
 //! The fold constants for a fold by `D` bits are the pair
 //! `(reflect(x^(D+32) mod P) << 1, reflect(x^(D-32) mod P) << 1)`, as in
@@ -21,55 +23,50 @@
 /// Bytes per block.
 pub(crate) const BLOCK: usize = 256;
 
-/// A CRC in progress, fed whole blocks.
-#[allow(clippy::large_enum_variant)] // a local of one ICRC computation, never boxed or stored
-pub(crate) enum Blocks {
+/// The CRC continuing from `crc` (as `crc32fast` takes it) over `head`
+/// then `body`.
+///
+/// With the wide fold the input is padded at the front with zero bytes up
+/// to whole blocks, the running value entering at the first real byte:
+/// leading zeros do not change a CRC taken that way, and nothing is left
+/// over for a short tail, so there is one reduction to 32 bits and no
+/// `crc32fast` pass for the tail. Elsewhere (or for short inputs) it is
+/// `crc32fast` over both.
+pub(crate) fn checksum(crc: u32, head: &[u8], body: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    Wide([core::arch::x86_64::__m512i; 4]),
-    Plain(crc32fast::Hasher),
-}
-
-impl Blocks {
-    /// A CRC continuing from `crc` (as `crc32fast` takes it) over `first`.
-    #[inline]
-    pub(crate) fn begin(crc: u32, first: &[u8; BLOCK]) -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if wide::available() {
-            // SAFETY: `available()` checked every feature `begin` enables.
-            return Blocks::Wide(unsafe { wide::begin(crc, first) });
+    if head.len() + body.len() >= 2 * BLOCK
+        && (4..=BLOCK).contains(&head.len())
+        && wide::available()
+    {
+        let total = head.len() + body.len();
+        let pad = (BLOCK - total % BLOCK) % BLOCK;
+        let h = head.len();
+        let mut first = [0u8; 2 * BLOCK];
+        first[pad..pad + h].copy_from_slice(head);
+        for (b, c) in first[pad..pad + 4].iter_mut().zip((!crc).to_le_bytes()) {
+            *b ^= c;
         }
-        let mut h = crc32fast::Hasher::new_with_initial(crc);
-        h.update(first);
-        Blocks::Plain(h)
-    }
-
-    /// Feeds `data`, whose length must be a multiple of [`BLOCK`]
-    /// (a shorter tail goes to [`Blocks::finish`]).
-    #[inline]
-    pub(crate) fn update(&mut self, data: &[u8]) {
-        debug_assert_eq!(data.len() % BLOCK, 0);
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a `Wide` state is only built after `available()`.
-            Blocks::Wide(acc) => unsafe { wide::fold(acc, data) },
-            Blocks::Plain(h) => h.update(data),
+        // The padded input is a whole number of blocks, at least two: the
+        // first one or two are built here, `body` supplies the rest whole.
+        let first_len = if pad + h <= BLOCK { BLOCK } else { 2 * BLOCK };
+        let split = first_len - pad - h;
+        if let (Some(start), Some(rest)) = (body.get(..split), body.get(split..)) {
+            first[pad + h..first_len].copy_from_slice(start);
+            let b0: &[u8; BLOCK] = first[..BLOCK].try_into().unwrap_or(&[0; BLOCK]);
+            // SAFETY: `available()` checked every feature these enable.
+            return unsafe {
+                // The running value is already in the bytes: start from 0.
+                let mut acc = wide::begin(u32::MAX, b0);
+                wide::fold(&mut acc, &first[BLOCK..first_len]);
+                wide::fold(&mut acc, rest);
+                wide::collapse(&acc)
+            };
         }
     }
-
-    /// Feeds `tail` (any length) and returns the CRC value.
-    #[inline]
-    pub(crate) fn finish(self, tail: &[u8]) -> u32 {
-        let mut h = match self {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as in `update`.
-            Blocks::Wide(acc) => {
-                crc32fast::Hasher::new_with_initial(unsafe { wide::collapse(&acc) })
-            }
-            Blocks::Plain(h) => h,
-        };
-        h.update(tail);
-        h.finalize()
-    }
+    let mut h = crc32fast::Hasher::new_with_initial(crc);
+    h.update(head);
+    h.update(body);
+    h.finalize()
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -197,7 +194,7 @@ mod wide {
 
 #[cfg(test)]
 mod tests {
-    use super::{Blocks, BLOCK};
+    use super::checksum;
 
     fn bytes(n: usize, seed: u32) -> Vec<u8> {
         let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
@@ -212,25 +209,19 @@ mod tests {
     }
 
     #[test]
-    fn matches_crc32fast_for_every_length_and_split() {
-        for len in (BLOCK..1400).chain([2047, 2048, 4096, 4112, 4152, 4172, 9000]) {
-            let data = bytes(len, len as u32);
-            for init in [0u32, 0x2144_DF1C, 0xFFFF_FFFF] {
-                let mut want = crc32fast::Hasher::new_with_initial(init);
-                want.update(&data);
-                let want = want.finalize();
-                let first: &[u8; BLOCK] = data[..BLOCK].try_into().unwrap();
-                let whole = len / BLOCK * BLOCK;
-                for step in [BLOCK, 4 * BLOCK, 64 * BLOCK] {
-                    let mut h = Blocks::begin(init, first);
-                    for c in data[BLOCK..whole].chunks(step) {
-                        h.update(c);
-                    }
-                    assert_eq!(h.finish(&data[whole..]), want, "len {len} init {init:#x}");
+    fn checksum_matches_crc32fast_for_every_length_and_head() {
+        for len in (0..1400).chain([2047, 2048, 4096, 4112, 4152, 4172, 9000]) {
+            let data = bytes(len, len as u32 ^ 0x55);
+            for head in [0, 3, 4, 40, 60, 200, 256, 300] {
+                if head > len {
+                    continue;
                 }
-                // The tail may also hold whole blocks.
-                let h = Blocks::begin(init, first);
-                assert_eq!(h.finish(&data[BLOCK..]), want, "len {len} init {init:#x}");
+                for init in [0u32, 0x2144_DF1C, 0xFFFF_FFFF] {
+                    let mut want = crc32fast::Hasher::new_with_initial(init);
+                    want.update(&data);
+                    let got = checksum(init, &data[..head], &data[head..]);
+                    assert_eq!(got, want.finalize(), "len {len} head {head} init {init:#x}");
+                }
             }
         }
     }

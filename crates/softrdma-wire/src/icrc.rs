@@ -64,7 +64,7 @@ pub fn compute(ep: &Endpoints, udp_payload: &[u8]) -> Result<u32> {
 /// (ignored for IPv6). Linux Soft-RoCE (rxe) sends DF packets with a
 /// non-zero, changing ID, which the ICRC covers.
 pub fn compute_with_ipv4_id(ep: &Endpoints, udp_payload: &[u8], ip_id: u16) -> Result<u32> {
-    use crate::crc32::{Blocks, BLOCK};
+    use crate::crc32::BLOCK;
     check("BTH", udp_payload, bth::HEADER_LEN)?;
     let (hdr, n) = pseudo_header(
         ep,
@@ -81,14 +81,7 @@ pub fn compute_with_ipv4_id(ep: &Endpoints, udp_payload: &[u8], ip_id: u16) -> R
     }
     // One CRC over the pseudo-header and the rest, reduced to 32 bits once
     // (two `crc32fast` updates would reduce after the 40-60 header bytes too).
-    let mut first = [0u8; BLOCK];
-    first[..n].copy_from_slice(&hdr[..n]);
-    first[n..].copy_from_slice(&rest[..BLOCK - n]);
-    let rest = &rest[BLOCK - n..];
-    let whole = rest.len() / BLOCK * BLOCK;
-    let mut h = Blocks::begin(CRC_OF_LEADING_ONES, &first);
-    h.update(&rest[..whole]);
-    Ok(h.finish(&rest[whole..]))
+    Ok(crate::crc32::checksum(CRC_OF_LEADING_ONES, &hdr[..n], rest))
 }
 
 /// Longest [`pseudo_header`].
