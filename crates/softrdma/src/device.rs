@@ -290,10 +290,12 @@ impl Device {
         let now = self.now();
         let mut st = self.lock();
         let r = f(&mut st.engine, now);
-        // Send what `f` queued; receiving is left to polls and the
-        // background thread (a post needs no read of the socket, which
-        // would cost a system call before every send).
+        // Send what `f` queued first: a read of the socket before it would
+        // put a system call between a post and its packet. Then receive as
+        // a poll does: a program busy posting consumes its ACKs itself
+        // instead of waking the background thread for each of them.
         self.progress_with(&mut st, now, UdpRead::Skip);
+        self.progress(&mut st, now);
         let next = st.engine.poll_timeout().map_or(u64::MAX, |t| t.0);
         drop(st);
         if next < self.sleeping_until.load(Ordering::Acquire) {
@@ -330,7 +332,10 @@ impl Device {
         let mut st = self.lock();
         if let Some(r) = pre(&mut st, c) {
             st.app_polls = st.app_polls.wrapping_add(1);
-            if mark_app && st.app_polls.is_multiple_of(UDP_IDLE_POLLS) {
+            // Often enough that the background thread, which leaves the
+            // device alone for APP_ACTIVE after a mark, never mistakes a
+            // program busy collecting completions for an idle one.
+            if mark_app && st.app_polls.is_multiple_of(8) {
                 self.last_app_poll.store(self.now().0, Ordering::Release);
             }
             return r;
