@@ -54,20 +54,25 @@ fn write(wr_id: u64, from: &Side, to: &Side, off: u64) -> SendWr {
     write_wr(wr_id, from, off, 8, to, off)
 }
 
+/// A WRITE from `a` to `b`, delivered: `b` holds its ACK. Returns the time.
+fn write_and_hold(net: &mut softrdma_engine::sim::SimNet, a: &Side, b: &Side) -> Instant {
+    let t0 = net.now;
+    net.nodes[0]
+        .post_send(t0, a.qpn, &write(1, a, b, 0))
+        .unwrap();
+    let req = drain(net, 0, t0);
+    assert_eq!(req.len(), 1);
+    assert_eq!(req[0].0, OpKind::Write);
+    deliver(net, 1, t0, &req);
+    assert!(drain(net, 1, t0).is_empty(), "the ACK must wait");
+    t0
+}
+
 #[test]
 fn held_ack_follows_the_answering_request() {
     let (mut net, a, b) = delayed_pair();
-    let t0 = net.now;
-    net.nodes[0]
-        .post_send(t0, a.qpn, &write(1, &a, &b, 0))
-        .unwrap();
-    let req = drain(&mut net, 0, t0);
-    assert_eq!(req.len(), 1);
-    assert_eq!(req[0].0, OpKind::Write);
-    deliver(&mut net, 1, t0, &req);
-
     // B holds its ACK: nothing to send yet, and a timer at most DELAY away.
-    assert!(drain(&mut net, 1, t0).is_empty(), "the ACK must wait");
+    let t0 = write_and_hold(&mut net, &a, &b);
     let due = net.nodes[1]
         .poll_timeout()
         .expect("a timer for the held ACK");
@@ -96,13 +101,7 @@ fn held_ack_follows_the_answering_request() {
 #[test]
 fn held_ack_goes_out_when_the_delay_passes() {
     let (mut net, a, b) = delayed_pair();
-    let t0 = net.now;
-    net.nodes[0]
-        .post_send(t0, a.qpn, &write(1, &a, &b, 0))
-        .unwrap();
-    let req = drain(&mut net, 0, t0);
-    deliver(&mut net, 1, t0, &req);
-    assert!(drain(&mut net, 1, t0).is_empty());
+    let t0 = write_and_hold(&mut net, &a, &b);
 
     // Just before the delay: still held. At it: sent, after the timer runs.
     let early = Instant(t0.0 + DELAY - 1);
@@ -160,13 +159,7 @@ fn nak_and_read_response_do_not_wait() {
 fn destroying_or_resetting_the_qp_sends_the_held_ack() {
     for reset in [false, true] {
         let (mut net, a, b) = delayed_pair();
-        let t0 = net.now;
-        net.nodes[0]
-            .post_send(t0, a.qpn, &write(1, &a, &b, 0))
-            .unwrap();
-        let req = drain(&mut net, 0, t0);
-        deliver(&mut net, 1, t0, &req);
-        assert!(drain(&mut net, 1, t0).is_empty());
+        let t0 = write_and_hold(&mut net, &a, &b);
         // B's application got what it wanted and tears its QP down at once:
         // the ACK it owes must still go out.
         if reset {
@@ -191,13 +184,7 @@ fn destroying_or_resetting_the_qp_sends_the_held_ack() {
 #[test]
 fn release_held_acks_sends_them_now() {
     let (mut net, a, b) = delayed_pair();
-    let t0 = net.now;
-    net.nodes[0]
-        .post_send(t0, a.qpn, &write(1, &a, &b, 0))
-        .unwrap();
-    let req = drain(&mut net, 0, t0);
-    deliver(&mut net, 1, t0, &req);
-    assert!(drain(&mut net, 1, t0).is_empty());
+    let t0 = write_and_hold(&mut net, &a, &b);
     net.nodes[1].release_held_acks();
     let out = drain(&mut net, 1, t0);
     assert_eq!(out.len(), 1, "{out:?}");

@@ -15,7 +15,7 @@ use softrdma_engine::{
 };
 use softrdma_wire::Psn;
 
-use crate::arena::{ArenaRegion, MrInfo};
+use crate::arena::{Arena, ArenaRegion, MrInfo};
 use crate::config::{devices, DeviceConfig};
 use crate::device::LocalMr;
 use crate::device::{ChannelShared, Device, DriverCounters, Lifetime};
@@ -352,6 +352,18 @@ impl Context {
     }
 }
 
+/// Where a registered region lives, for [`Pd::share`].
+#[derive(Clone, Copy)]
+struct Shared {
+    iova: u64,
+    len: usize,
+    /// Process address of the byte at `iova`.
+    base: usize,
+    /// Offset in this device's arena, or `u64::MAX` for caller memory
+    /// that peers reach by cross-memory attach.
+    arena_off: u64,
+}
+
 /// A protection domain.
 pub struct Pd {
     ctx: Context,
@@ -397,37 +409,17 @@ impl Pd {
                 });
                 let mem: Arc<dyn RegionMemory> = region;
                 let mr = self.register(mem, addr, len, access)?;
-                let pd = self.handle;
-                let mut st = self.ctx.dev.lock();
-                st.local_mrs.insert(
-                    mr.lkey,
-                    LocalMr {
-                        pd,
-                        iova: addr,
-                        len: len as u64,
-                        base: addr as usize,
-                        access,
-                    },
-                );
-                let info = MrInfo {
-                    rkey: mr.rkey,
-                    pd,
-                    access,
+                let remote = AccessFlags::REMOTE_WRITE.bits()
+                    | AccessFlags::REMOTE_READ.bits()
+                    | AccessFlags::REMOTE_ATOMIC.bits();
+                let publish = access.bits() & remote != 0;
+                let shared = Shared {
                     iova: addr,
-                    len: len as u64,
+                    len,
+                    base: addr as usize,
                     arena_off: off as u64,
-                    pid: std::process::id(),
-                    addr,
                 };
-                if access.bits()
-                    & (AccessFlags::REMOTE_WRITE.bits()
-                        | AccessFlags::REMOTE_READ.bits()
-                        | AccessFlags::REMOTE_ATOMIC.bits())
-                    != 0
-                {
-                    arena.publish_mr(info);
-                }
-                drop(st);
+                self.share(&arena, &mr, access, shared, publish);
                 return Ok(mr);
             }
         }
@@ -454,35 +446,17 @@ impl Pd {
         let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
         let mr = self.register(mem, iova, len, access)?;
         // Same-host peers reach caller memory by cross-memory attach.
-        let pd = self.handle;
-        let mut st = self.ctx.dev.lock();
-        if let Some(arena) = st.arena.clone() {
-            st.local_mrs.insert(
-                mr.lkey,
-                LocalMr {
-                    pd,
-                    iova,
-                    len: len as u64,
-                    base: ptr as usize,
-                    access,
-                },
-            );
-            if access.bits() & (AccessFlags::REMOTE_WRITE.bits() | AccessFlags::REMOTE_READ.bits())
-                != 0
-            {
-                arena.publish_mr(MrInfo {
-                    rkey: mr.rkey,
-                    pd,
-                    access,
-                    iova,
-                    len: len as u64,
-                    arena_off: u64::MAX,
-                    pid: std::process::id(),
-                    addr: ptr as u64,
-                });
-            }
+        let arena = self.ctx.dev.lock().arena.clone();
+        if let Some(arena) = arena {
+            let remote = AccessFlags::REMOTE_WRITE.bits() | AccessFlags::REMOTE_READ.bits();
+            let shared = Shared {
+                iova,
+                len,
+                base: ptr as usize,
+                arena_off: u64::MAX,
+            };
+            self.share(&arena, &mr, access, shared, access.bits() & remote != 0);
         }
-        drop(st);
         Ok(mr)
     }
 
@@ -535,30 +509,43 @@ impl Pd {
             }
         };
         mr.adopted = Some((ptr as usize, len));
+        let shared = Shared {
+            iova,
+            len,
+            base: ptr as usize,
+            arena_off: off as u64,
+        };
+        self.share(&arena, &mr, access, shared, true);
+        Ok(mr)
+    }
+
+    /// Records `mr` for this process's direct path and, when `publish`,
+    /// publishes it in the arena's table for same-host peers.
+    fn share(&self, arena: &Arena, mr: &Mr, access: AccessFlags, at: Shared, publish: bool) {
         let pd = self.handle;
         let mut st = self.ctx.dev.lock();
         st.local_mrs.insert(
             mr.lkey,
             LocalMr {
                 pd,
-                iova,
-                len: len as u64,
-                base: ptr as usize,
+                iova: at.iova,
+                len: at.len as u64,
+                base: at.base,
                 access,
             },
         );
-        arena.publish_mr(MrInfo {
-            rkey: mr.rkey,
-            pd,
-            access,
-            iova,
-            len: len as u64,
-            arena_off: off as u64,
-            pid: std::process::id(),
-            addr: ptr as u64,
-        });
-        drop(st);
-        Ok(mr)
+        if publish {
+            arena.publish_mr(MrInfo {
+                rkey: mr.rkey,
+                pd,
+                access,
+                iova: at.iova,
+                len: at.len as u64,
+                arena_off: at.arena_off,
+                pid: std::process::id(),
+                addr: at.base as u64,
+            });
+        }
     }
 
     fn register(

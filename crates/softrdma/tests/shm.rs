@@ -243,16 +243,7 @@ fn caller_memory_is_reached_by_cross_memory_attach() {
     let mb = unsafe { p.pb.register_raw(tp, target.len(), tp as u64, all()) }.unwrap();
     ma.write(0, &[0x5C; 5000]).unwrap();
     let rb = mb.remote();
-    p.qa.post_send(&SendWr::new(
-        1,
-        SendOp::Write {
-            remote_addr: rb.at(100),
-            rkey: rb.rkey,
-        },
-        vec![ma.sge(0, 5000)],
-    ))
-    .unwrap();
-    p.ca.wait_ok(T).unwrap();
+    write_5000_at_100(&p, &ma, &mb);
     assert_eq!(mb.to_vec()[100..5100], [0x5C; 5000]);
     p.qa.post_send(&SendWr::new(
         2,
@@ -267,9 +258,37 @@ fn caller_memory_is_reached_by_cross_memory_attach() {
     assert_eq!(ma.to_vec()[10_000..15_000], [0x5C; 5000]);
     assert_eq!(p.a.driver_counters().direct_ops, 2);
     // Atomics on caller memory go through the target's engine, still atomically.
+    fetch_add_10_at_8(&p, &ma, &mb, 3);
+    assert_eq!(
+        p.a.driver_counters().direct_ops,
+        2,
+        "the atomic was not direct"
+    );
+    drop(mb);
+    drop(target);
+}
+
+/// WRITE 1: `ma[0..5000]` to `mb[100..5100]`.
+fn write_5000_at_100(p: &Pair, ma: &Mr, mb: &Mr) {
+    let rb = mb.remote();
+    p.qa.post_send(&SendWr::new(
+        1,
+        SendOp::Write {
+            remote_addr: rb.at(100),
+            rkey: rb.rkey,
+        },
+        vec![ma.sge(0, 5000)],
+    ))
+    .unwrap();
+    p.ca.wait_ok(T).unwrap();
+}
+
+/// With 1 at `mb[8]`: FETCH_ADD 10 there, the old value into `ma[0..8]`.
+fn fetch_add_10_at_8(p: &Pair, ma: &Mr, mb: &Mr, wr_id: u64) {
+    let rb = mb.remote();
     mb.write(8, &1u64.to_ne_bytes()).unwrap();
     p.qa.post_send(&SendWr::new(
-        3,
+        wr_id,
         SendOp::FetchAdd {
             remote_addr: rb.at(8),
             rkey: rb.rkey,
@@ -281,13 +300,6 @@ fn caller_memory_is_reached_by_cross_memory_attach() {
     p.ca.wait_ok(T).unwrap();
     assert_eq!(ma.read_u64(0).unwrap(), 1);
     assert_eq!(mb.read_u64(8).unwrap(), 11);
-    assert_eq!(
-        p.a.driver_counters().direct_ops,
-        2,
-        "the atomic was not direct"
-    );
-    drop(mb);
-    drop(target);
 }
 
 /// True when /proc/self/maps shows the arena mapped at `addr`.
@@ -326,37 +338,14 @@ fn caller_memory_moves_into_the_arena_while_registered() {
     );
     assert_eq!(byte(0), 0xA7, "contents kept");
     assert_eq!(byte((1 << 16) - 1), 0xA7);
-    let rb = mb.remote();
     ma.write(0, &[0x5C; 5000]).unwrap();
-    p.qa.post_send(&SendWr::new(
-        1,
-        SendOp::Write {
-            remote_addr: rb.at(100),
-            rkey: rb.rkey,
-        },
-        vec![ma.sge(0, 5000)],
-    ))
-    .unwrap();
-    p.ca.wait_ok(T).unwrap();
+    write_5000_at_100(&p, &ma, &mb);
     assert_eq!(
         (byte(99), byte(100), byte(5099), byte(5100)),
         (0xA7, 0x5C, 0x5C, 0xA7)
     );
     // Atomics on it are direct CPU atomics now.
-    mb.write(8, &1u64.to_ne_bytes()).unwrap();
-    p.qa.post_send(&SendWr::new(
-        2,
-        SendOp::FetchAdd {
-            remote_addr: rb.at(8),
-            rkey: rb.rkey,
-            add: 10,
-        },
-        vec![ma.sge(0, 8)],
-    ))
-    .unwrap();
-    p.ca.wait_ok(T).unwrap();
-    assert_eq!(ma.read_u64(0).unwrap(), 1);
-    assert_eq!(mb.read_u64(8).unwrap(), 11);
+    fetch_add_10_at_8(&p, &ma, &mb, 2);
     assert_eq!(p.a.driver_counters().direct_ops, 2);
     assert_eq!(
         p.b.counters().rx_packets,

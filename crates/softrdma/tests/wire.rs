@@ -136,6 +136,58 @@ fn tcpdump_capture_passes_icrc_check_and_tshark() {
     );
 }
 
+/// One RC QP and one region on each of two devices, connected. Fields in
+/// drop order (QPs before their CQs, regions before their PDs).
+struct RcPair {
+    qa: Qp,
+    _qb: Qp,
+    ma: Mr,
+    mb: Mr,
+    ca: Cq,
+    _cb: Cq,
+    _pa: Pd,
+    _pb: Pd,
+}
+
+impl RcPair {
+    fn connect(a: &Context, b: &Context, len: usize) -> RcPair {
+        let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+        let ma = pa.alloc_mr(len, access()).unwrap();
+        let mb = pb.alloc_mr(len, access()).unwrap();
+        let qa = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
+        let qb = pb.create_qp(QpType::Rc, &cb, &cb).build().unwrap();
+        qa.connect(&qb.endpoint(), &ConnectOptions::default())
+            .unwrap();
+        qb.connect(&qa.endpoint(), &ConnectOptions::default())
+            .unwrap();
+        RcPair {
+            qa,
+            _qb: qb,
+            ma,
+            mb,
+            ca,
+            _cb: cb,
+            _pa: pa,
+            _pb: pb,
+        }
+    }
+
+    /// One READ or WRITE (`op` given the remote address and key) of `len`
+    /// bytes between the start of `ma` and the start of `remote`.
+    fn one(&self, op: fn(u64, u32) -> SendOp, remote: &Mr, len: usize) {
+        let r = remote.remote();
+        self.qa
+            .post_send(&SendWr::new(
+                1,
+                op(r.addr, r.rkey),
+                vec![self.ma.sge(0, len as u32)],
+            ))
+            .unwrap();
+        self.ca.wait_ok(OP_TIMEOUT).unwrap();
+    }
+}
+
 /// DeviceConfig::capture: every packet sent and received, both directions,
 /// ICRCs verified over the IP packet the driver writes.
 #[test]
@@ -144,32 +196,17 @@ fn device_capture_holds_both_directions_with_good_icrcs() {
     let pcap = dir.path("a.pcap");
     let a = Context::open_with(&udp_loopback().capture(&pcap)).unwrap();
     let b = Context::open_with(&udp_loopback()).unwrap();
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
-    let ma = pa.alloc_mr(64 << 10, access()).unwrap();
-    let mb = pb.alloc_mr(64 << 10, access()).unwrap();
-    let qa = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
-    let qb = pb.create_qp(QpType::Rc, &cb, &cb).build().unwrap();
-    qa.connect(&qb.endpoint(), &ConnectOptions::default())
-        .unwrap();
-    qb.connect(&qa.endpoint(), &ConnectOptions::default())
-        .unwrap();
+    let rc = RcPair::connect(&a, &b, 64 << 10);
     let data = pattern(1, 20_000);
-    mb.write(0, &data).unwrap();
-    let r = mb.remote();
-    qa.post_send(&SendWr::new(
-        1,
-        SendOp::Read {
-            remote_addr: r.addr,
-            rkey: r.rkey,
-        },
-        vec![ma.sge(0, data.len() as u32)],
-    ))
-    .unwrap();
-    ca.wait_ok(OP_TIMEOUT).unwrap();
-    assert_eq!(diff(&read_mr(&ma, 0, data.len()), &data), None);
+    rc.mb.write(0, &data).unwrap();
+    rc.one(
+        |remote_addr, rkey| SendOp::Read { remote_addr, rkey },
+        &rc.mb,
+        data.len(),
+    );
+    assert_eq!(diff(&read_mr(&rc.ma, 0, data.len()), &data), None);
     let (ia, ib) = (a.addr().ip(), b.addr().ip());
-    drop((qa, qb, ma, mb, ca, cb, pa, pb, a, b)); // closes (and flushes) the capture
+    drop((rc, a, b)); // closes (and flushes) the capture
 
     let cap = check_capture(&pcap);
     assert!(cap.frames >= 6, "{cap:?}");
@@ -198,32 +235,17 @@ fn gso_and_gro_on_lo_keep_one_roce_packet_per_datagram() {
     let pcap = dir.path("b.pcap");
     let a = Context::open_with(&udp_loopback().gso(true)).unwrap();
     let b = Context::open_with(&udp_loopback().gso(true).capture(&pcap)).unwrap();
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let len = 1 << 20;
-    let ma = pa.alloc_mr(len, access()).unwrap();
-    let mb = pb.alloc_mr(len, access()).unwrap();
-    let qa = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
-    let qb = pb.create_qp(QpType::Rc, &cb, &cb).build().unwrap();
-    qa.connect(&qb.endpoint(), &ConnectOptions::default())
-        .unwrap();
-    qb.connect(&qa.endpoint(), &ConnectOptions::default())
-        .unwrap();
+    let rc = RcPair::connect(&a, &b, len);
     // 1 MiB minus a bit: MIDDLE packets and a shorter LAST in one run.
     let data = pattern(3, len - 1000);
-    ma.write(0, &data).unwrap();
-    let r = mb.remote();
-    qa.post_send(&SendWr::new(
-        1,
-        SendOp::Write {
-            remote_addr: r.addr,
-            rkey: r.rkey,
-        },
-        vec![ma.sge(0, data.len() as u32)],
-    ))
-    .unwrap();
-    ca.wait_ok(OP_TIMEOUT).unwrap();
-    assert_eq!(diff(&read_mr(&mb, 0, data.len()), &data), None);
+    rc.ma.write(0, &data).unwrap();
+    rc.one(
+        |remote_addr, rkey| SendOp::Write { remote_addr, rkey },
+        &rc.mb,
+        data.len(),
+    );
+    assert_eq!(diff(&read_mr(&rc.mb, 0, data.len()), &data), None);
     let (da, db) = (a.driver_counters(), b.driver_counters());
     let (cta, ctb) = (a.counters(), b.counters());
     eprintln!("sender {da:?}, receiver {db:?}");
@@ -234,7 +256,7 @@ fn gso_and_gro_on_lo_keep_one_roce_packet_per_datagram() {
     );
     assert_eq!(ctb.icrc_errors + ctb.malformed, 0, "{ctb:?}");
     assert_eq!(ctb.rx_packets, cta.tx_packets, "one packet per datagram");
-    drop((qa, qb, ma, mb, ca, cb, pa, pb, a, b)); // closes the capture
+    drop((rc, a, b)); // closes the capture
 
     let cap = check_capture(&pcap);
     assert!(
