@@ -9,6 +9,7 @@
 //! itself again as the server (a second process on a free port, whose
 //! device gets its own loopback address) and runs the client against it.
 
+mod clock;
 mod ctrl;
 pub mod report;
 mod run;

@@ -20,6 +20,7 @@ use softrdma::{
     RemoteRegion, SendFlags, SendOp, SendWr, UdDest, WcOpcode, WorkCompletion, GRH_LEN,
 };
 
+use super::clock::Clock;
 use super::ctrl::{check_word, Ctrl};
 use super::report::{self, Addr, BwRow, LatDurRow, Row, RULE};
 use super::{
@@ -43,9 +44,12 @@ fn pattern(side: u8, i: u64) -> u8 {
         .wrapping_add(13)) as u8
 }
 
-/// Ends a loop that stopped making progress.
+/// Ends a loop that stopped making progress. Reads the clock only once a
+/// wait has spun 1024 times: progress, every iteration of a latency test,
+/// costs no clock read.
 struct Watchdog {
-    last: Instant,
+    /// When the current wait was first seen to be long, if it has been.
+    waiting_since: Option<Instant>,
     spins: u32,
     what: &'static str,
 }
@@ -53,7 +57,7 @@ struct Watchdog {
 impl Watchdog {
     fn new(what: &'static str) -> Watchdog {
         Watchdog {
-            last: Instant::now(),
+            waiting_since: None,
             spins: 0,
             what,
         }
@@ -61,12 +65,16 @@ impl Watchdog {
     #[inline]
     fn progressed(&mut self) {
         self.spins = 0;
-        self.last = Instant::now();
+        self.waiting_since = None;
     }
     #[inline]
     fn idle(&mut self) -> Result<(), String> {
         self.spins += 1;
-        if self.spins & 1023 == 0 && self.last.elapsed() > STALL {
+        if self.spins & 1023 != 0 {
+            return Ok(());
+        }
+        let since = *self.waiting_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > STALL {
             return Err(format!(
                 "no progress for {} s while waiting for {} (is the other side still running?)",
                 STALL.as_secs(),
@@ -106,7 +114,7 @@ pub(crate) struct Res {
     remote: Vec<ConnInfo>,
     /// Receives outstanding per QP.
     recvs: Vec<u32>,
-    origin: Instant,
+    clock: Clock,
     wcs: Vec<WorkCompletion>,
     gbits: bool,
 }
@@ -178,7 +186,7 @@ impl Res {
             side,
             remote: Vec::new(),
             recvs: vec![0; p.qps as usize],
-            origin: Instant::now(),
+            clock: Clock::new(),
             wcs: Vec::with_capacity(64),
             gbits,
         })
@@ -256,7 +264,7 @@ impl Res {
     }
 
     fn now_ns(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
+        self.clock.now_ns()
     }
 
     /// Polls completions into `self.wcs`. With events, sleeps until some
@@ -486,9 +494,7 @@ impl Res {
             if write {
                 data[size as usize - 1] = k as u8;
                 if !inline {
-                    self.mr
-                        .write(self.send_off(0) as usize + size as usize - 1, &[k as u8])
-                        .map_err(es)?;
+                    self.poke(self.send_off(0) as usize + size as usize - 1, k as u8);
                 }
             }
             self.post(0, &wr, inline.then_some(&data[..]))?;
@@ -552,6 +558,15 @@ impl Res {
         // land concurrently (that is the point of polling); the atomic load
         // sees each byte either before or after such a write.
         unsafe { AtomicU8::from_ptr(self.mr.as_ptr().add(off)) }.load(Ordering::Acquire)
+    }
+
+    /// Stores `v` at `off` of the MR without the device lock, as perftest
+    /// stores into its buffer before each post.
+    fn poke(&self, off: usize, v: u8) {
+        assert!(off < self.mr.len());
+        // SAFETY: as in `peek`; the byte is in our send area, which only
+        // this thread writes (peers read it through our WRITEs' source).
+        unsafe { AtomicU8::from_ptr(self.mr.as_ptr().add(off)) }.store(v, Ordering::Release)
     }
 
     fn pp_collect(
