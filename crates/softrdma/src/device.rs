@@ -52,18 +52,6 @@ const APP_ACTIVE: Duration = Duration::from_micros(100);
 /// How long a lone ACK may wait for a request to ride out with (`EngineConfig::ack_delay_ns`).
 const ACK_DELAY: Duration = Duration::from_micros(32);
 
-/// When progress reads the UDP socket.
-#[derive(Clone, Copy)]
-enum UdpRead {
-    /// The background thread, woken because the socket is readable.
-    Always,
-    /// An application's poll: skips most reads of an idle socket when
-    /// same-host peers exist, so polling one costs no system call.
-    Polling,
-    /// After a verb: only sends.
-    Skip,
-}
-
 /// Counters of the driver itself (the engine counts the protocol).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DriverCounters {
@@ -294,7 +282,7 @@ impl Device {
         // put a system call between a post and its packet. Then receive as
         // a poll does: a program busy posting consumes its ACKs itself
         // instead of waking the background thread for each of them.
-        self.progress_with(&mut st, now, UdpRead::Skip);
+        self.transmit(&mut st, now);
         self.progress(&mut st, now);
         let next = st.engine.poll_timeout().map_or(u64::MAX, |t| t.0);
         drop(st);
@@ -379,23 +367,22 @@ impl Device {
 
     /// Receives what is waiting, runs timers, sends what is ready, routes events.
     fn progress(&self, st: &mut State, now: Instant) {
-        self.progress_with(st, now, UdpRead::Polling)
+        self.progress_with(st, now, false)
     }
 
-    fn progress_with(&self, st: &mut State, now: Instant, udp: UdpRead) {
+    /// `force_udp` reads the socket even when it has been idle: the
+    /// background thread passes it because it wakes on socket readability.
+    /// Inline progress skips most reads of an idle socket, so polling a
+    /// shared-memory peer costs no system call.
+    fn progress_with(&self, st: &mut State, now: Instant, force_udp: bool) {
         let local = self.addr;
         st.polls = st.polls.wrapping_add(1);
         // Skipping reads of an idle socket only pays when a same-host peer is
         // what the application talks to; a UDP-only device always reads.
-        let read_udp = match udp {
-            UdpRead::Always => true,
-            UdpRead::Skip => false,
-            UdpRead::Polling => {
-                !st.shm.has_links()
-                    || st.udp_idle < UDP_IDLE_POLLS
-                    || st.polls.is_multiple_of(UDP_IDLE_POLLS)
-            }
-        };
+        let read_udp = force_udp
+            || !st.shm.has_links()
+            || st.udp_idle < UDP_IDLE_POLLS
+            || st.polls.is_multiple_of(UDP_IDLE_POLLS);
         for _ in 0..16 {
             let got = if read_udp { st.rx.recv(&self.sock) } else { 0 };
             let mut since_tx = 0;
@@ -824,7 +811,7 @@ impl Device {
             let (next, can_sleep, listen) = {
                 let mut st = self.lock();
                 st.driver.background_wakeups += 1;
-                self.progress_with(&mut st, now, UdpRead::Always);
+                self.progress_with(&mut st, now, true);
                 let can_sleep = st.shm.prepare_sleep();
                 (st.engine.poll_timeout(), can_sleep, st.shm.listen_fd())
             };
@@ -854,7 +841,7 @@ impl Device {
             let now = self.now();
             let mut st = self.lock();
             st.engine.release_held_acks();
-            self.progress_with(&mut st, now, UdpRead::Skip);
+            self.transmit(&mut st, now);
         }
         self.stop.store(true, Ordering::Release);
         self.wake.signal();

@@ -504,8 +504,42 @@ pub fn send_batch(
         [(dst, data)] => return send_one(sock, *dst, data).map(|()| (1, 0)),
         _ => {}
     }
-    // Messages: (first packet, packet count, segment size or 0 for none).
-    let mut msgs: Vec<(usize, usize, usize)> = Vec::with_capacity(packets.len());
+    SEND_SCRATCH.with(|cell| {
+        let mut scratch = cell.borrow_mut();
+        send_batch_with(sock, packets, gso, &mut scratch)
+    })
+}
+
+/// Per-thread buffers of [`send_batch`], kept between calls so that a send
+/// allocates nothing once they have grown (a latency-bound sender makes one
+/// call per message). Raw pointers inside are only meaningful during a call.
+#[derive(Default)]
+struct SendScratch {
+    /// Messages: (first packet, packet count, segment size or 0 for none).
+    msgs: Vec<(usize, usize, usize)>,
+    addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
+    iov: Vec<libc::iovec>,
+    ctrl: Vec<[u64; CMSG_WORDS]>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+thread_local! {
+    static SEND_SCRATCH: std::cell::RefCell<SendScratch> = std::cell::RefCell::default();
+}
+
+fn send_batch_with(
+    sock: &UdpSocket,
+    packets: &[(std::net::SocketAddr, &[u8])],
+    gso: &mut bool,
+    scratch: &mut SendScratch,
+) -> io::Result<(usize, usize)> {
+    let SendScratch {
+        msgs,
+        addrs,
+        iov,
+        ctrl,
+        hdrs,
+    } = scratch;
     let group = |msgs: &mut Vec<(usize, usize, usize)>, from: usize, use_gso: bool| {
         msgs.clear();
         let mut i = from;
@@ -533,21 +567,20 @@ pub fn send_batch(
             i += n;
         }
     };
-    group(&mut msgs, 0, *gso);
-    let addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
-        packets.iter().map(|(a, _)| to_sockaddr(*a)).collect();
-    let mut iov: Vec<libc::iovec> = packets
-        .iter()
-        .map(|(_, d)| libc::iovec {
-            iov_base: d.as_ptr() as *mut libc::c_void,
-            iov_len: d.len(),
-        })
-        .collect();
-    let mut ctrl: Vec<[u64; CMSG_WORDS]> = vec![[0; CMSG_WORDS]; packets.len()];
+    group(msgs, 0, *gso);
+    addrs.clear();
+    addrs.extend(packets.iter().map(|(a, _)| to_sockaddr(*a)));
+    iov.clear();
+    iov.extend(packets.iter().map(|(_, d)| libc::iovec {
+        iov_base: d.as_ptr() as *mut libc::c_void,
+        iov_len: d.len(),
+    }));
+    ctrl.clear();
+    ctrl.resize(packets.len(), [0; CMSG_WORDS]);
     let mut sent_pkts = 0;
     let mut gso_msgs = 0;
     'regroup: loop {
-        let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(msgs.len());
+        hdrs.clear();
         for (k, &(first, n, seg)) in msgs.iter().enumerate() {
             // SAFETY: all-zero msghdr is valid; we fill the fields we use.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -603,7 +636,7 @@ pub fn send_batch(
                     // No GSO on this path: the rest as plain datagrams.
                     *gso = false;
                     let from = msgs[done].0;
-                    group(&mut msgs, from, false);
+                    group(msgs, from, false);
                     continue 'regroup;
                 }
                 if sent_pkts == 0 {
