@@ -69,26 +69,55 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     })
 }
 
+/// What every destroy verb does: EINVAL for NULL, the engine's destroy on
+/// the object's handle (its errno on refusal: EBUSY for an object in use),
+/// then `release` drops the library's bookkeeping and frees the C object.
+///
+/// # Safety
+/// `obj` is NULL or a live object of this library whose first field is an
+/// `ibv_context *`; on success it is freed and must not be used again.
+unsafe fn destroy<T>(
+    verb: &str,
+    obj: *mut T,
+    handle: impl FnOnce(&T) -> u32,
+    engine: impl FnOnce(&mut softrdma_engine::Engine, u32) -> softrdma_engine::Result<()>,
+    release: impl FnOnce(&Ctx, *mut T, u32),
+) -> c_int {
+    guard(libc::EIO, || {
+        if obj.is_null() {
+            // "ibv_destroy_cq" → "NULL cq"
+            let what = verb.rsplit('_').next().unwrap_or(verb);
+            return fail_with(verb, libc::EINVAL, &format!("NULL {what}"));
+        }
+        // SAFETY: a live object, per the contract.
+        unsafe {
+            let c = ctx_of(obj);
+            let h = handle(&*obj);
+            if let Err(e) = c.dev.with_engine(|e, _| engine(e, h)) {
+                return fail(verb, &e);
+            }
+            release(c, obj, h);
+        }
+        0
+    })
+}
+
 /// EBUSY while MRs, QPs, SRQs or AHs still use it.
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    guard(libc::EIO, || {
-        if pd.is_null() {
-            return fail_with("ibv_dealloc_pd", libc::EINVAL, "NULL pd");
-        }
-        // SAFETY: a live PD (a Pd object).
-        unsafe {
-            let h = (*pd).handle;
-            // EBUSY comes from here; on success the softrdma::Pd's own
-            // drop finds the PD gone and has nothing left to do.
-            match ctx_of(pd).dev.with_engine(|e, _| e.dealloc_pd(h)) {
-                Ok(()) => {
-                    objects::free(pd.cast::<Pd>());
-                    0
-                }
-                Err(e) => fail("ibv_dealloc_pd", &e),
-            }
-        }
-    })
+    // EBUSY comes from the engine; on success the softrdma::Pd's own drop
+    // finds the PD gone and has nothing left to do.
+    // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
+    // the release closure runs inside it on that live object, once.
+    unsafe {
+        destroy(
+            "ibv_dealloc_pd",
+            pd,
+            |p| p.handle,
+            |e, h| e.dealloc_pd(h),
+            // A live Pd object, freed once.
+            |_, p, _| objects::free(p.cast::<Pd>()),
+        )
+    }
 }
 
 // ----- memory regions -----
@@ -254,28 +283,27 @@ pub unsafe extern "C" fn ibv_create_cq(
 
 /// EBUSY while QPs use it.
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    guard(libc::EIO, || {
-        if cq.is_null() {
-            return fail_with("ibv_destroy_cq", libc::EINVAL, "NULL cq");
-        }
-        // SAFETY: a live CQ.
-        unsafe {
-            let c = ctx_of(cq);
-            let h = (*cq).handle;
-            if let Err(e) = c.dev.with_engine(|e, _| e.destroy_cq(h)) {
-                return fail("ibv_destroy_cq", &e);
-            }
-            c.objects().cqs.remove(&h);
-            let channel = (*cq).channel;
-            if !channel.is_null() {
-                c.dev.unbind_cq_channel(h);
-                AtomicU32::from_ptr(ptr::addr_of_mut!((*channel).refcnt).cast())
-                    .fetch_sub(1, Ordering::Relaxed);
-            }
-            objects::free(cq);
-        }
-        0
-    })
+    // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
+    // the release closure runs inside it on that live object, once.
+    unsafe {
+        destroy(
+            "ibv_destroy_cq",
+            cq,
+            |q| q.handle,
+            |e, h| e.destroy_cq(h),
+            |c, cq, h| {
+                c.objects().cqs.remove(&h);
+                // A live CQ (its channel, if any, outlives it), freed once.
+                let channel = (*cq).channel;
+                if !channel.is_null() {
+                    c.dev.unbind_cq_channel(h);
+                    AtomicU32::from_ptr(ptr::addr_of_mut!((*channel).refcnt).cast())
+                        .fetch_sub(1, Ordering::Relaxed);
+                }
+                objects::free(cq);
+            },
+        )
+    }
 }
 
 /// `ibv_resize_cq`: not supported (the depth is fixed at creation).
@@ -523,22 +551,21 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
 
 /// EBUSY while QPs use it.
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    guard(libc::EIO, || {
-        if srq.is_null() {
-            return fail_with("ibv_destroy_srq", libc::EINVAL, "NULL srq");
-        }
-        // SAFETY: a live Srq.
-        unsafe {
-            let c = ctx_of(srq);
-            let h = (*srq).handle;
-            if let Err(e) = c.dev.with_engine(|e, _| e.destroy_srq(h)) {
-                return fail("ibv_destroy_srq", &e);
-            }
-            c.objects().srqs.remove(&h);
-            objects::free(srq.cast::<Srq>());
-        }
-        0
-    })
+    // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
+    // the release closure runs inside it on that live object, once.
+    unsafe {
+        destroy(
+            "ibv_destroy_srq",
+            srq,
+            |q| q.handle,
+            |e, h| e.destroy_srq(h),
+            |c, srq, h| {
+                c.objects().srqs.remove(&h);
+                // A live Srq object, freed once.
+                objects::free(srq.cast::<Srq>());
+            },
+        )
+    }
 }
 
 // ----- queue pairs -----
@@ -695,24 +722,23 @@ pub unsafe extern "C" fn ibv_query_qp(
 
 /// Outstanding work is discarded without completions.
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    guard(libc::EIO, || {
-        if qp.is_null() {
-            return fail_with("ibv_destroy_qp", libc::EINVAL, "NULL qp");
-        }
-        // SAFETY: a live QP.
-        unsafe {
-            let c = ctx_of(qp);
-            let qpn = (*qp).qp_num;
-            if let Err(e) = c.dev.with_engine(|e, _| e.destroy_qp(qpn)) {
-                return fail("ibv_destroy_qp", &e);
-            }
-            // Withdrawn from same-host peers.
-            c.dev.publish_qp(qpn);
-            c.objects().qps.remove(&qpn);
-            objects::free(qp);
-        }
-        0
-    })
+    // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
+    // the release closure runs inside it on that live object, once.
+    unsafe {
+        destroy(
+            "ibv_destroy_qp",
+            qp,
+            |q| q.qp_num,
+            |e, qpn| e.destroy_qp(qpn),
+            |c, qp, qpn| {
+                // Withdrawn from same-host peers.
+                c.dev.publish_qp(qpn);
+                c.objects().qps.remove(&qpn);
+                // A live QP, freed once.
+                objects::free(qp);
+            },
+        )
+    }
 }
 
 // ----- address handles -----
@@ -750,22 +776,18 @@ unsafe fn create_ah(pd: *mut ibv_pd, a: &softrdma::AhAttr) -> *mut ibv_ah {
 }
 
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    guard(libc::EIO, || {
-        if ah.is_null() {
-            return fail_with("ibv_destroy_ah", libc::EINVAL, "NULL ah");
-        }
-        // SAFETY: a live AH.
-        unsafe {
-            let h = (*ah).handle;
-            match ctx_of(ah).dev.with_engine(|e, _| e.destroy_ah(h)) {
-                Ok(()) => {
-                    objects::free(ah);
-                    0
-                }
-                Err(e) => fail("ibv_destroy_ah", &e),
-            }
-        }
-    })
+    // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
+    // the release closure runs inside it on that live object, once.
+    unsafe {
+        destroy(
+            "ibv_destroy_ah",
+            ah,
+            |a| a.handle,
+            |e, h| e.destroy_ah(h),
+            // A live AH, freed once.
+            |_, ah, _| objects::free(ah),
+        )
+    }
 }
 
 /// `ibv_init_ah_from_wc`: the path back to the sender of a UD receive,
