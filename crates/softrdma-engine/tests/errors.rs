@@ -435,6 +435,42 @@ fn rem_access_err_bad_rkey_and_out_of_bounds() {
     }
 }
 
+/// Posts `op` from `a` on a second region of `b` (IOVA 0x7700_0000, 4 KiB,
+/// `access`, in `b`'s PD or a new one) after `prepare` (e.g. deregistration);
+/// returns the completion status. When it is not a success, the region must
+/// not have been accessed at all after `prepare`.
+fn op_on_extra_region(
+    name: &str,
+    op: MakeOp,
+    other_pd: bool,
+    access: AccessFlags,
+    prepare: impl FnOnce(&mut SimNet, MrKeys),
+) -> WcStatus {
+    let (mut net, a, b) = rc();
+    let pd = if other_pd {
+        net.nodes[1].alloc_pd()
+    } else {
+        b.pd
+    };
+    let (m, k) = extra_mr(&mut net, &b, pd, 0x7700_0000, 4096, access);
+    m.fill_from(0, &[0xAB; 64]);
+    prepare(&mut net, k);
+    let accesses = m.accesses();
+    post_ok(
+        &mut net,
+        &a,
+        SendWr::new(1, op(0x7700_0000, k.rkey), vec![sge(&a, 0, 8)]),
+    );
+    settle(&mut net);
+    let wcs = poll(&mut net, &a);
+    assert_eq!(wcs.len(), 1, "{name}: {wcs:?}");
+    if wcs[0].status != WcStatus::Success {
+        assert_eq!(m.accesses(), accesses, "{name}: the region was touched");
+        assert_eq!(&m.snapshot()[..64], &[0xAB; 64][..], "{name}");
+    }
+    wcs[0].status
+}
+
 #[test]
 fn rem_access_err_missing_rights_on_the_region() {
     let want = [
@@ -444,38 +480,13 @@ fn rem_access_err_missing_rights_on_the_region() {
         ("CMP_SWAP", AccessFlags::REMOTE_ATOMIC),
     ];
     for ((name, op), (_, needed)) in ops().into_iter().zip(want) {
-        // A region with every right but the one needed.
+        // A region with every right but the one needed; with it, it works.
         let all = all_access();
         let access = AccessFlags::from_bits_retain(all.bits() & !needed.bits());
-        let (mut net, a, b) = rc();
-        let (m, k) = extra_mr(&mut net, &b, b.pd, 0x7700_0000, 4096, access);
-        m.fill_from(0, &[0xAB; 64]);
-        post_ok(
-            &mut net,
-            &a,
-            SendWr::new(1, op(0x7700_0000, k.rkey), vec![sge(&a, 0, 8)]),
-        );
-        settle(&mut net);
-        assert_eq!(
-            statuses(&poll(&mut net, &a)),
-            vec![(1, WcStatus::RemAccessErr)],
-            "{name}"
-        );
-        assert_eq!(&m.snapshot()[..64], &[0xAB; 64][..], "{name}");
-        // With the right it works.
-        let (mut net, a, b) = rc();
-        let (_m, k) = extra_mr(&mut net, &b, b.pd, 0x7700_0000, 4096, all);
-        post_ok(
-            &mut net,
-            &a,
-            SendWr::new(1, op(0x7700_0000, k.rkey), vec![sge(&a, 0, 8)]),
-        );
-        settle(&mut net);
-        assert_eq!(
-            statuses(&poll(&mut net, &a)),
-            vec![(1, WcStatus::Success)],
-            "{name}"
-        );
+        let status = op_on_extra_region(name, op, false, access, |_, _| {});
+        assert_eq!(status, WcStatus::RemAccessErr, "{name}");
+        let status = op_on_extra_region(name, op, false, all, |_, _| {});
+        assert_eq!(status, WcStatus::Success, "{name}");
     }
 }
 
@@ -517,50 +528,17 @@ fn rem_access_err_missing_rights_on_the_qp() {
 #[test]
 fn rem_access_err_region_of_another_pd() {
     for (name, op) in ops() {
-        let (mut net, a, b) = rc();
-        let pd2 = net.nodes[1].alloc_pd();
-        let (m, k) = extra_mr(&mut net, &b, pd2, 0x7700_0000, 4096, all_access());
-        m.fill_from(0, &[0xAB; 64]);
-        post_ok(
-            &mut net,
-            &a,
-            SendWr::new(1, op(0x7700_0000, k.rkey), vec![sge(&a, 0, 8)]),
-        );
-        settle(&mut net);
-        assert_eq!(
-            statuses(&poll(&mut net, &a)),
-            vec![(1, WcStatus::RemAccessErr)],
-            "{name}"
-        );
-        assert_eq!(&m.snapshot()[..64], &[0xAB; 64][..], "{name}");
+        let status = op_on_extra_region(name, op, true, all_access(), |_, _| {});
+        assert_eq!(status, WcStatus::RemAccessErr, "{name}");
     }
 }
 
 #[test]
 fn rem_access_err_deregistered_region() {
     for (name, op) in ops() {
-        let (mut net, a, b) = rc();
-        let (m, k) = extra_mr(&mut net, &b, b.pd, 0x7700_0000, 4096, all_access());
-        m.fill_from(0, &[0xAB; 64]);
-        net.nodes[1].dereg_mr(k.lkey).unwrap();
-        let accesses = m.accesses();
-        post_ok(
-            &mut net,
-            &a,
-            SendWr::new(1, op(0x7700_0000, k.rkey), vec![sge(&a, 0, 8)]),
-        );
-        settle(&mut net);
-        assert_eq!(
-            statuses(&poll(&mut net, &a)),
-            vec![(1, WcStatus::RemAccessErr)],
-            "{name}"
-        );
-        assert_eq!(
-            m.accesses(),
-            accesses,
-            "{name}: a deregistered region was touched"
-        );
-        assert_eq!(&m.snapshot()[..64], &[0xAB; 64][..]);
+        let dereg = |net: &mut SimNet, k: MrKeys| net.nodes[1].dereg_mr(k.lkey).unwrap();
+        let status = op_on_extra_region(name, op, false, all_access(), dereg);
+        assert_eq!(status, WcStatus::RemAccessErr, "{name}");
     }
 }
 
