@@ -95,6 +95,24 @@ fn refused(r: softrdma_engine::Result<()>, names: &[&str]) -> String {
     msg
 }
 
+/// Leaving out any one of `required` from the transition `(attr, mask)`
+/// is refused with a message naming it, and the QP stays in `state`.
+fn each_required_is_named(
+    e: &mut Engine,
+    q: u32,
+    (attr, mask): (&QpAttr, AttrMask),
+    required: &[AttrMask],
+    state: QpState,
+) {
+    for &missing in required {
+        refused(
+            e.modify_qp(t0(), q, attr, mask.difference(missing)),
+            &[&format!("missing: {}", missing.names()[0])],
+        );
+        assert_eq!(e.qp_state(q), Some(state));
+    }
+}
+
 #[test]
 fn rc_walks_every_state_through_the_engine() {
     let (mut e, _, _, q) = engine_with_qp(QpType::Rc);
@@ -137,20 +155,20 @@ fn rc_walks_every_state_through_the_engine() {
     assert_eq!(e.qp_state(q), Some(QpState::Init));
     // INIT→RTR
     let (a, m) = rtr_attr();
-    for missing in [
-        AttrMask::AV,
-        AttrMask::PATH_MTU,
-        AttrMask::DEST_QPN,
-        AttrMask::RQ_PSN,
-        AttrMask::MAX_DEST_RD_ATOMIC,
-        AttrMask::MIN_RNR_TIMER,
-    ] {
-        refused(
-            e.modify_qp(t0(), q, &a, m.difference(missing)),
-            &[&format!("missing: {}", missing.names()[0])],
-        );
-        assert_eq!(e.qp_state(q), Some(QpState::Init));
-    }
+    each_required_is_named(
+        &mut e,
+        q,
+        (&a, m),
+        &[
+            AttrMask::AV,
+            AttrMask::PATH_MTU,
+            AttrMask::DEST_QPN,
+            AttrMask::RQ_PSN,
+            AttrMask::MAX_DEST_RD_ATOMIC,
+            AttrMask::MIN_RNR_TIMER,
+        ],
+        QpState::Init,
+    );
     // A path MTU above the port's active MTU.
     let mut big = a;
     big.path_mtu = Mtu::Mtu4096;
@@ -179,19 +197,19 @@ fn rc_walks_every_state_through_the_engine() {
     assert_eq!(e.qp_state(q), Some(QpState::Rtr));
     // RTR→RTS
     let (a, m) = rts_attr();
-    for missing in [
-        AttrMask::SQ_PSN,
-        AttrMask::TIMEOUT,
-        AttrMask::RETRY_CNT,
-        AttrMask::RNR_RETRY,
-        AttrMask::MAX_QP_RD_ATOMIC,
-    ] {
-        refused(
-            e.modify_qp(t0(), q, &a, m.difference(missing)),
-            &[&format!("missing: {}", missing.names()[0])],
-        );
-        assert_eq!(e.qp_state(q), Some(QpState::Rtr));
-    }
+    each_required_is_named(
+        &mut e,
+        q,
+        (&a, m),
+        &[
+            AttrMask::SQ_PSN,
+            AttrMask::TIMEOUT,
+            AttrMask::RETRY_CNT,
+            AttrMask::RNR_RETRY,
+            AttrMask::MAX_QP_RD_ATOMIC,
+        ],
+        QpState::Rtr,
+    );
     // Out-of-range values name the attribute.
     let mut bad = a;
     bad.retry_cnt = 8;
