@@ -233,6 +233,108 @@ fn deregistered_region_is_rejected() {
     expect_access_error(&p, &ma, &keep, addr, rkey, 64);
 }
 
+/// A WRITE of `len` bytes from `ma` at 0 to `remote_addr`, and its completion.
+fn write_once(
+    p: &Pair,
+    ma: &Mr,
+    wr_id: u64,
+    remote_addr: u64,
+    rkey: u32,
+    len: u32,
+) -> WorkCompletion {
+    p.qa.post_send(&SendWr::new(
+        wr_id,
+        SendOp::Write { remote_addr, rkey },
+        vec![ma.sge(0, len)],
+    ))
+    .unwrap();
+    p.ca.wait(1, T).unwrap()[0]
+}
+
+/// After a first direct operation the initiator reuses what it looked up
+/// (QP, local region, link, target slot); every change made since must
+/// still be seen: another target region, the target's deregistration, the
+/// local region's deregistration, the QP leaving RTS.
+#[test]
+fn repeated_operations_see_every_change_in_between() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0x11; 4096]).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    let mb2 = p.pb.alloc_mr(4096, all()).unwrap();
+    for i in 0..3 {
+        let wc = write_once(&p, &ma, i, mb.addr() + 64 * i, mb.rkey(), 64);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    }
+    assert_eq!(mb.to_vec()[..192], [0x11; 192]);
+    // Another target region through the same QP and local region.
+    let wc = write_once(&p, &ma, 10, mb2.addr() + 8, mb2.rkey(), 32);
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    assert_eq!(mb2.to_vec()[8..40], [0x11; 32]);
+    assert_eq!(mb2.to_vec()[40], 0, "nothing past the WRITE");
+    assert_eq!(p.a.driver_counters().direct_ops, 4);
+
+    // The local region deregistered: its lkey is refused by the local side.
+    let ma2 = p.pa.alloc_mr(4096, all()).unwrap();
+    ma2.write(0, &[0x22; 4096]).unwrap();
+    let wc = write_once(&p, &ma2, 20, mb.addr(), mb.rkey(), 16);
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    let stale = ma2.sge(0, 16);
+    drop(ma2);
+    let before = mb.to_vec();
+    p.qa.post_send(&SendWr::new(
+        21,
+        SendOp::Write {
+            remote_addr: mb.addr() + 1024,
+            rkey: mb.rkey(),
+        },
+        vec![stale],
+    ))
+    .unwrap();
+    let wc = p.ca.wait(1, T).unwrap()[0];
+    assert_eq!(wc.status, WcStatus::LocProtErr, "{wc:?}");
+    assert!(mb.to_vec() == before, "target memory untouched");
+    assert_eq!(p.qa.state(), QpState::Err);
+}
+
+/// The target deregisters the region the initiator just wrote to directly:
+/// the next WRITE with its rkey fails and touches nothing.
+#[test]
+fn a_region_deregistered_between_two_direct_writes_is_rejected() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0x33; 4096]).unwrap();
+    let keep = p.pb.alloc_mr(4096, all()).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    let (addr, rkey) = (mb.addr(), mb.rkey());
+    for i in 0..2 {
+        let wc = write_once(&p, &ma, i, addr, rkey, 64);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    }
+    drop(mb);
+    expect_access_error(&p, &ma, &keep, addr, rkey, 64);
+}
+
+/// A QP moved to ERR after direct operations executes nothing more.
+#[test]
+fn a_qp_that_left_rts_after_direct_writes_executes_nothing() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0x44; 4096]).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    let wc = write_once(&p, &ma, 1, mb.addr(), mb.rkey(), 64);
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    let attr = QpAttr {
+        qp_state: QpState::Err,
+        ..Default::default()
+    };
+    p.qa.modify(&attr, AttrMask::STATE).unwrap();
+    let wc = write_once(&p, &ma, 2, mb.addr() + 512, mb.rkey(), 64);
+    assert_eq!(wc.status, WcStatus::WrFlushErr, "{wc:?}");
+    assert_eq!(mb.to_vec()[512], 0, "nothing written after leaving RTS");
+    assert_eq!(p.a.driver_counters().direct_ops, 1);
+}
+
 #[test]
 fn caller_memory_is_reached_by_cross_memory_attach() {
     let p = pair(Transport::Shm, all());
