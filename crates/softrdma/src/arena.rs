@@ -173,36 +173,20 @@ impl ArenaMap {
             let e = self.mr_entry(i);
             match e.state().load(Ordering::Acquire) {
                 EMPTY => return None,
-                VALID if e.rkey() == rkey => return Self::enter(e, rkey, i % MR_SLOTS),
+                VALID if e.rkey() == rkey => {
+                    e.readers().fetch_add(1, Ordering::AcqRel);
+                    // Re-check after announcing ourselves: a deregistration that
+                    // began meanwhile waits for us or we back off.
+                    if e.state().load(Ordering::Acquire) != VALID || e.rkey() != rkey {
+                        e.readers().fetch_sub(1, Ordering::AcqRel);
+                        return None;
+                    }
+                    return Some(MrGuard { e, info: e.info() });
+                }
                 _ => {}
             }
         }
         None
-    }
-
-    /// [`ArenaMap::enter_mr`] for a region that sat at table slot `slot`
-    /// (`MrGuard::slot`) when last entered; None when it is no longer there.
-    pub fn enter_mr_at(&self, slot: usize, rkey: u32) -> Option<MrGuard<'_>> {
-        let e = self.mr_entry(slot);
-        if e.state().load(Ordering::Acquire) != VALID || e.rkey() != rkey {
-            return None;
-        }
-        Self::enter(e, rkey, slot)
-    }
-
-    fn enter(e: MrEntry<'_>, rkey: u32, slot: usize) -> Option<MrGuard<'_>> {
-        e.readers().fetch_add(1, Ordering::AcqRel);
-        // Re-check after announcing ourselves: a deregistration that
-        // began meanwhile waits for us or we back off.
-        if e.state().load(Ordering::Acquire) != VALID || e.rkey() != rkey {
-            e.readers().fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(MrGuard {
-            e,
-            info: e.info(),
-            slot,
-        })
     }
 }
 
@@ -292,8 +276,6 @@ pub struct MrGuard<'a> {
     e: MrEntry<'a>,
     /// The region's table data.
     pub info: MrInfo,
-    /// Its slot in the table (for [`ArenaMap::enter_mr_at`]).
-    pub slot: usize,
 }
 
 impl Drop for MrGuard<'_> {

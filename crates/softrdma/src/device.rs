@@ -101,33 +101,6 @@ pub(crate) struct State {
     app_polls: u32,
     /// Idle polls in a row (see `poll_progress`).
     idle_polls: u32,
-    /// What the last direct operation looked up (see [`DirectRoute`]).
-    direct_route: Option<DirectRoute>,
-}
-
-/// What `try_direct` looked up and checked for a QP's last direct
-/// operation: the QP, the local region of its first SGE and the link to
-/// the peer. It is reused only while nothing else has touched the device
-/// state: [`Device::lock`] (every engine call, registration, the
-/// background thread) and every progress run drop it, and the link index
-/// is only trusted while the links' generation holds. So the QP is still
-/// RTS with an empty send queue, the local region still registered, the
-/// link still alive. The target's QP and region tables belong to a live
-/// peer that may change them at any time: those are checked on every
-/// operation, the region's table slot being only a hint.
-#[derive(Debug, Clone, Copy)]
-struct DirectRoute {
-    qpn: u32,
-    qp_type: QpType,
-    qp_pd: u32,
-    dest_qpn: u32,
-    lkey: u32,
-    local: LocalMr,
-    link: usize,
-    link_gen: u64,
-    /// The target region last entered, and its table slot.
-    rkey: u32,
-    mr_slot: usize,
 }
 
 /// A local region in the arena, for the initiator's direct copies.
@@ -270,7 +243,6 @@ impl Device {
                 udp_idle: 0,
                 app_polls: 0,
                 idle_polls: 0,
-                direct_route: None,
             }),
             sock,
             wake,
@@ -296,17 +268,7 @@ impl Device {
         Instant(self.origin.elapsed().as_nanos() as u64)
     }
 
-    /// Locks the device state for anything but the two hot paths (a poll
-    /// that only reads the CQ, a direct operation): whoever locks it this
-    /// way may change what a cached [`DirectRoute`] was checked against,
-    /// so the route goes.
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        let mut st = self.lock_hot();
-        st.direct_route = None;
-        st
-    }
-
-    fn lock_hot(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -355,7 +317,7 @@ impl Device {
         pre: impl FnOnce(&mut State, &mut C) -> Option<R>,
         post: impl FnOnce(&mut State, &mut C) -> R,
     ) -> R {
-        let mut st = self.lock_hot();
+        let mut st = self.lock();
         if let Some(r) = pre(&mut st, c) {
             st.app_polls = st.app_polls.wrapping_add(1);
             // Often enough that the background thread, which leaves the
@@ -390,7 +352,6 @@ impl Device {
             if mark_app {
                 self.last_app_poll.store(now.0, Ordering::Release);
             }
-            st.direct_route = None;
             self.progress(&mut st, now);
             // A polling application's background thread wakes on its own
             // within the APP_ACTIVE window and runs due timers then; waking
@@ -654,42 +615,37 @@ impl Device {
         if wr.flags.contains(SendFlags::INLINE) || wr.sg_list.len() > MAX_SGE {
             return false;
         }
-        let mut guard_st = self.lock_hot();
+        let mut guard_st = self.lock();
         let st = &mut *guard_st;
-        let first_lkey = wr.sg_list.first().map(|s| s.lkey);
-        let mut route = match st.direct_route {
-            Some(r)
-                if r.qpn == qpn
-                    && Some(r.lkey) == first_lkey
-                    && r.link_gen == st.shm.generation =>
-            {
-                r
-            }
-            _ => match Self::direct_route_for(st, qpn, first_lkey) {
-                Some(r) => r,
-                None => return false,
-            },
-        };
-        if route.qp_type == QpType::Uc && need != AccessFlags::REMOTE_WRITE {
+        if st.arena.is_none() || st.shm.mode == crate::shm::Transport::Udp {
             return false;
         }
+        // Fields read in place: moving the returned struct out of its
+        // Option stalled on store forwarding (a tenth of this function).
+        let qi = st.engine.fast_qp_info(qpn);
+        let Some(info) = &qi else {
+            return false;
+        };
+        if info.state != QpState::Rts || !info.sq_empty || info.qp_type == QpType::Ud {
+            return false;
+        }
+        if info.qp_type == QpType::Uc && need != AccessFlags::REMOTE_WRITE {
+            return false;
+        }
+        let Some(dest) = info.dest else { return false };
+        let (qp_pd, dest_qpn) = (info.pd, info.dest_qpn);
         // Local SGEs: all in this device's arena, in the QP's PD, with the rights needed.
         let local_write = need != AccessFlags::REMOTE_WRITE;
         let mut local_buf = [(0usize, 0usize); MAX_SGE];
         let mut total = 0u64;
         for (slot, sge) in local_buf.iter_mut().zip(&wr.sg_list) {
-            let m = if sge.lkey == route.lkey {
-                route.local
-            } else {
-                match st.local_mrs.get(&sge.lkey) {
-                    Some(m) => *m,
-                    None => return false,
-                }
+            let Some(m) = st.local_mrs.get(&sge.lkey) else {
+                return false;
             };
             let Some(off) = sge.addr.checked_sub(m.iova) else {
                 return false;
             };
-            if m.pd != route.qp_pd
+            if m.pd != qp_pd
                 || off + u64::from(sge.length) > m.len
                 || (local_write && !m.access.contains(AccessFlags::LOCAL_WRITE))
             {
@@ -703,22 +659,17 @@ impl Device {
         if atomic && (total != 8 || remote_addr % 8 != 0) {
             return false;
         }
-        let Some(peer) = st.shm.arena_at(route.link) else {
+        let Some(peer) = st.shm.peer_arena(dest) else {
             return false;
         };
         // The target QP and region, as the peer published them.
-        let Some((tpd, tacc, tstate)) = peer.lookup_qp(route.dest_qpn) else {
+        let Some((tpd, tacc, tstate)) = peer.lookup_qp(dest_qpn) else {
             return false;
         };
         if !matches!(tstate, QpState::Rtr | QpState::Rts) || !tacc.contains(need) {
             return false;
         }
-        let entered = if route.rkey == rkey {
-            peer.enter_mr_at(route.mr_slot, rkey)
-        } else {
-            None
-        };
-        let Some(guard) = entered.or_else(|| peer.enter_mr(rkey)) else {
+        let Some(guard) = peer.enter_mr(rkey) else {
             return false;
         };
         if guard.info.pd != tpd || !guard.info.access.contains(need) {
@@ -732,10 +683,6 @@ impl Device {
         if atomic && ((guard.info.arena_off.wrapping_add(roff)) % 8 != 0 || local[0].0 % 8 != 0) {
             return false;
         }
-        route.rkey = rkey;
-        route.mr_slot = guard.slot;
-        let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
-        wc.byte_len = total as u32;
         let lp = |a: usize| a as *mut u8;
         if !guard.info.in_arena() {
             // Caller memory of the peer: cross-memory attach, WRITE and READ only
@@ -771,14 +718,7 @@ impl Device {
             if done != total as isize {
                 return false;
             }
-            st.engine.complete_executed(qpn, wr.flags, wc);
         } else {
-            // Nothing can fail from here on, so the completion goes first:
-            // no other thread sees the CQ before the device lock is
-            // released, after the access, and its work stays out of the
-            // time the store into the peer's line takes to leave this core
-            // (which the reader count's locked release below waits for).
-            st.engine.complete_executed(qpn, wr.flags, wc);
             let rp = |o: u64| peer.ptr((guard.info.arena_off + o) as usize);
             match wr.op {
                 SendOp::Write { .. } => {
@@ -814,44 +754,17 @@ impl Device {
                     let old = atomic_at(rp(roff)).fetch_add(add, Ordering::SeqCst);
                     atomic_at(lp(local[0].0)).store(old, Ordering::Release);
                 }
-                // The first match of this function let only the four above through.
-                _ => {}
+                _ => return false,
             }
         }
         drop(guard);
+        let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
+        wc.byte_len = total as u32;
         st.driver.direct_ops += 1;
-        st.direct_route = Some(route);
+        st.engine.complete_executed(qpn, wr.flags, wc);
         // An armed CQ's completion event goes out now, not at the next progress.
         self.route_events(st);
         true
-    }
-
-    /// Looks up and checks what a direct operation on `qpn` needs besides
-    /// the target's tables: the QP (RTS, nothing outstanding, not UD), the
-    /// link to its destination's arena and the local region of `lkey`.
-    fn direct_route_for(st: &mut State, qpn: u32, lkey: Option<u32>) -> Option<DirectRoute> {
-        if st.arena.is_none() || st.shm.mode == crate::shm::Transport::Udp {
-            return None;
-        }
-        let info = st.engine.fast_qp_info(qpn)?;
-        if info.state != QpState::Rts || !info.sq_empty || info.qp_type == QpType::Ud {
-            return None;
-        }
-        let lkey = lkey?;
-        let local = *st.local_mrs.get(&lkey)?;
-        let link = st.shm.peer_arena_index(info.dest?)?;
-        Some(DirectRoute {
-            qpn,
-            qp_type: info.qp_type,
-            qp_pd: info.pd,
-            dest_qpn: info.dest_qpn,
-            lkey,
-            local,
-            link,
-            link_gen: st.shm.generation,
-            rkey: 0,
-            mr_slot: usize::MAX,
-        })
     }
 
     /// Publishes a QP's PD, access flags and state for same-host peers.
@@ -887,7 +800,6 @@ impl Device {
                 // Timers set by the application's last polls (a held ACK)
                 // run even if it went on to do something else meanwhile.
                 if let Ok(mut st) = self.state.try_lock() {
-                    st.direct_route = None;
                     let now = self.now();
                     if st.engine.poll_timeout().is_some_and(|t| t <= now) {
                         st.engine.handle_timeout(now);

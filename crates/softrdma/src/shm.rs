@@ -258,9 +258,6 @@ pub(crate) struct ShmHub {
     pollfds: Vec<libc::pollfd>,
     /// `accept` just polled every link socket (see `check_dead`).
     polled: bool,
-    /// Changes whenever a link is added, marked dead or dropped, so that
-    /// an index into the links taken earlier can be trusted while it holds.
-    pub generation: u64,
     pub counters: ShmCounters,
 }
 
@@ -285,7 +282,6 @@ impl ShmHub {
             buf: vec![0; SLOT_DATA],
             pollfds: Vec::new(),
             polled: false,
-            generation: 0,
             counters: ShmCounters::default(),
         };
         if mode != Transport::Udp {
@@ -364,7 +360,6 @@ impl ShmHub {
                 link.rx.sleeping().store(1, Ordering::SeqCst);
                 poke(self.wake_fd);
                 self.counters.links += 1;
-                self.generation += 1;
                 self.links.retain(|x| x.peer != link.peer);
                 self.links.push(link);
             }
@@ -386,7 +381,6 @@ impl ShmHub {
                 link.rx.sleeping().store(1, Ordering::SeqCst);
                 poke(self.wake_fd);
                 self.counters.links += 1;
-                self.generation += 1;
                 self.links.retain(|x| x.peer != dst);
                 self.links.push(link);
                 Some(self.links.len() - 1)
@@ -454,16 +448,10 @@ impl ShmHub {
         n
     }
 
-    /// The index of the link to `dst` when its peer shares an arena; valid
-    /// for [`ShmHub::arena_at`] while `generation` stays the same.
-    pub fn peer_arena_index(&mut self, dst: SocketAddr) -> Option<usize> {
+    /// The arena of the same-host peer at `dst`, setting up the link if needed.
+    pub fn peer_arena(&mut self, dst: SocketAddr) -> Option<&crate::arena::ArenaMap> {
         let i = self.link_index(dst)?;
-        self.links[i].arena.is_some().then_some(i)
-    }
-
-    /// The arena of link `i` (from [`ShmHub::peer_arena_index`]).
-    pub fn arena_at(&self, i: usize) -> Option<&crate::arena::ArenaMap> {
-        self.links.get(i).filter(|l| !l.dead)?.arena.as_ref()
+        self.links[i].arena.as_ref()
     }
 
     /// Says this device is about to sleep; false if a ring already holds packets.
@@ -496,16 +484,11 @@ impl ShmHub {
                     libc::MSG_PEEK | libc::MSG_DONTWAIT,
                 )
             };
-            if r == 0 && !l.dead {
+            if r == 0 {
                 l.dead = true;
-                self.generation += 1;
             }
         }
-        let before = self.links.len();
         self.links.retain(|l| !l.dead || !l.rx.is_empty());
-        if self.links.len() != before {
-            self.generation += 1;
-        }
     }
 }
 
