@@ -19,6 +19,11 @@
 #     msg (1 MiB ping-pong).  Goal: >= 1.0 x fi_pingpong.
 #   shm 8 B latency / 1 MiB bandwidth: softrdma --transport shm vs UCX
 #     ucp_put_lat / ucp_put_bw over posix shared memory, and fi_pingpong shm.
+#     Goals: <= 1.0 x ucp_put_lat, >= 0.9 x ucp_put_bw.
+#   shm 8 B READ and fetch-and-add, per operation: softrdma read_lat /
+#     atomic_lat vs UCX ucp_get / ucp_fadd (no goal; same run for reference).
+#   shm floor: bench/shm_floor.c (built with cc when there is one), a raw
+#     8-byte store-and-spin ping-pong between two processes, no library.
 
 set -u
 cd "$(dirname "$0")/.."
@@ -27,7 +32,8 @@ ROUNDS=${ROUNDS:-3}
 SRV_CPU=0
 CLI_CPU=1
 WORK=$(mktemp -d /tmp/softrdma-peers.XXXXXX)
-PORT=47000
+# A random base, so that a second run (or anything else on 47xxx) does not collide.
+PORT=$((20000 + RANDOM % 20000))
 
 log() { printf '%s\n' "$*" >&2; }
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -132,11 +138,21 @@ round() {
     fi
 
     # --- shared memory ---
+    if [ -x "$WORK/shm_floor" ]; then
+        record shm_floor "$(timeout 30 "$WORK/shm_floor" 1000000 | awk '/one-way/ {print $2}')"
+    fi
     next_port
     if pair "sr_shm_lat.$r" 60 40 "$SOFTRDMA perf write_lat --server -p $PORT --transport shm" \
         "$SOFTRDMA perf write_lat 127.0.0.1 -p $PORT -s 8 -n 100000 --transport shm"; then
         v=$(sr_lat "$WORK/sr_shm_lat.$r.out"); record sr_shm_lat_med "${v% *}"; record sr_shm_lat_avg "${v#* }"
     fi
+    for t in read atomic; do
+        next_port
+        if pair "sr_shm_$t.$r" 60 40 "$SOFTRDMA perf ${t}_lat --server -p $PORT --transport shm" \
+            "$SOFTRDMA perf ${t}_lat 127.0.0.1 -p $PORT -s 8 -n 100000 --transport shm"; then
+            v=$(sr_lat "$WORK/sr_shm_$t.$r.out"); record "sr_shm_${t}_med" "${v% *}"
+        fi
+    done
     next_port
     if pair "sr_shm_bw.$r" 90 60 "$SOFTRDMA perf write_bw --server -p $PORT --transport shm" \
         "$SOFTRDMA perf write_bw 127.0.0.1 -p $PORT -s 1048576 -n 5000 --transport shm"; then
@@ -151,6 +167,12 @@ round() {
         pair "ucx_bw.$r" 45 30 "env UCX_TLS=posix,self ucx_perftest -p $PORT -c $SRV_CPU" \
             "env UCX_TLS=posix,self ucx_perftest 127.0.0.1 -p $PORT -c $CLI_CPU -t ucp_put_bw -s 1048576 -n 5000 -w 500 -f"
         record ucx_bw "$(ucx_bw "$WORK/ucx_bw.$r.out")"
+        for t in get fadd; do
+            next_port
+            pair "ucx_$t.$r" 45 30 "env UCX_TLS=posix,self ucx_perftest -p $PORT -c $SRV_CPU" \
+                "env UCX_TLS=posix,self ucx_perftest 127.0.0.1 -p $PORT -c $CLI_CPU -t ucp_$t -s 8 -n 1000000 -w 100000 -f"
+            v=$(ucx_lat "$WORK/ucx_$t.$r.out"); record "ucx_${t}_med" "${v% *}"
+        done
     fi
     if have fi_pingpong; then
         next_port
@@ -163,6 +185,10 @@ round() {
         record fi_shm_bw "$(fi_bw "$WORK/fi_shm_bw.$r.out")"
     fi
 }
+
+if have cc; then
+    cc -O2 -o "$WORK/shm_floor" bench/shm_floor.c || log "bench/shm_floor.c did not build"
+fi
 
 for r in $(seq 1 "$ROUNDS"); do round "$r"; done
 
@@ -183,9 +209,12 @@ SRB=$(median sr_udp_bw); FNB=$(median fi_net_bw)
 SSL=$(median sr_shm_lat_med); SSLA=$(median sr_shm_lat_avg); SSB=$(median sr_shm_bw)
 UL=$(median ucx_lat_med); ULA=$(median ucx_lat_avg); UB=$(median ucx_bw)
 FSL=$(median fi_shm_lat); FSB=$(median fi_shm_bw)
+SRR=$(median sr_shm_read_med); SRA=$(median sr_shm_atomic_med)
+UG=$(median ucx_get_med); UF=$(median ucx_fadd_med); SF=$(median shm_floor)
 miss() { have "$1" || echo " ($1 not installed)"; }
 
 R1=$(ratio "$SRL" "$SPL"); R1A=$(ratio "$SRLA" "$SPLA"); R5=$(ratio "$SRB" "$FNB")
+R6=$(ratio "$SSL" "$UL"); R7=$(ratio "$SSB" "$UB")
 echo
 echo "Medians of $ROUNDS rounds; server on CPU $SRV_CPU, client on CPU $CLI_CPU; latency is half a round trip."
 echo
@@ -196,11 +225,15 @@ echo "| UDP | 8 B latency, average | $(val "$SRLA" µs) | sockperf UDP busy-poll
 echo "| UDP | 8 B latency | $(val "$SRL" µs) | fi_pingpong udp dgram (average)$(miss fi_pingpong) | $(val "$FUL" µs) | $(ratio "$SRL" "$FUL") | – |"
 echo "| UDP | 8 B latency | $(val "$SRL" µs) | fi_pingpong net msg (average) | $(val "$FNL" µs) | $(ratio "$SRL" "$FNL") | – |"
 echo "| UDP | 1 MiB bandwidth | $(val "$SRB" GB/s) | fi_pingpong net msg 1 MiB | $(val "$FNB" GB/s) | $R5 | ≥ 1.0: $(goal "$R5" ge 1.0) |"
-echo "| shm | 8 B latency, median | $(val "$SSL" µs) | UCX ucp_put_lat posix, median$(miss ucx_perftest) | $(val "$UL" µs) | $(ratio "$SSL" "$UL") | – |"
+echo "| shm | 8 B latency, median | $(val "$SSL" µs) | UCX ucp_put_lat posix, median$(miss ucx_perftest) | $(val "$UL" µs) | $R6 | ≤ 1.0: $(goal "$R6" le 1.0) |"
 echo "| shm | 8 B latency, average | $(val "$SSLA" µs) | UCX ucp_put_lat posix, average | $(val "$ULA" µs) | $(ratio "$SSLA" "$ULA") | – |"
 echo "| shm | 8 B latency | $(val "$SSL" µs) | fi_pingpong shm rdm (average) | $(val "$FSL" µs) | $(ratio "$SSL" "$FSL") | – |"
-echo "| shm | 1 MiB bandwidth | $(val "$SSB" GB/s) | UCX ucp_put_bw posix | $(val "$UB" GB/s) | $(ratio "$SSB" "$UB") | – |"
+echo "| shm | 8 B latency | $(val "$SSL" µs) | raw store-and-spin floor, bench/shm_floor.c (average)$(have cc || echo ' (no cc)') | $(val "$SF" µs) | $(ratio "$SSL" "$SF") | – |"
+echo "| shm | (UCX) 8 B latency | $(val "$UL" µs) | the same floor | $(val "$SF" µs) | $(ratio "$UL" "$SF") | – |"
+echo "| shm | 1 MiB bandwidth | $(val "$SSB" GB/s) | UCX ucp_put_bw posix | $(val "$UB" GB/s) | $R7 | ≥ 0.9: $(goal "$R7" ge 0.9) |"
 echo "| shm | 1 MiB bandwidth | $(val "$SSB" GB/s) | fi_pingpong shm rdm 1 MiB | $(val "$FSB" GB/s) | $(ratio "$SSB" "$FSB") | – |"
+echo "| shm | 8 B READ, per operation, median | $(val "$SRR" µs) | UCX ucp_get posix (8 B), median | $(val "$UG" µs) | $(ratio "$SRR" "$UG") | – |"
+echo "| shm | 8 B fetch-and-add, per operation, median | $(val "$SRA" µs) | UCX ucp_fadd posix, median | $(val "$UF" µs) | $(ratio "$SRA" "$UF") | – |"
 echo
 echo "softrdma: median = perftest's t_typical, average = t_avg; bandwidth = BW average (perftest's MB = 2^20 B, shown here in GB = 10^9 B)."
 echo "fi_pingpong: usec/xfer and MB/sec (10^6 B) of a ping-pong; UCX: 50%ile and average, MB/s (2^20 B) converted to GB/s."
