@@ -24,6 +24,9 @@
 #     atomic_lat vs UCX ucp_get / ucp_fadd (no goal; same run for reference).
 #   shm floor: bench/shm_floor.c (built with cc when there is one), a raw
 #     8-byte store-and-spin ping-pong between two processes, no library.
+#   UDP floors: bench/udp_floor.c, busy-poll ping-pongs with one datagram
+#     per turn (sockperf's pattern) and with the two an RC WRITE turn needs
+#     (WRITE + ACK as one GSO send, one GRO receive), no RoCE processing.
 
 set -u
 cd "$(dirname "$0")/.."
@@ -107,6 +110,12 @@ round() {
         "$SOFTRDMA perf write_lat 127.0.0.1 -p $PORT -s 8 -n 20000 --transport udp"; then
         v=$(sr_lat "$WORK/sr_udp_lat.$r.out"); record sr_udp_lat_med "${v% *}"; record sr_udp_lat_avg "${v#* }"
     fi
+    if [ -x "$WORK/udp_floor" ]; then
+        next_port; next_port
+        record udp_floor1 "$(taskset -c $SRV_CPU,$CLI_CPU timeout 30 "$WORK/udp_floor" 1 $PORT | awk '/one-way/ {print $2}')"
+        next_port; next_port
+        record udp_floor2 "$(taskset -c $SRV_CPU,$CLI_CPU timeout 30 "$WORK/udp_floor" 2 $PORT | awk '/one-way/ {print $2}')"
+    fi
     if have sockperf; then
         next_port
         pair "sp_udp.$r" 30 20 "sockperf server -i 127.0.0.1 -p $PORT --nonblocked" \
@@ -188,6 +197,7 @@ round() {
 
 if have cc; then
     cc -O2 -o "$WORK/shm_floor" bench/shm_floor.c || log "bench/shm_floor.c did not build"
+    cc -O2 -o "$WORK/udp_floor" bench/udp_floor.c || log "bench/udp_floor.c did not build"
 fi
 
 for r in $(seq 1 "$ROUNDS"); do round "$r"; done
@@ -206,6 +216,7 @@ SRL=$(median sr_udp_lat_med); SRLA=$(median sr_udp_lat_avg)
 SPL=$(median sp_udp_med); SPLA=$(median sp_udp_avg)
 FUL=$(median fi_udp_lat); FNL=$(median fi_net_lat)
 SRB=$(median sr_udp_bw); FNB=$(median fi_net_bw)
+UF1=$(median udp_floor1); UF2=$(median udp_floor2)
 SSL=$(median sr_shm_lat_med); SSLA=$(median sr_shm_lat_avg); SSB=$(median sr_shm_bw)
 UL=$(median ucx_lat_med); ULA=$(median ucx_lat_avg); UB=$(median ucx_bw)
 FSL=$(median fi_shm_lat); FSB=$(median fi_shm_bw)
@@ -224,6 +235,9 @@ echo "| UDP | 8 B latency, median | $(val "$SRL" µs) | sockperf UDP busy-poll (
 echo "| UDP | 8 B latency, average | $(val "$SRLA" µs) | sockperf UDP busy-poll (64 B), average | $(val "$SPLA" µs) | $R1A | ≤ 1.25: $(goal "$R1A" le 1.25) |"
 echo "| UDP | 8 B latency | $(val "$SRL" µs) | fi_pingpong udp dgram (average)$(miss fi_pingpong) | $(val "$FUL" µs) | $(ratio "$SRL" "$FUL") | – |"
 echo "| UDP | 8 B latency | $(val "$SRL" µs) | fi_pingpong net msg (average) | $(val "$FNL" µs) | $(ratio "$SRL" "$FNL") | – |"
+echo "| UDP | 8 B latency | $(val "$SRL" µs) | floor, one datagram per turn, bench/udp_floor.c 1 (average)$(have cc || echo ' (no cc)') | $(val "$UF1" µs) | $(ratio "$SRL" "$UF1") | – |"
+echo "| UDP | 8 B latency | $(val "$SRL" µs) | floor, WRITE + ACK per turn (GSO), bench/udp_floor.c 2 (average) | $(val "$UF2" µs) | $(ratio "$SRL" "$UF2") | – |"
+echo "| UDP | (floors) 8 B latency | $(val "$UF2" µs) | floor with WRITE + ACK against sockperf, median | $(val "$SPL" µs) | $(ratio "$UF2" "$SPL") | – |"
 echo "| UDP | 1 MiB bandwidth | $(val "$SRB" GB/s) | fi_pingpong net msg 1 MiB | $(val "$FNB" GB/s) | $R5 | ≥ 1.0: $(goal "$R5" ge 1.0) |"
 echo "| shm | 8 B latency, median | $(val "$SSL" µs) | UCX ucp_put_lat posix, median$(miss ucx_perftest) | $(val "$UL" µs) | $R6 | ≤ 1.0: $(goal "$R6" le 1.0) |"
 echo "| shm | 8 B latency, average | $(val "$SSLA" µs) | UCX ucp_put_lat posix, average | $(val "$ULA" µs) | $(ratio "$SSLA" "$ULA") | – |"
