@@ -161,6 +161,7 @@ const PSEUDO_MAX: usize = 40 + 8 + bth::HEADER_LEN;
 /// their variant fields masked, and the BTH with byte 4 masked, for a
 /// packet whose UDP payload (BTH up to, not including, the ICRC) is `len`
 /// bytes. Returns the bytes and how many of them are used.
+#[inline(always)]
 fn pseudo_header(
     ep: &Endpoints,
     len: usize,
