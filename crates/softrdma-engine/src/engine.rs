@@ -1079,6 +1079,7 @@ impl Engine {
             ack_req_every: self.cfg.ack_req_every,
             ack_delay_ns: 0,
             now: Instant(0),
+            gather: false,
         };
         if let Some(t) = qp.next_response(&mut self.res, &mut ctx) {
             buf.truncate(t.len);
@@ -1088,6 +1089,49 @@ impl Engine {
 
     /// Writes the next packet to send into `buf` (at least 4096 + 64 bytes).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.poll_transmit_inner(now, buf, false)
+    }
+
+    /// Like [`Self::poll_transmit`], but a request's payload that lies in
+    /// one SGE of a region with a [`crate::RegionMemory::tx_addr`] stays
+    /// there: the packet is `buf` with the hole that
+    /// [`Transmit::payload`] describes filled from that address (headers,
+    /// pad and an ICRC over the whole packet are in `buf`). The driver
+    /// sends the pieces as one datagram (a gathering `sendmsg`) and so
+    /// copies the payload once, into the kernel, instead of twice.
+    pub fn poll_transmit_gather(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.poll_transmit_inner(now, buf, true)
+    }
+
+    /// Fills the hole of a packet from [`Self::poll_transmit_gather`]
+    /// with its payload, copied out of the region (for paths that need
+    /// the packet whole: captures, shared-memory rings). `buf` is the
+    /// buffer `t` was built in. False (and nothing copied) when `t` has no
+    /// payload by reference, the region is gone, or `buf` is too short.
+    pub fn copy_payload(&self, t: &Transmit, buf: &mut [u8]) -> bool {
+        let Some(p) = t.payload else { return false };
+        let Some(mr) = self.res.mrs.get(&p.lkey) else {
+            return false;
+        };
+        let Some(dst) = buf.get_mut(p.offset..p.offset + p.len) else {
+            return false;
+        };
+        if p.region_offset
+            .checked_add(p.len)
+            .is_none_or(|e| e > mr.mem.len())
+        {
+            return false;
+        }
+        mr.mem.read(p.region_offset, dst);
+        true
+    }
+
+    fn poll_transmit_inner(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<Transmit> {
         if let Some((t, bytes)) = self.parting.pop_front() {
             if let Some(dst) = buf.get_mut(..bytes.len()) {
                 dst.copy_from_slice(&bytes);
@@ -1106,6 +1150,7 @@ impl Engine {
                 ack_req_every: self.cfg.ack_req_every,
                 ack_delay_ns: self.cfg.ack_delay_ns,
                 now,
+                gather,
             };
             let tx = qp.next_response(&mut self.res, &mut ctx).or_else(|| {
                 let t = qp.next_request(&mut self.res, &mut ctx);

@@ -39,12 +39,12 @@ pub use engine::{
     Engine, EngineConfig, FastQpInfo, QpInit, SrcPortPolicy, SrqInit, MAX_CQE, MAX_QP,
 };
 pub use error::{errno, Result, VerbsError};
-pub use memory::{RegionMemory, VecMemory};
+pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};
 pub use qp_attr::{
     AccessFlags, AhAttr, AttrLimits, AttrMask, Gid, ModifyQpError, Mtu, QpAttr, QpCap, QpState,
     QpType,
 };
-pub use requester::{Transmit, MAX_MSG_SIZE};
+pub use requester::{Transmit, TxPayload, MAX_MSG_SIZE};
 pub use resources::{Event, MrKeys};
 pub use responder::GRH_LEN;
 pub use rng::Rng;

@@ -31,6 +31,27 @@ pub trait RegionMemory: Send + Sync {
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64;
     /// Atomically: `old = *p; *p = old + add; old` (wrapping).
     fn fetch_add(&self, offset: usize, add: u64) -> u64;
+
+    /// For zero-copy sends ([`crate::Engine::poll_transmit_gather`]): the
+    /// address of the byte at `offset` in the driver's process, when the
+    /// driver can let the kernel read the bytes from there while it sends.
+    /// The engine never reads through it; it only hands it back in
+    /// [`crate::TxPayload`]. `None` (the default): the engine copies the
+    /// payload into the packet.
+    fn tx_addr(&self, offset: usize) -> Option<usize> {
+        let _ = offset;
+        None
+    }
+
+    /// The CRC-32 continuing from `crc` over `head` and then the `len`
+    /// bytes at `offset` (as `softrdma_wire::icrc::crc32` computes it):
+    /// the ICRC of a payload sent by reference. The default reads the
+    /// bytes out with [`Self::read`]; drivers read them in place.
+    fn crc32(&self, crc: u32, head: &[u8], offset: usize, len: usize) -> u32 {
+        let mut buf = vec![0u8; len];
+        self.read(offset, &mut buf);
+        softrdma_wire::icrc::crc32(crc, head, &buf)
+    }
 }
 
 /// A region model backed by a `Vec`, for tests and simulation. Every access
@@ -40,7 +61,12 @@ pub trait RegionMemory: Send + Sync {
 pub struct VecMemory {
     bytes: Mutex<Vec<u8>>,
     accesses: AtomicU64,
+    /// Pretends to offer zero-copy sends ([`Self::by_reference`]).
+    by_reference: bool,
 }
+
+/// The pretend address of byte 0 of a [`VecMemory::by_reference`] region.
+pub const VEC_MEMORY_TX_BASE: usize = 0x5A00_0000_0000;
 
 impl VecMemory {
     /// A zero-filled region of `len` bytes.
@@ -53,6 +79,19 @@ impl VecMemory {
         VecMemory {
             bytes: Mutex::new(bytes),
             accesses: AtomicU64::new(0),
+            by_reference: false,
+        }
+    }
+
+    /// A zero-filled region that offers its bytes for sends by reference
+    /// ([`RegionMemory::tx_addr`]) at the pretend address
+    /// [`VEC_MEMORY_TX_BASE`]` + offset`: the engine then leaves payloads
+    /// in it, and whoever carries the packets fills them in with
+    /// [`crate::Engine::copy_payload`] (the simulator does).
+    pub fn by_reference(len: usize) -> Self {
+        VecMemory {
+            by_reference: true,
+            ..Self::new(len)
         }
     }
 
@@ -112,6 +151,9 @@ impl RegionMemory for VecMemory {
             self.lock()[offset..offset + 8].copy_from_slice(&swap.to_ne_bytes());
         }
         old
+    }
+    fn tx_addr(&self, offset: usize) -> Option<usize> {
+        self.by_reference.then_some(VEC_MEMORY_TX_BASE + offset)
     }
     fn fetch_add(&self, offset: usize, add: u64) -> u64 {
         self.check(offset, 8, "atomic");

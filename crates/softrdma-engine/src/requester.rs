@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use softrdma_wire::packet::{emit_in_place, payload_offset};
+use softrdma_wire::packet::{emit_around, emit_in_place, payload_offset};
 use softrdma_wire::{
     aeth, AtomicEthRepr, BthRepr, DethRepr, Endpoints, Headers, NakCode, OpKind, Opcode,
     PacketRepr, Position, Psn, RethRepr, Syndrome, Transport,
@@ -31,6 +31,42 @@ pub struct Transmit {
     pub endpoints: Endpoints,
     /// The QP that sent it.
     pub qpn: u32,
+    /// With [`crate::Engine::poll_transmit_gather`]: the payload was left
+    /// in registered memory, and the packet is the buffer with this hole
+    /// filled from there.
+    pub payload: Option<TxPayload>,
+}
+
+/// A payload sent by reference: `len` bytes at process address `addr`
+/// (what the region's [`crate::RegionMemory::tx_addr`] gave) belong at
+/// `offset` in the packet. The buffer holds everything else: headers
+/// before the hole, pad and ICRC after it (the ICRC already covers the
+/// payload). The address stays valid while the region is registered: a
+/// driver sends (or copies) the packet before it lets anything deregister
+/// regions, and applications must not change memory a send WR reads
+/// before its completion (the ICRC was computed when the packet was built).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxPayload {
+    /// Where the payload starts in the packet.
+    pub offset: usize,
+    /// Its length.
+    pub len: usize,
+    /// Its address in the driver's process.
+    pub addr: usize,
+    /// The region it lies in (local key) and its offset there, for
+    /// [`crate::Engine::copy_payload`].
+    pub lkey: u32,
+    /// Offset of the payload in that region.
+    pub region_offset: usize,
+}
+
+/// A payload piece of one packet lying in one region, to be sent by reference.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ZcPiece {
+    pub lkey: u32,
+    /// Offset in the region.
+    pub base: usize,
+    pub addr: usize,
 }
 
 /// The per-call context of packet production.
@@ -41,6 +77,8 @@ pub(crate) struct TxCtx<'a> {
     pub ack_req_every: u32,
     pub ack_delay_ns: u64,
     pub now: Instant,
+    /// Payloads may be left in registered memory ([`TxPayload`]).
+    pub gather: bool,
 }
 
 pub(crate) fn transport_of(t: QpType) -> Transport {
@@ -66,8 +104,43 @@ impl Qp {
         payload_len: usize,
         dst: SocketAddr,
     ) -> Option<Transmit> {
+        self.finish_packet_zc(res, ctx, bth, headers, payload_len, dst, None)
+    }
+
+    /// [`Self::finish_packet`] for a payload that may be left in a region (`zc`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn finish_packet_zc(
+        &mut self,
+        res: &mut Resources,
+        ctx: &mut TxCtx<'_>,
+        bth: BthRepr,
+        headers: Headers,
+        payload_len: usize,
+        dst: SocketAddr,
+        zc: Option<ZcPiece>,
+    ) -> Option<Transmit> {
         let ep = self.endpoints(ctx, dst);
-        let len = emit_in_place(&bth, &headers, ctx.buf, payload_len, &ep).ok()?;
+        let (len, payload) = match zc {
+            None => (
+                emit_in_place(&bth, &headers, ctx.buf, payload_len, &ep).ok()?,
+                None,
+            ),
+            Some(p) => {
+                let mem = &res.mrs.get(&p.lkey)?.mem;
+                let len = emit_around(&bth, &headers, ctx.buf, payload_len, &ep, |crc, head| {
+                    mem.crc32(crc, head, p.base, payload_len)
+                })
+                .ok()?;
+                let payload = TxPayload {
+                    offset: payload_offset(&headers),
+                    len: payload_len,
+                    addr: p.addr,
+                    lkey: p.lkey,
+                    region_offset: p.base,
+                };
+                (len, Some(payload))
+            }
+        };
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += len as u64;
         res.counters.tx_packets += 1;
@@ -76,6 +149,7 @@ impl Qp {
             len,
             endpoints: ep,
             qpn: self.qpn,
+            payload,
         })
     }
 
@@ -246,6 +320,7 @@ impl Qp {
         let psn = self.req.psn;
         let offset = self.req.next_offset;
         let remote_qpn = self.attr.dest_qp_num;
+        let mut zc = None;
         let (bth, headers, payload_len, advance_psn) = match w.op {
             SendOp::Read { remote_addr, rkey } => {
                 let reth = RethRepr {
@@ -310,15 +385,28 @@ impl Qp {
                     && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
                 let off = payload_offset(&headers);
                 let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
-                if let Err(s) = self.fill_payload(res, &self.req.sq[idx], offset, dstbuf) {
-                    if idx == 0 {
-                        self.fail_head(res, s);
-                    } else {
-                        // Let earlier WQEs finish; the head check fails it later.
-                        self.req.sq[idx].assigned = false;
+                let wqe = &self.req.sq[idx];
+                // By reference when the packet's payload lies in one SGE of
+                // a region that allows it; otherwise (and for every error,
+                // which the copy then reports) copied.
+                let by_ref = match &wqe.inline {
+                    None if ctx.gather && seg > 0 => {
+                        res.payload_ref(&wqe.sges, self.pd, offset, seg as usize)
                     }
-                    return None;
+                    _ => None,
+                };
+                if by_ref.is_none() {
+                    if let Err(s) = self.fill_payload(res, wqe, offset, dstbuf) {
+                        if idx == 0 {
+                            self.fail_head(res, s);
+                        } else {
+                            // Let earlier WQEs finish; the head check fails it later.
+                            self.req.sq[idx].assigned = false;
+                        }
+                        return None;
+                    }
                 }
+                zc = by_ref;
                 (bth, headers, seg as usize, 1)
             }
         };
@@ -341,7 +429,7 @@ impl Qp {
         if self.req.high.is_before(self.req.psn) {
             self.req.high = self.req.psn;
         }
-        let tx = self.finish_packet(res, ctx, bth, headers, payload_len, dst);
+        let tx = self.finish_packet_zc(res, ctx, bth, headers, payload_len, dst, zc);
         match self.qp_type {
             QpType::Uc => {
                 if self.req.next > 0 {

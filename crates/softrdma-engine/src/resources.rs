@@ -259,6 +259,39 @@ impl Resources {
         }
     }
 
+    /// Where the `len` bytes starting `offset` bytes into the SGE list lie,
+    /// for a send by reference: `Some` when they lie inside one SGE whose
+    /// region may be read in place ([`crate::RegionMemory::tx_addr`]) and
+    /// the SGE passes the checks [`Self::gather`] makes. `None` otherwise,
+    /// and the caller copies with `gather`, which reports any error.
+    pub(crate) fn payload_ref(
+        &self,
+        sges: &[Sge],
+        pd: u32,
+        mut offset: u64,
+        len: usize,
+    ) -> Option<crate::requester::ZcPiece> {
+        for s in sges {
+            let l = u64::from(s.length);
+            if offset >= l {
+                offset -= l;
+                continue;
+            }
+            if offset + len as u64 > l {
+                return None;
+            }
+            let (mr, base) = self.local_mr(s, pd, false).ok()?;
+            let at = base + offset as usize;
+            let addr = mr.mem.tx_addr(at)?;
+            return Some(crate::requester::ZcPiece {
+                lkey: s.lkey,
+                base: at,
+                addr,
+            });
+        }
+        None
+    }
+
     /// Copies `src` into the SGE list starting `offset` bytes in.
     pub fn scatter(&self, sges: &[Sge], pd: u32, mut offset: u64, src: &[u8]) -> SgeResult<()> {
         let mut done = 0usize;

@@ -632,7 +632,15 @@ impl Qp {
             let out = self.resp.out.front_mut()?;
             match out {
                 RespOut::Ack { psn, syndrome, msn } => {
-                    if lone && ctx.ack_delay_ns > 0 && matches!(syndrome, Syndrome::Ack { .. }) {
+                    // Held only between messages: in the middle of one the
+                    // requester is streaming and waits for this ACK to move
+                    // its window, and no answer can come before the message
+                    // ends.
+                    if lone
+                        && ctx.ack_delay_ns > 0
+                        && matches!(syndrome, Syndrome::Ack { .. })
+                        && self.resp.cur.is_none()
+                    {
                         match self.resp.ack_hold {
                             AckHold::None => {
                                 let until = Instant(ctx.now.0.saturating_add(ctx.ack_delay_ns));

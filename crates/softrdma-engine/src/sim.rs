@@ -119,6 +119,7 @@ pub struct SimNet {
     pub stats: NetStats,
     tap: Option<Tap>,
     jitter_fraction: f64,
+    gather: bool,
 }
 
 /// What the network did.
@@ -187,7 +188,16 @@ impl SimNet {
             stats: NetStats::default(),
             tap: None,
             jitter_fraction: 1.0,
+            gather: false,
         }
+    }
+
+    /// Whether engines build packets with [`Engine::poll_transmit_gather`]
+    /// (payloads of regions that offer it left in place, filled in with
+    /// [`Engine::copy_payload`] on the way to the wire) instead of
+    /// [`Engine::poll_transmit`]. The bytes on the wire must be the same.
+    pub fn set_gather(&mut self, on: bool) {
+        self.gather = on;
     }
 
     /// The share of packets that get the random extra delay of
@@ -228,7 +238,17 @@ impl SimNet {
     /// Moves every packet the engines want to send onto the network.
     fn collect_transmits(&mut self) {
         for i in 0..self.nodes.len() {
-            while let Some(t) = self.nodes[i].poll_transmit(self.now, &mut self.buf) {
+            loop {
+                let node = &mut self.nodes[i];
+                let t = if self.gather {
+                    node.poll_transmit_gather(self.now, &mut self.buf)
+                } else {
+                    node.poll_transmit(self.now, &mut self.buf)
+                };
+                let Some(t) = t else { break };
+                if t.payload.is_some() && !node.copy_payload(&t, &mut self.buf) {
+                    panic!("a payload sent by reference could not be copied: {t:?}");
+                }
                 self.stats.sent += 1;
                 let Some(to) = self.index_of(t.endpoints.dst) else {
                     continue;

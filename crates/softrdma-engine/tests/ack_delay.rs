@@ -204,3 +204,37 @@ fn without_delay_the_ack_is_immediate() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, OpKind::Ack);
 }
+
+/// An ACK requested in the middle of a message (every `ack_req_every`
+/// packets, or when the window fills) goes at once: the requester streams
+/// and needs it to move its window. The one for the message's last packet
+/// is held as usual.
+#[test]
+fn mid_message_ack_is_not_held() {
+    let (mut net, a, b) = delayed_pair();
+    let t0 = net.now;
+    // 40 packets of the default 1024-byte MTU: AckReq on the 32nd and the last.
+    net.nodes[0]
+        .post_send(t0, a.qpn, &write_wr(1, &a, 0, 40 * 1024, &b, 0))
+        .unwrap();
+    let req = drain(&mut net, 0, t0);
+    assert_eq!(req.len(), 40);
+    let asks: Vec<usize> = req
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| PacketRepr::parse(&p.3).unwrap().bth.ack_req)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(asks, vec![31, 39]);
+    deliver(&mut net, 1, t0, &req[..32]);
+    let out = drain(&mut net, 1, t0);
+    assert_eq!(out.len(), 1, "the mid-message ACK goes at once: {out:?}");
+    assert_eq!(out[0].0, OpKind::Ack);
+    deliver(&mut net, 1, t0, &req[32..]);
+    assert!(
+        drain(&mut net, 1, t0).is_empty(),
+        "the last one's ACK waits"
+    );
+    net.nodes[1].handle_timeout(Instant(t0.0 + DELAY));
+    assert_eq!(drain(&mut net, 1, Instant(t0.0 + DELAY)).len(), 1);
+}

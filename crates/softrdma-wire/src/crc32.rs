@@ -33,12 +33,21 @@ pub(crate) const BLOCK: usize = 256;
 /// `crc32fast` pass for the tail. Elsewhere (or for short inputs) it is
 /// `crc32fast` over both.
 pub(crate) fn checksum(crc: u32, head: &[u8], body: &[u8]) -> u32 {
+    // SAFETY: a slice is valid for reads of its whole length.
+    unsafe { checksum_raw(crc, head, body.as_ptr(), body.len()) }
+}
+
+/// [`checksum`] over a body given by address, for bytes that must not be
+/// borrowed as a slice (registered memory that peers and the application
+/// may write at any time): they are only read with raw-pointer loads and
+/// copies, as the drivers' region copies read them.
+///
+/// # Safety
+/// `body` must be valid for reads of `len` bytes for the duration of the call.
+pub(crate) unsafe fn checksum_raw(crc: u32, head: &[u8], body: *const u8, len: usize) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if head.len() + body.len() >= 2 * BLOCK
-        && (4..=BLOCK).contains(&head.len())
-        && wide::available()
-    {
-        let total = head.len() + body.len();
+    if head.len() + len >= 2 * BLOCK && (4..=BLOCK).contains(&head.len()) && wide::available() {
+        let total = head.len() + len;
         let pad = (BLOCK - total % BLOCK) % BLOCK;
         let h = head.len();
         let mut first = [0u8; 2 * BLOCK];
@@ -50,22 +59,41 @@ pub(crate) fn checksum(crc: u32, head: &[u8], body: &[u8]) -> u32 {
         // first one or two are built here, `body` supplies the rest whole.
         let first_len = if pad + h <= BLOCK { BLOCK } else { 2 * BLOCK };
         let split = first_len - pad - h;
-        if let (Some(start), Some(rest)) = (body.get(..split), body.get(split..)) {
-            first[pad + h..first_len].copy_from_slice(start);
+        if split <= len {
+            // SAFETY: `body` is readable for `len >= split` bytes (caller's
+            // contract); `first` has room for them after the head.
+            unsafe {
+                std::ptr::copy_nonoverlapping(body, first[pad + h..].as_mut_ptr(), split);
+            }
             let b0: &[u8; BLOCK] = first[..BLOCK].try_into().unwrap_or(&[0; BLOCK]);
-            // SAFETY: `available()` checked every feature these enable.
+            // SAFETY: `available()` checked every feature these enable; the
+            // rest of the body, `len - split` bytes (a whole number of
+            // blocks) from `body + split`, is readable by the caller's contract.
             return unsafe {
                 // The running value is already in the bytes: start from 0.
                 let mut acc = wide::begin(u32::MAX, b0);
-                wide::fold(&mut acc, &first[BLOCK..first_len]);
-                wide::fold(&mut acc, rest);
+                wide::fold(
+                    &mut acc,
+                    first[BLOCK..first_len].as_ptr(),
+                    first_len - BLOCK,
+                );
+                wide::fold(&mut acc, body.add(split), len - split);
                 wide::collapse(&acc)
             };
         }
     }
     let mut h = crc32fast::Hasher::new_with_initial(crc);
     h.update(head);
-    h.update(body);
+    // Through a bounce buffer: no slice of the body is ever formed.
+    let mut chunk = [0u8; 512];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(chunk.len());
+        // SAFETY: `body + done .. + n` lies within the caller's readable range.
+        unsafe { std::ptr::copy_nonoverlapping(body.add(done), chunk.as_mut_ptr(), n) };
+        h.update(&chunk[..n]);
+        done += n;
+    }
     h.finalize()
 }
 
@@ -103,6 +131,17 @@ mod wide {
         unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
     }
 
+    /// 64 bytes from `p`.
+    ///
+    /// # Safety
+    /// `p` must be readable for 64 bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load_raw(p: *const u8) -> __m512i {
+        // SAFETY: the caller's contract; an unaligned load has no other requirement.
+        unsafe { _mm512_loadu_si512(p.cast()) }
+    }
+
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn keys512(k: (i64, i64)) -> __m512i {
@@ -133,17 +172,24 @@ mod wide {
         ]
     }
 
-    /// Folds the whole blocks of `data` into the accumulators.
+    /// Folds the whole blocks of the `len` bytes at `data` into the accumulators.
+    ///
+    /// # Safety
+    /// `data` must be readable for `len` bytes.
     #[target_feature(enable = "avx512f,vpclmulqdq")]
-    pub(super) fn fold(acc: &mut [__m512i; 4], mut data: &[u8]) {
+    pub(super) unsafe fn fold(acc: &mut [__m512i; 4], mut data: *const u8, mut len: usize) {
         let [mut v0, mut v1, mut v2, mut v3] = *acc;
         let k = keys512(K2048);
-        while data.len() >= BLOCK {
-            v0 = fold512(v0, load(&data[0..]), k);
-            v1 = fold512(v1, load(&data[64..]), k);
-            v2 = fold512(v2, load(&data[128..]), k);
-            v3 = fold512(v3, load(&data[192..]), k);
-            data = &data[BLOCK..];
+        while len >= BLOCK {
+            // SAFETY: the next BLOCK bytes at `data` are readable (caller's contract).
+            unsafe {
+                v0 = fold512(v0, load_raw(data), k);
+                v1 = fold512(v1, load_raw(data.add(64)), k);
+                v2 = fold512(v2, load_raw(data.add(128)), k);
+                v3 = fold512(v3, load_raw(data.add(192)), k);
+                data = data.add(BLOCK);
+            }
+            len -= BLOCK;
         }
         *acc = [v0, v1, v2, v3];
     }

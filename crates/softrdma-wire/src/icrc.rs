@@ -84,6 +84,75 @@ pub fn compute_with_ipv4_id(ep: &Endpoints, udp_payload: &[u8], ip_id: u16) -> R
     Ok(crate::crc32::checksum(CRC_OF_LEADING_ONES, &hdr[..n], rest))
 }
 
+/// The ICRC of a packet whose payload is not in `pkt`: `pkt` is the UDP
+/// payload without the ICRC (BTH, headers, payload, pad), of which the
+/// bytes in `hole` are not read; the payload's share comes from
+/// `payload_crc(crc, head)`, which must return the CRC-32 continuing from
+/// `crc` over `head` and then the payload that belongs in the hole (as
+/// [`crc32`] and [`crc32_raw`] compute it). The result equals
+/// [`compute`] over the packet with its payload in place.
+///
+/// This lets a sender checksum payload that stays in registered memory and
+/// goes to the socket by reference (the UDP driver's zero-copy sends).
+pub fn compute_around(
+    ep: &Endpoints,
+    pkt: &[u8],
+    hole: std::ops::Range<usize>,
+    payload_crc: impl FnOnce(u32, &[u8]) -> u32,
+) -> Result<u32> {
+    check("BTH", pkt, bth::HEADER_LEN)?;
+    if hole.start < bth::HEADER_LEN || hole.start > hole.end || hole.end > pkt.len() {
+        return Err(Error::BadLength {
+            header: "packet",
+            field: "payload hole",
+            value: hole.end,
+            have: pkt.len(),
+        });
+    }
+    let (hdr, n) = pseudo_header(ep, pkt.len(), &pkt[..bth::HEADER_LEN], 0)?;
+    // The pseudo-header and the headers between the BTH and the payload,
+    // as one head (at most 60 + 28 bytes: IPv6 and an AtomicETH).
+    let ext = &pkt[bth::HEADER_LEN..hole.start];
+    let mut head = [0u8; PSEUDO_MAX + 64];
+    let Some(h) = head.get_mut(n..n + ext.len()) else {
+        return Err(Error::BadLength {
+            header: "packet",
+            field: "headers before the payload",
+            value: ext.len(),
+            have: 64,
+        });
+    };
+    h.copy_from_slice(ext);
+    head[..n].copy_from_slice(&hdr[..n]);
+    let crc = payload_crc(CRC_OF_LEADING_ONES, &head[..n + ext.len()]);
+    let tail = &pkt[hole.end..];
+    if tail.is_empty() {
+        return Ok(crc);
+    }
+    let mut h = crc32fast::Hasher::new_with_initial(crc);
+    h.update(tail);
+    Ok(h.finalize())
+}
+
+/// The CRC-32 (Ethernet/zlib polynomial, as `crc32fast` continues it)
+/// continuing from `crc` over `head` and then `body`, with the single-pass
+/// fold the ICRC uses.
+pub fn crc32(crc: u32, head: &[u8], body: &[u8]) -> u32 {
+    crate::crc32::checksum(crc, head, body)
+}
+
+/// [`crc32`] over a body given by address, read with raw-pointer loads
+/// only: for registered memory, which peers and the application may write
+/// at any time and so must never be borrowed as a slice.
+///
+/// # Safety
+/// `body` must be valid for reads of `len` bytes for the duration of the call.
+#[allow(unsafe_code)]
+pub unsafe fn crc32_raw(crc: u32, head: &[u8], body: *const u8, len: usize) -> u32 {
+    // SAFETY: passed on from the caller.
+    unsafe { crate::crc32::checksum_raw(crc, head, body, len) }
+}
+
 /// Longest [`pseudo_header`].
 const PSEUDO_MAX: usize = 40 + 8 + bth::HEADER_LEN;
 
@@ -92,6 +161,7 @@ const PSEUDO_MAX: usize = 40 + 8 + bth::HEADER_LEN;
 /// their variant fields masked, and the BTH with byte 4 masked, for a
 /// packet whose UDP payload (BTH up to, not including, the ICRC) is `len`
 /// bytes. Returns the bytes and how many of them are used.
+#[inline(always)]
 fn pseudo_header(
     ep: &Endpoints,
     len: usize,

@@ -294,6 +294,19 @@ pub fn emit_in_place(
     payload_len: usize,
     ep: &Endpoints,
 ) -> Result<usize> {
+    let need = emit_headers(bth, headers, buf, payload_len)?;
+    icrc::seal(ep, &mut buf[..need])?;
+    Ok(need)
+}
+
+/// The checks and header writing of [`emit_in_place`] and [`emit_around`],
+/// without the ICRC; returns the packet length.
+fn emit_headers(
+    bth: &BthRepr,
+    headers: &Headers,
+    buf: &mut [u8],
+    payload_len: usize,
+) -> Result<usize> {
     let info = bth.opcode.info();
     if info.layout != headers.layout() {
         return Err(Error::HeadersDoNotMatchOpcode {
@@ -329,6 +342,27 @@ pub fn emit_in_place(
     headers.emit(&mut buf[bth::HEADER_LEN..off]);
     let end = off + payload_len;
     buf[end..end + pad].fill(0);
-    icrc::seal(ep, &mut buf[..need])?;
+    Ok(need)
+}
+
+/// Like [`emit_in_place`] for a payload that is not in `buf`: writes the
+/// headers, the pad and the ICRC around a hole of `payload_len` bytes at
+/// `payload_offset(headers)` (left as it is), and takes the payload's share
+/// of the ICRC from `payload_crc` (see [`icrc::compute_around`]). Filling
+/// the hole with the payload gives exactly the packet `emit_in_place`
+/// would have built. Returns the packet length.
+pub fn emit_around(
+    bth: &BthRepr,
+    headers: &Headers,
+    buf: &mut [u8],
+    payload_len: usize,
+    ep: &Endpoints,
+    payload_crc: impl FnOnce(u32, &[u8]) -> u32,
+) -> Result<usize> {
+    let need = emit_headers(bth, headers, buf, payload_len)?;
+    let off = payload_offset(headers);
+    let body = need - icrc::ICRC_LEN;
+    let crc = icrc::compute_around(ep, &buf[..body], off..off + payload_len, payload_crc)?;
+    buf[body..need].copy_from_slice(&crc.to_le_bytes());
     Ok(need)
 }

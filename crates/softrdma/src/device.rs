@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use softrdma_engine::{
     AccessFlags, Counters, Engine, EngineConfig, Event, Instant, Mtu, QpState, QpType, SendFlags,
-    SendOp, SendWr, SrcPortPolicy, WcStatus, WorkCompletion,
+    SendOp, SendWr, SrcPortPolicy, Transmit, WcStatus, WorkCompletion,
 };
 use softrdma_pcap::{SharedPcapWriter, Timestamp};
 use softrdma_wire::{icrc, Endpoints};
@@ -470,10 +470,13 @@ impl Device {
             let State { engine, tx, .. } = &mut *st;
             while tx.n < TX_BATCH {
                 let slot = tx.slot_mut(tx.n);
-                let Some(t) = engine.poll_transmit(now, slot) else {
+                // Payloads stay in their regions where possible and go to
+                // the kernel from there (see `flush_tx`): one copy fewer.
+                let Some(t) = engine.poll_transmit_gather(now, slot) else {
                     break;
                 };
                 tx.meta[tx.n] = (t.endpoints, t.len);
+                tx.tx[tx.n] = t;
                 tx.n += 1;
             }
             if tx.n == 0 {
@@ -488,8 +491,17 @@ impl Device {
     }
 
     /// Sends the batched packets, one `sendmmsg` per run of equal source ports.
+    ///
+    /// A packet whose payload the engine left in its region
+    /// ([`softrdma_engine::Transmit::payload`]) goes as three pieces —
+    /// headers, the payload read in place, pad and ICRC — that the kernel
+    /// gathers into one datagram (and, with GSO, into one stream cut at
+    /// the segment size, so datagrams stay exactly as built). Paths that
+    /// need a packet whole (the shared-memory rings, a capture, resealing
+    /// for another source port) first copy the payload into its slot.
     fn flush_tx(&self, st: &mut State) {
         let State {
+            engine,
             tx,
             send_socks,
             capture,
@@ -503,6 +515,7 @@ impl Device {
             // Same-host peers take the shared-memory path; the rest stay for UDP.
             let mut keep = 0;
             for i in 0..n {
+                tx.make_whole(engine, i);
                 let (ep, len) = tx.meta[i];
                 let sent = shm.send(ep.src.port(), ep.dst, &tx.slot_mut(i)[..len]);
                 if sent {
@@ -515,6 +528,7 @@ impl Device {
                         tx.data
                             .copy_within(i * BUF_LEN..i * BUF_LEN + len, keep * BUF_LEN);
                         tx.meta[keep] = tx.meta[i];
+                        tx.tx[keep] = tx.tx[i];
                     }
                     keep += 1;
                 }
@@ -536,22 +550,21 @@ impl Device {
                 // That source port is taken on this host: send from the
                 // device port instead, resealing the ICRC that covers it.
                 for i in start..end {
+                    tx.make_whole(engine, i);
                     let (mut ep, len) = tx.meta[i];
                     ep.src = self.addr;
                     let _ = icrc::seal(&ep, &mut tx.slot_mut(i)[..len]);
                     tx.meta[i].0 = ep;
                 }
             }
-            let pkts: Vec<(SocketAddr, &[u8])> = (start..end)
-                .map(|i| (tx.meta[i].0.dst, tx.packet(i)))
-                .collect();
+            let pkts: Vec<sys::Datagram<'_>> = (start..end).map(|i| tx.datagram(i)).collect();
             let s = sock.as_ref().unwrap_or(&self.sock);
             // GSO only towards loopback peers. Where a device splits a GSO
             // send (a NIC, or veth into a socket without GRO), the kernel
             // numbers the IPv4 IDs of the pieces, but the ICRCs were
             // computed for ID 0 (and rxe checks them against the real
             // header); on loopback no receiving socket sees the IP header.
-            let lo = pkts.iter().all(|(d, _)| d.ip().is_loopback());
+            let lo = pkts.iter().all(|d| d.dst.ip().is_loopback());
             let mut use_gso = *gso && lo;
             let (sent, gso_msgs) = sys::send_batch(s, &pkts, &mut use_gso).unwrap_or((0, 0));
             driver.gso_sends += gso_msgs as u64;
@@ -560,8 +573,10 @@ impl Device {
                 *gso = false;
             }
             driver.send_errors += (pkts.len() - sent) as u64;
+            drop(pkts);
             if let Some(c) = capture {
                 for i in start..start + sent {
+                    tx.make_whole(engine, i);
                     let ep = tx.meta[i].0;
                     let _ = c.write_roce(Timestamp::now(), ep.src, ep.dst, tx.packet(i));
                 }
@@ -862,6 +877,8 @@ impl Device {
 struct TxBatch {
     data: Vec<u8>,
     meta: Vec<(Endpoints, usize)>,
+    /// What the engine said about each packet (its payload may be in a region).
+    tx: Vec<Transmit>,
     n: usize,
 }
 
@@ -874,7 +891,50 @@ impl TxBatch {
         TxBatch {
             data: vec![0; TX_BATCH * BUF_LEN],
             meta: vec![(none, 0); TX_BATCH],
+            tx: vec![
+                Transmit {
+                    len: 0,
+                    endpoints: none,
+                    qpn: 0,
+                    payload: None,
+                };
+                TX_BATCH
+            ],
             n: 0,
+        }
+    }
+
+    /// Copies packet `i`'s payload into its slot if the engine left it in
+    /// a region: afterwards the slot holds the whole packet.
+    fn make_whole(&mut self, engine: &Engine, i: usize) {
+        let t = self.tx[i];
+        if t.payload.is_some() {
+            let slot = &mut self.data[i * BUF_LEN..(i + 1) * BUF_LEN];
+            // The region cannot have gone: deregistration takes the device
+            // lock, held since the engine built this packet.
+            let copied = engine.copy_payload(&t, slot);
+            debug_assert!(copied, "payload of a batched packet could not be copied");
+            self.tx[i].payload = None;
+        }
+    }
+
+    /// Packet `i` as a datagram for `send_batch`: its slot, or its slot
+    /// around a payload read in place.
+    fn datagram(&self, i: usize) -> sys::Datagram<'_> {
+        let (ep, len) = self.meta[i];
+        let slot = &self.data[i * BUF_LEN..i * BUF_LEN + len];
+        match self.tx[i].payload {
+            Some(p) => {
+                let (head, rest) = slot.split_at(p.offset);
+                let tail = &rest[p.len..];
+                // SAFETY: `p.addr` is where the payload lies in a registered
+                // region of this device (`RegionMemory::tx_addr` of our own
+                // region types: process memory valid while registered).
+                // Deregistration needs the device lock, which the caller
+                // holds from building the packet until the send returns.
+                unsafe { sys::Datagram::gathered(ep.dst, head, p.addr as *const u8, p.len, tail) }
+            }
+            None => sys::Datagram::new(ep.dst, slot),
         }
     }
     fn slot_mut(&mut self, i: usize) -> &mut [u8] {

@@ -107,6 +107,25 @@ fn copy_in(base: *mut u8, len: usize, offset: usize, src: &[u8]) {
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(offset), src.len()) }
 }
 
+/// The CRC-32 from `crc` over `head` and the region's `len` bytes at
+/// `offset`, read in place with raw-pointer loads (never as a slice).
+fn crc_in_place(
+    base: *mut u8,
+    size: usize,
+    crc: u32,
+    head: &[u8],
+    offset: usize,
+    len: usize,
+) -> u32 {
+    assert!(
+        offset.checked_add(len).is_some_and(|e| e <= size),
+        "region read out of bounds"
+    );
+    // SAFETY: bounds checked above; `base` is valid for `size` bytes (type
+    // invariants of both region kinds); crc32_raw only loads through the pointer.
+    unsafe { softrdma_wire::icrc::crc32_raw(crc, head, base.add(offset), len) }
+}
+
 /// Serialises atomics on words that are not 8-byte aligned in process
 /// memory (possible when a region is registered at an iova that differs from
 /// its address): CPU atomics need alignment, so these fall back to a lock.
@@ -159,6 +178,12 @@ macro_rules! region_memory {
                 atomic_rmw(self.ptr_raw(), self.len, offset, |v| {
                     Some(v.wrapping_add(add))
                 })
+            }
+            fn tx_addr(&self, offset: usize) -> Option<usize> {
+                (offset <= self.len).then(|| self.ptr_raw() as usize + offset)
+            }
+            fn crc32(&self, crc: u32, head: &[u8], offset: usize, len: usize) -> u32 {
+                crc_in_place(self.ptr_raw(), self.len, crc, head, offset, len)
             }
         }
     };

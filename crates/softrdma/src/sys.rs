@@ -482,6 +482,87 @@ fn gso_refused(e: &io::Error) -> bool {
     )
 }
 
+/// One datagram to send: its destination and its bytes, in up to three
+/// pieces that leave as one datagram (the kernel gathers them): a head, a
+/// middle given by address (a payload left in registered memory) and a tail.
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram<'a> {
+    /// Where it goes.
+    pub dst: std::net::SocketAddr,
+    head: &'a [u8],
+    mid: *const u8,
+    mid_len: usize,
+    tail: &'a [u8],
+}
+
+impl<'a> Datagram<'a> {
+    /// A datagram of `bytes`.
+    pub fn new(dst: std::net::SocketAddr, bytes: &'a [u8]) -> Self {
+        Datagram {
+            dst,
+            head: bytes,
+            mid: std::ptr::null(),
+            mid_len: 0,
+            tail: &[],
+        }
+    }
+
+    /// A datagram of `head`, the `mid_len` bytes at `mid`, then `tail`.
+    ///
+    /// # Safety
+    /// `mid` must stay valid for reads of `mid_len` bytes until the send
+    /// that takes this datagram returns (the kernel reads them then; other
+    /// threads may write them meanwhile, which changes only the bytes sent).
+    pub unsafe fn gathered(
+        dst: std::net::SocketAddr,
+        head: &'a [u8],
+        mid: *const u8,
+        mid_len: usize,
+        tail: &'a [u8],
+    ) -> Self {
+        Datagram {
+            dst,
+            head,
+            mid,
+            mid_len,
+            tail,
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.mid_len + self.tail.len()
+    }
+
+    /// True when it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its pieces as iovecs (empty pieces left out, at least one).
+    fn push_iovecs(&self, out: &mut Vec<libc::iovec>) {
+        let start = out.len();
+        for (p, n) in [
+            (self.head.as_ptr(), self.head.len()),
+            (self.mid, self.mid_len),
+            (self.tail.as_ptr(), self.tail.len()),
+        ] {
+            if n > 0 {
+                out.push(libc::iovec {
+                    iov_base: p as *mut libc::c_void,
+                    iov_len: n,
+                });
+            }
+        }
+        if out.len() == start {
+            out.push(libc::iovec {
+                iov_base: self.head.as_ptr() as *mut libc::c_void,
+                iov_len: 0,
+            });
+        }
+    }
+}
+
 /// Sends datagrams with one `sendmmsg` (blocking until the kernel took them
 /// or failed). Returns how many datagrams were sent, and in how many GSO
 /// messages of more than one datagram.
@@ -496,12 +577,12 @@ fn gso_refused(e: &io::Error) -> bool {
 /// `*gso` is cleared and the rest goes as plain datagrams.
 pub fn send_batch(
     sock: &UdpSocket,
-    packets: &[(std::net::SocketAddr, &[u8])],
+    packets: &[Datagram<'_>],
     gso: &mut bool,
 ) -> io::Result<(usize, usize)> {
     match packets {
         [] => return Ok((0, 0)),
-        [(dst, data)] => return send_one(sock, *dst, data).map(|()| (1, 0)),
+        [d] => return send_one(sock, d).map(|()| (1, 0)),
         _ => {}
     }
     SEND_SCRATCH.with(|cell| {
@@ -519,6 +600,8 @@ struct SendScratch {
     msgs: Vec<(usize, usize, usize)>,
     addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
     iov: Vec<libc::iovec>,
+    /// Index of each packet's first iovec (and one past the last).
+    iov_at: Vec<usize>,
     ctrl: Vec<[u64; CMSG_WORDS]>,
     hdrs: Vec<libc::mmsghdr>,
 }
@@ -529,7 +612,7 @@ thread_local! {
 
 fn send_batch_with(
     sock: &UdpSocket,
-    packets: &[(std::net::SocketAddr, &[u8])],
+    packets: &[Datagram<'_>],
     gso: &mut bool,
     scratch: &mut SendScratch,
 ) -> io::Result<(usize, usize)> {
@@ -537,6 +620,7 @@ fn send_batch_with(
         msgs,
         addrs,
         iov,
+        iov_at,
         ctrl,
         hdrs,
     } = scratch;
@@ -544,21 +628,21 @@ fn send_batch_with(
         msgs.clear();
         let mut i = from;
         while i < packets.len() {
-            let (dst, first) = packets[i];
-            let size = first.len();
+            let dst = packets[i].dst;
+            let size = packets[i].len();
             let mut n = 1;
             let mut total = size;
             if use_gso && size > 0 {
                 while i + n < packets.len()
                     && n < GSO_MAX_SEGMENTS
-                    && packets[i + n].0 == dst
-                    && !packets[i + n].1.is_empty()
-                    && packets[i + n].1.len() <= size
-                    && total + packets[i + n].1.len() <= GSO_MAX_BYTES
+                    && packets[i + n].dst == dst
+                    && !packets[i + n].is_empty()
+                    && packets[i + n].len() <= size
+                    && total + packets[i + n].len() <= GSO_MAX_BYTES
                 {
-                    total += packets[i + n].1.len();
+                    total += packets[i + n].len();
                     n += 1;
-                    if packets[i + n - 1].1.len() < size {
+                    if packets[i + n - 1].len() < size {
                         break; // a shorter datagram ends the run
                     }
                 }
@@ -569,12 +653,16 @@ fn send_batch_with(
     };
     group(msgs, 0, *gso);
     addrs.clear();
-    addrs.extend(packets.iter().map(|(a, _)| to_sockaddr(*a)));
+    addrs.extend(packets.iter().map(|d| to_sockaddr(d.dst)));
+    // At most three iovecs per datagram: a GSO message of 64 datagrams
+    // stays far below the kernel's 1024 (UIO_MAXIOV).
     iov.clear();
-    iov.extend(packets.iter().map(|(_, d)| libc::iovec {
-        iov_base: d.as_ptr() as *mut libc::c_void,
-        iov_len: d.len(),
-    }));
+    iov_at.clear();
+    for d in packets {
+        iov_at.push(iov.len());
+        d.push_iovecs(iov);
+    }
+    iov_at.push(iov.len());
     ctrl.clear();
     ctrl.resize(packets.len(), [0; CMSG_WORDS]);
     let mut sent_pkts = 0;
@@ -588,8 +676,9 @@ fn send_batch_with(
                 .cast_mut()
                 .cast();
             h.msg_hdr.msg_namelen = addrs[first].1;
-            h.msg_hdr.msg_iov = iov[first..first + n].as_mut_ptr();
-            h.msg_hdr.msg_iovlen = n as _;
+            let (from, to) = (iov_at[first], iov_at[first + n]);
+            h.msg_hdr.msg_iov = iov[from..to].as_mut_ptr();
+            h.msg_hdr.msg_iovlen = (to - from) as _;
             if seg > 0 {
                 let buf = &mut ctrl[k];
                 h.msg_hdr.msg_control = buf.as_mut_ptr().cast();
@@ -614,7 +703,8 @@ fn send_batch_with(
         let mut done = 0; // messages
         while done < hdrs.len() {
             // SAFETY: the headers describe live buffers, addresses and
-            // control data for the call's duration.
+            // control data for the call's duration (a gathered datagram's
+            // middle by the contract of `Datagram::gathered`).
             let r = unsafe {
                 libc::sendmmsg(
                     sock.as_raw_fd(),
@@ -656,20 +746,35 @@ fn send_batch_with(
 
 /// One datagram with `sendmsg` (the common case of latency-bound traffic:
 /// no grouping, no allocation).
-fn send_one(sock: &UdpSocket, dst: std::net::SocketAddr, data: &[u8]) -> io::Result<()> {
-    let (mut addr, alen) = to_sockaddr(dst);
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
+fn send_one(sock: &UdpSocket, d: &Datagram<'_>) -> io::Result<()> {
+    let (mut addr, alen) = to_sockaddr(d.dst);
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 3];
+    let mut n = 0;
+    for (p, len) in [
+        (d.head.as_ptr(), d.head.len()),
+        (d.mid, d.mid_len),
+        (d.tail.as_ptr(), d.tail.len()),
+    ] {
+        if len > 0 {
+            iov[n] = libc::iovec {
+                iov_base: p as *mut libc::c_void,
+                iov_len: len,
+            };
+            n += 1;
+        }
+    }
     // SAFETY: all-zero msghdr is valid; we fill the fields we use.
     let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
     h.msg_name = (&mut addr as *mut libc::sockaddr_storage).cast();
     h.msg_namelen = alen;
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
+    h.msg_iov = iov.as_mut_ptr();
+    h.msg_iovlen = n.max(1) as _;
     loop {
-        // SAFETY: the header points at a live address and buffer for the call.
+        // SAFETY: the header points at a live address and buffers for the
+        // call (a gathered middle by the contract of `Datagram::gathered`).
         let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &h, 0) };
         if r >= 0 {
             return Ok(());
@@ -729,8 +834,7 @@ mod tests {
         let bufs: Vec<Vec<u8>> = (0..5u8)
             .map(|i| vec![i; if i == 4 { 300 } else { 1000 }])
             .collect();
-        let pkts: Vec<(std::net::SocketAddr, &[u8])> =
-            bufs.iter().map(|b| (dst, b.as_slice())).collect();
+        let pkts: Vec<Datagram<'_>> = bufs.iter().map(|b| Datagram::new(dst, b)).collect();
         let mut gso = true;
         let (sent, msgs) = send_batch(&tx, &pkts, &mut gso).unwrap();
         assert_eq!((sent, msgs), (5, 1));
@@ -751,6 +855,52 @@ mod tests {
         assert_eq!(got, bufs);
     }
 
+    /// Datagrams in three pieces arrive whole, one at a time and as a GSO
+    /// run (where the pieces of consecutive datagrams make one stream the
+    /// kernel cuts at the segment size).
+    #[test]
+    fn gathered_datagrams_arrive_whole() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let gro = enable_gro(&rx);
+        let dst = rx.local_addr().unwrap();
+        let whole: Vec<Vec<u8>> = (0..6u8)
+            .map(|i| {
+                (0..if i == 5 { 700 } else { 1000 })
+                    .map(|j| (j as u8) ^ i)
+                    .collect()
+            })
+            .collect();
+        let mids: Vec<Vec<u8>> = whole.iter().map(|w| w[28..w.len() - 4].to_vec()).collect();
+        for batch in [1usize, 6] {
+            let pkts: Vec<Datagram<'_>> = (0..batch)
+                .map(|i| {
+                    let (w, m) = (&whole[i], &mids[i]);
+                    // SAFETY: `mids` outlives the send below.
+                    unsafe {
+                        Datagram::gathered(dst, &w[..28], m.as_ptr(), m.len(), &w[w.len() - 4..])
+                    }
+                })
+                .collect();
+            let mut gso = gso_available(&tx) && gro;
+            let (sent, _) = send_batch(&tx, &pkts, &mut gso).unwrap();
+            assert_eq!(sent, batch);
+            let mut rb = RecvBatch::new(8, 65536);
+            let mut got: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..1000 {
+                for i in 0..rb.recv(&rx) {
+                    let (_, buf, seg) = rb.get(i).unwrap();
+                    got.extend(segments(buf, seg).map(<[u8]>::to_vec));
+                }
+                if got.len() >= batch {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(got, whole[..batch].to_vec());
+        }
+    }
+
     /// Without GSO, the same datagrams go one per message.
     #[test]
     fn plain_sends_when_gso_is_off() {
@@ -758,7 +908,11 @@ mod tests {
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let dst = rx.local_addr().unwrap();
         let b = [1u8; 500];
-        let pkts = [(dst, &b[..]), (dst, &b[..]), (dst, &b[..])];
+        let pkts = [
+            Datagram::new(dst, &b),
+            Datagram::new(dst, &b),
+            Datagram::new(dst, &b),
+        ];
         let mut gso = false;
         assert_eq!(send_batch(&tx, &pkts, &mut gso).unwrap(), (3, 0));
     }

@@ -51,10 +51,15 @@ pub fn all_access() -> AccessFlags {
 
 /// Creates PD, CQ, a region of `REGION` bytes at a node-specific address, and a QP.
 pub fn make_side(net: &mut SimNet, node: usize, qp_type: QpType) -> Side {
+    make_side_with(net, node, qp_type, VecMemory::new(REGION))
+}
+
+/// [`make_side`] with the region's memory given.
+pub fn make_side_with(net: &mut SimNet, node: usize, qp_type: QpType, mem: VecMemory) -> Side {
     let e = &mut net.nodes[node];
     let pd = e.alloc_pd();
     let cq = e.create_cq(4096).unwrap();
-    let mem = Arc::new(VecMemory::new(REGION));
+    let mem = Arc::new(mem);
     let base = 0x10_0000_0000 * (node as u64 + 1) + 0x1000;
     let keys = e.reg_mr(pd, base, all_access(), mem.clone()).unwrap();
     let qpn = e
@@ -188,6 +193,33 @@ pub fn pair(seed: u64, net_cfg: NetConfig, qp_type: QpType, o: &ConnOpts) -> (Si
     let mut net = SimNet::new(2, seed, net_cfg);
     let a = make_side(&mut net, 0, qp_type);
     let b = make_side(&mut net, 1, qp_type);
+    bring_up(&mut net, &a, &b, o.psn_a, o.psn_b, o, qp_type);
+    bring_up(&mut net, &b, &a, o.psn_b, o.psn_a, o, qp_type);
+    (net, a, b)
+}
+
+/// [`pair`] whose regions offer sends by reference
+/// ([`VecMemory::by_reference`]), on a network that uses them
+/// ([`SimNet::set_gather`]) when `gather` is set; plain regions and
+/// copies otherwise.
+pub fn pair_gather(
+    seed: u64,
+    net_cfg: NetConfig,
+    qp_type: QpType,
+    o: &ConnOpts,
+    gather: bool,
+) -> (SimNet, Side, Side) {
+    let mut net = SimNet::new(2, seed, net_cfg);
+    let mem = || {
+        if gather {
+            VecMemory::by_reference(REGION)
+        } else {
+            VecMemory::new(REGION)
+        }
+    };
+    let a = make_side_with(&mut net, 0, qp_type, mem());
+    let b = make_side_with(&mut net, 1, qp_type, mem());
+    net.set_gather(gather);
     bring_up(&mut net, &a, &b, o.psn_a, o.psn_b, o, qp_type);
     bring_up(&mut net, &b, &a, o.psn_b, o.psn_a, o, qp_type);
     (net, a, b)
