@@ -121,6 +121,9 @@ pub(crate) struct Device {
     pub active_mtu: Mtu,
     pub link_mtu: u32,
     state: Mutex<State>,
+    /// Whether `try_direct` can ever succeed (an arena, not UDP-only): set
+    /// at open, so that a post on a UDP device takes the lock only once.
+    direct: bool,
     sock: UdpSocket,
     wake: EventFd,
     pub async_fd: EventFd,
@@ -220,8 +223,10 @@ impl Device {
             wake.as_raw_fd(),
             arena.as_ref().map(|a| a.fd.as_raw_fd()),
         );
+        let direct = arena.is_some() && cfg.transport != crate::shm::Transport::Udp;
         let dev = Arc::new(Device {
             name: cfg.name.clone(),
+            direct,
             addr,
             active_mtu,
             link_mtu,
@@ -612,7 +617,7 @@ impl Device {
             } => (remote_addr, rkey, AccessFlags::REMOTE_ATOMIC),
             _ => return false,
         };
-        if wr.flags.contains(SendFlags::INLINE) || wr.sg_list.len() > MAX_SGE {
+        if !self.direct || wr.flags.contains(SendFlags::INLINE) || wr.sg_list.len() > MAX_SGE {
             return false;
         }
         let mut guard_st = self.lock();
