@@ -665,15 +665,27 @@ fn send_batch_with(
         }
         let mut done = 0; // messages
         while done < hdrs.len() {
-            // SAFETY: the headers describe live buffers, addresses and
-            // control data for the call's duration.
-            let r = unsafe {
-                libc::sendmmsg(
-                    sock.as_raw_fd(),
-                    hdrs[done..].as_mut_ptr(),
-                    (hdrs.len() - done) as libc::c_uint,
-                    0,
-                )
+            // A lone message (a ping-pong's request and held ACK in one GSO
+            // send) goes with `sendmsg`, cheaper than `sendmmsg` of one.
+            let r = if hdrs.len() - done == 1 {
+                // SAFETY: as below, for the one header.
+                let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdrs[done].msg_hdr, 0) };
+                if r < 0 {
+                    -1
+                } else {
+                    1
+                }
+            } else {
+                // SAFETY: the headers describe live buffers, addresses and
+                // control data for the call's duration.
+                unsafe {
+                    libc::sendmmsg(
+                        sock.as_raw_fd(),
+                        hdrs[done..].as_mut_ptr(),
+                        (hdrs.len() - done) as libc::c_uint,
+                        0,
+                    )
+                }
             };
             if r < 0 {
                 let e = io::Error::last_os_error();
