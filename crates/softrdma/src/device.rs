@@ -362,9 +362,11 @@ impl Device {
             // within the APP_ACTIVE window and runs due timers then; waking
             // it for every held ACK would cost the poller a context switch
             // per message.
-            let next = st.engine.poll_timeout().map_or(u64::MAX, |t| t.0);
-            if !mark_app && next < self.sleeping_until.load(Ordering::Acquire) {
-                self.wake.signal();
+            if !mark_app {
+                let next = st.engine.poll_timeout().map_or(u64::MAX, |t| t.0);
+                if next < self.sleeping_until.load(Ordering::Acquire) {
+                    self.wake.signal();
+                }
             }
         }
         post(&mut st, c)
@@ -800,8 +802,12 @@ impl Device {
                 let left = Duration::from_nanos((window - since_poll).max(10_000));
                 self.sleeping_until
                     .store(now.0 + left.as_nanos() as u64, Ordering::Release);
-                sys::wait_readable([wake], Some(left));
-                self.wake.drain();
+                // Reading the eventfd only when it was signalled: this wait
+                // ends every APP_ACTIVE on the polling application's CPU,
+                // and a read of an empty eventfd is one more system call.
+                if sys::wait_readable([wake], Some(left))[0] {
+                    self.wake.drain();
+                }
                 // Timers set by the application's last polls (a held ACK)
                 // run even if it went on to do something else meanwhile.
                 if let Ok(mut st) = self.state.try_lock() {
@@ -826,15 +832,13 @@ impl Device {
             let until = next.map_or(u64::MAX, |t| t.0);
             self.sleeping_until.store(until, Ordering::Release);
             let timeout = next.map(|t| Duration::from_nanos(t.0.saturating_sub(self.now().0)));
-            match listen {
-                Some(l) => {
-                    sys::wait_readable([sock, wake, l], timeout);
-                }
-                None => {
-                    sys::wait_readable([sock, wake], timeout);
-                }
+            let woken = match listen {
+                Some(l) => sys::wait_readable([sock, wake, l], timeout)[1],
+                None => sys::wait_readable([sock, wake], timeout)[1],
+            };
+            if woken {
+                self.wake.drain();
             }
-            self.wake.drain();
         }
     }
 
