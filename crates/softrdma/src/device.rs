@@ -196,7 +196,7 @@ impl Device {
         ec.max_inflight = 128;
         // Peers on a real wire (Linux rxe) send IPv4 with non-zero IDs.
         ec.recover_ipv4_id = true;
-        // A ping-pong's ACK rides out with the answer: one sendmmsg per turn
+        // A ping-pong's ACK rides out with the answer: one send per turn
         // instead of two, and the peer, polling for its send completion,
         // receives the answer in the same batch (an application spinning
         // on memory, like perftest, then needs no background wake-up). The
