@@ -291,10 +291,15 @@ pub fn gso_available(sock: &UdpSocket) -> bool {
 const RX_BYTES: usize = 256 << 10;
 /// Fewest buffers asked for in one `recvmmsg`.
 const RX_MIN: usize = 4;
-/// Most datagrams in a lone received buffer after which reads go single: a
-/// ping-pong's message and the ACK that rides with it. More is a burst,
-/// where batches pay.
+/// Most datagrams in a buffer that a single read may end on: a ping-pong's
+/// message and the ACK that rides with it. More is a burst, where the next
+/// read follows at once.
 const SINGLE_SEGS: usize = 2;
+/// Empty reads in a row after which reads go single. A stream's reader
+/// (a bandwidth test's target, woken by the socket) finds it empty once
+/// before each sleep, and must then read a batch again; a ping-pong's
+/// poller finds it empty many times per message.
+const SINGLE_AFTER_EMPTY: u32 = 2;
 
 /// Buffers for receiving many datagrams with one `recvmmsg`.
 pub struct RecvBatch {
@@ -306,10 +311,12 @@ pub struct RecvBatch {
     /// Buffers asked for in the last `recv`.
     asked: usize,
     /// Whether the next `recv` reads one buffer with `recvmsg`: latency-bound
-    /// traffic (the last read found nothing, or one small datagram) pays
-    /// for no `recvmmsg`, which costs more than `recvmsg` when empty and
-    /// tries a second read after the first datagram.
+    /// traffic (the socket was found empty again and again) pays for no
+    /// `recvmmsg`, which costs more than `recvmsg` when empty and tries a
+    /// second read after the first datagram.
     single: bool,
+    /// Empty reads in a row.
+    empty_reads: u32,
     /// Whether more may be waiting after the last `recv` (see [`Self::full`]).
     more: bool,
     addrs: Vec<libc::sockaddr_storage>,
@@ -343,6 +350,7 @@ impl RecvBatch {
             want: count,
             asked: count,
             single: true,
+            empty_reads: SINGLE_AFTER_EMPTY,
             more: false,
             // SAFETY: all-zero sockaddr_storage is valid plain data.
             addrs: vec![unsafe { std::mem::zeroed() }; count],
@@ -427,14 +435,18 @@ impl RecvBatch {
             self.want = (RX_BYTES / largest.max(1)).clamp(RX_MIN.min(count), count);
         }
         // A datagram after a single read may be the start of a burst: the
-        // next read takes a batch, and only a batch that brings one small
-        // buffer (or nothing) goes back to single reads. A single read of
-        // a small buffer does not say more is waiting: reading again at
-        // once would put a system call between a ping-pong's message and
-        // its handling (the next progress reads a batch anyway).
+        // next read takes a batch. A single read of a small buffer does not
+        // say more is waiting: reading again at once would put a system
+        // call between a ping-pong's message and its handling (the next
+        // progress reads a batch anyway).
         let small = self.n == 1 && most_segs <= SINGLE_SEGS;
         self.more = self.n == self.asked && !(self.single && small);
-        self.single = self.n == 0 || (small && !self.single);
+        self.empty_reads = if self.n == 0 {
+            self.empty_reads.saturating_add(1)
+        } else {
+            0
+        };
+        self.single = self.empty_reads >= SINGLE_AFTER_EMPTY;
         self.n
     }
 
@@ -816,7 +828,8 @@ mod tests {
     }
 
     /// A lone datagram is read with a single `recvmsg`; a burst behind it
-    /// with batches, and the reads go single again once it is drained.
+    /// with batches, and the reads go single again once the socket stays
+    /// empty.
     #[test]
     fn single_reads_for_lone_datagrams_batches_for_bursts() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -860,7 +873,9 @@ mod tests {
             "{reads} reads for a burst of 20 in batches of 8"
         );
         assert_eq!(batch.recv(&rx), 0);
-        assert!(batch.single, "an empty read goes back to single reads");
+        assert!(!batch.single, "one empty read may be a pause in a stream");
+        assert_eq!(batch.recv(&rx), 0);
+        assert!(batch.single, "empty reads in a row go back to single reads");
     }
 
     /// Without GSO, the same datagrams go one per message.
