@@ -121,6 +121,9 @@ pub(crate) struct Device {
     pub active_mtu: Mtu,
     pub link_mtu: u32,
     state: Mutex<State>,
+    /// Whether `try_direct` can ever succeed (an arena, not UDP-only): set
+    /// at open, so that a post on a UDP device takes the lock only once.
+    direct: bool,
     sock: UdpSocket,
     wake: EventFd,
     pub async_fd: EventFd,
@@ -193,7 +196,7 @@ impl Device {
         ec.max_inflight = 128;
         // Peers on a real wire (Linux rxe) send IPv4 with non-zero IDs.
         ec.recover_ipv4_id = true;
-        // A ping-pong's ACK rides out with the answer: one sendmmsg per turn
+        // A ping-pong's ACK rides out with the answer: one send per turn
         // instead of two, and the peer, polling for its send completion,
         // receives the answer in the same batch (an application spinning
         // on memory, like perftest, then needs no background wake-up). The
@@ -220,8 +223,10 @@ impl Device {
             wake.as_raw_fd(),
             arena.as_ref().map(|a| a.fd.as_raw_fd()),
         );
+        let direct = arena.is_some() && cfg.transport != crate::shm::Transport::Udp;
         let dev = Arc::new(Device {
             name: cfg.name.clone(),
+            direct,
             addr,
             active_mtu,
             link_mtu,
@@ -357,9 +362,11 @@ impl Device {
             // within the APP_ACTIVE window and runs due timers then; waking
             // it for every held ACK would cost the poller a context switch
             // per message.
-            let next = st.engine.poll_timeout().map_or(u64::MAX, |t| t.0);
-            if !mark_app && next < self.sleeping_until.load(Ordering::Acquire) {
-                self.wake.signal();
+            if !mark_app {
+                let next = st.engine.poll_timeout().map_or(u64::MAX, |t| t.0);
+                if next < self.sleeping_until.load(Ordering::Acquire) {
+                    self.wake.signal();
+                }
             }
         }
         post(&mut st, c)
@@ -627,7 +634,7 @@ impl Device {
             } => (remote_addr, rkey, AccessFlags::REMOTE_ATOMIC),
             _ => return false,
         };
-        if wr.flags.contains(SendFlags::INLINE) || wr.sg_list.len() > MAX_SGE {
+        if !self.direct || wr.flags.contains(SendFlags::INLINE) || wr.sg_list.len() > MAX_SGE {
             return false;
         }
         let mut guard_st = self.lock();
@@ -810,8 +817,12 @@ impl Device {
                 let left = Duration::from_nanos((window - since_poll).max(10_000));
                 self.sleeping_until
                     .store(now.0 + left.as_nanos() as u64, Ordering::Release);
-                sys::wait_readable([wake], Some(left));
-                self.wake.drain();
+                // Reading the eventfd only when it was signalled: this wait
+                // ends every APP_ACTIVE on the polling application's CPU,
+                // and a read of an empty eventfd is one more system call.
+                if sys::wait_readable([wake], Some(left))[0] {
+                    self.wake.drain();
+                }
                 // Timers set by the application's last polls (a held ACK)
                 // run even if it went on to do something else meanwhile.
                 if let Ok(mut st) = self.state.try_lock() {
@@ -836,15 +847,13 @@ impl Device {
             let until = next.map_or(u64::MAX, |t| t.0);
             self.sleeping_until.store(until, Ordering::Release);
             let timeout = next.map(|t| Duration::from_nanos(t.0.saturating_sub(self.now().0)));
-            match listen {
-                Some(l) => {
-                    sys::wait_readable([sock, wake, l], timeout);
-                }
-                None => {
-                    sys::wait_readable([sock, wake], timeout);
-                }
+            let woken = match listen {
+                Some(l) => sys::wait_readable([sock, wake, l], timeout)[1],
+                None => sys::wait_readable([sock, wake], timeout)[1],
+            };
+            if woken {
+                self.wake.drain();
             }
-            self.wake.drain();
         }
     }
 

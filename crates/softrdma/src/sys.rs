@@ -291,6 +291,15 @@ pub fn gso_available(sock: &UdpSocket) -> bool {
 const RX_BYTES: usize = 256 << 10;
 /// Fewest buffers asked for in one `recvmmsg`.
 const RX_MIN: usize = 4;
+/// Most datagrams in a buffer that a single read may end on: a ping-pong's
+/// message and the ACK that rides with it. More is a burst, where the next
+/// read follows at once.
+const SINGLE_SEGS: usize = 2;
+/// Empty reads in a row after which reads go single. A stream's reader
+/// (a bandwidth test's target, woken by the socket) finds it empty once
+/// before each sleep, and must then read a batch again; a ping-pong's
+/// poller finds it empty many times per message.
+const SINGLE_AFTER_EMPTY: u32 = 2;
 
 /// Buffers for receiving many datagrams with one `recvmmsg`.
 pub struct RecvBatch {
@@ -301,6 +310,15 @@ pub struct RecvBatch {
     want: usize,
     /// Buffers asked for in the last `recv`.
     asked: usize,
+    /// Whether the next `recv` reads one buffer with `recvmsg`: latency-bound
+    /// traffic (the socket was found empty again and again) pays for no
+    /// `recvmmsg`, which costs more than `recvmsg` when empty and tries a
+    /// second read after the first datagram.
+    single: bool,
+    /// Empty reads in a row.
+    empty_reads: u32,
+    /// Whether more may be waiting after the last `recv` (see [`Self::full`]).
+    more: bool,
     addrs: Vec<libc::sockaddr_storage>,
     lens: Vec<usize>,
     /// Segment size of each received buffer (its length when not coalesced).
@@ -331,6 +349,9 @@ impl RecvBatch {
             slot,
             want: count,
             asked: count,
+            single: true,
+            empty_reads: SINGLE_AFTER_EMPTY,
+            more: false,
             // SAFETY: all-zero sockaddr_storage is valid plain data.
             addrs: vec![unsafe { std::mem::zeroed() }; count],
             lens: vec![0; count],
@@ -349,28 +370,57 @@ impl RecvBatch {
         if self.hdrs.len() != count {
             self.build(count);
         }
-        for h in &mut self.hdrs {
+        let want = if self.single {
+            1
+        } else {
+            self.want.clamp(1, count)
+        };
+        for h in &mut self.hdrs[..want] {
             // The kernel shrinks msg_namelen and msg_controllen to what it wrote.
             h.msg_hdr.msg_namelen =
                 std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_hdr.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>() as _;
         }
-        let want = self.want.clamp(1, count);
         self.asked = want;
-        // SAFETY: hdrs, iov, addrs, ctrl and data are the batch's own buffers,
-        // set up by `build` for `count` slots (want <= count); MSG_DONTWAIT
-        // makes it non-blocking.
-        let r = unsafe {
-            libc::recvmmsg(
-                sock.as_raw_fd(),
-                self.hdrs.as_mut_ptr(),
-                want as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+        let r = if self.single {
+            // SAFETY: hdrs[0] points at the batch's own first buffer,
+            // address and control slot (set up by `build`); MSG_DONTWAIT
+            // makes it non-blocking.
+            let r = unsafe {
+                libc::recvmsg(
+                    sock.as_raw_fd(),
+                    &mut self.hdrs[0].msg_hdr,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r >= 0 {
+                self.hdrs[0].msg_len = r as libc::c_uint;
+                1
+            } else {
+                0
+            }
+        } else {
+            // SAFETY: hdrs, iov, addrs, ctrl and data are the batch's own
+            // buffers, set up by `build` for `count` slots (want <= count);
+            // MSG_DONTWAIT makes it non-blocking.
+            let r = unsafe {
+                libc::recvmmsg(
+                    sock.as_raw_fd(),
+                    self.hdrs.as_mut_ptr(),
+                    want as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r > 0 {
+                (r as usize).min(want)
+            } else {
+                0
+            }
         };
-        self.n = if r > 0 { (r as usize).min(want) } else { 0 };
+        self.n = r;
         let mut largest = 0;
+        let mut most_segs = 0;
         for i in 0..self.n {
             let len = (self.hdrs[i].msg_len as usize).min(self.slot);
             self.lens[i] = len;
@@ -379,17 +429,31 @@ impl RecvBatch {
                 Some(s) if s > 0 && s < len => s,
                 _ => len,
             };
+            most_segs = most_segs.max(len.div_ceil(self.segs[i].max(1)));
         }
         if self.n > 0 {
             self.want = (RX_BYTES / largest.max(1)).clamp(RX_MIN.min(count), count);
         }
+        // A datagram after a single read may be the start of a burst: the
+        // next read takes a batch. A single read of a small buffer does not
+        // say more is waiting: reading again at once would put a system
+        // call between a ping-pong's message and its handling (the next
+        // progress reads a batch anyway).
+        let small = self.n == 1 && most_segs <= SINGLE_SEGS;
+        self.more = self.n == self.asked && !(self.single && small);
+        self.empty_reads = if self.n == 0 {
+            self.empty_reads.saturating_add(1)
+        } else {
+            0
+        };
+        self.single = self.empty_reads >= SINGLE_AFTER_EMPTY;
         self.n
     }
 
     /// Whether the last `recv` filled every buffer it asked for (more may
     /// be waiting).
     pub fn full(&self) -> bool {
-        self.n > 0 && self.n == self.asked
+        self.n > 0 && self.more
     }
 
     /// Points the message headers at the batch's buffers (once).
@@ -702,16 +766,28 @@ fn send_batch_with(
         }
         let mut done = 0; // messages
         while done < hdrs.len() {
-            // SAFETY: the headers describe live buffers, addresses and
-            // control data for the call's duration (a gathered datagram's
-            // middle by the contract of `Datagram::gathered`).
-            let r = unsafe {
-                libc::sendmmsg(
-                    sock.as_raw_fd(),
-                    hdrs[done..].as_mut_ptr(),
-                    (hdrs.len() - done) as libc::c_uint,
-                    0,
-                )
+            // A lone message (a ping-pong's request and held ACK in one GSO
+            // send) goes with `sendmsg`, cheaper than `sendmmsg` of one.
+            let r = if hdrs.len() - done == 1 {
+                // SAFETY: as below, for the one header.
+                let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdrs[done].msg_hdr, 0) };
+                if r < 0 {
+                    -1
+                } else {
+                    1
+                }
+            } else {
+                // SAFETY: the headers describe live buffers, addresses and
+                // control data for the call's duration (a gathered datagram's
+                // middle by the contract of `Datagram::gathered`).
+                unsafe {
+                    libc::sendmmsg(
+                        sock.as_raw_fd(),
+                        hdrs[done..].as_mut_ptr(),
+                        (hdrs.len() - done) as libc::c_uint,
+                        0,
+                    )
+                }
             };
             if r < 0 {
                 let e = io::Error::last_os_error();
@@ -899,6 +975,57 @@ mod tests {
             }
             assert_eq!(got, whole[..batch].to_vec());
         }
+    }
+
+    /// A lone datagram is read with a single `recvmsg`; a burst behind it
+    /// with batches, and the reads go single again once the socket stays
+    /// empty.
+    #[test]
+    fn single_reads_for_lone_datagrams_batches_for_bursts() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dst = rx.local_addr().unwrap();
+        let mut batch = RecvBatch::new(8, 65536);
+        let wait_for_data = |batch: &mut RecvBatch| {
+            for _ in 0..1000 {
+                let n = batch.recv(&rx);
+                if n > 0 {
+                    return n;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            panic!("nothing arrived");
+        };
+        assert!(batch.single);
+        tx.send_to(&[1; 40], dst).unwrap();
+        assert_eq!(wait_for_data(&mut batch), 1);
+        assert_eq!(batch.get(0).unwrap().1, &[1; 40]);
+        assert!(
+            !batch.full(),
+            "a lone small datagram says nothing more waits"
+        );
+        for i in 0..20u8 {
+            tx.send_to(&[i; 100], dst).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        // Batch mode after a datagram: the burst comes in batches of 8.
+        let mut got = Vec::new();
+        let mut reads = 0;
+        while got.len() < 20 {
+            let n = batch.recv(&rx);
+            reads += 1;
+            assert!(reads < 100, "burst not drained");
+            got.extend((0..n).map(|i| batch.get(i).unwrap().1[0]));
+        }
+        assert_eq!(got, (0..20u8).collect::<Vec<_>>());
+        assert!(
+            reads <= 4,
+            "{reads} reads for a burst of 20 in batches of 8"
+        );
+        assert_eq!(batch.recv(&rx), 0);
+        assert!(!batch.single, "one empty read may be a pause in a stream");
+        assert_eq!(batch.recv(&rx), 0);
+        assert!(batch.single, "empty reads in a row go back to single reads");
     }
 
     /// Without GSO, the same datagrams go one per message.
