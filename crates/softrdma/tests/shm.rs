@@ -157,15 +157,22 @@ fn sends_travel_through_rings() {
 
 /// Runs one WRITE that must fail with REM_ACCESS_ERR and leave `mb` untouched.
 fn expect_access_error(p: &Pair, ma: &Mr, mb: &Mr, remote_addr: u64, rkey: u32, len: u32) {
+    let sge = ma.sge(0, len);
+    expect_write_error(p, sge, mb, remote_addr, rkey, WcStatus::RemAccessErr);
+}
+
+/// Runs one WRITE from `sge` that must complete with `status`, leave `mb`
+/// untouched and the QP in ERR.
+fn expect_write_error(p: &Pair, sge: Sge, mb: &Mr, remote_addr: u64, rkey: u32, status: WcStatus) {
     let before = mb.to_vec();
     p.qa.post_send(&SendWr::new(
         9,
         SendOp::Write { remote_addr, rkey },
-        vec![ma.sge(0, len)],
+        vec![sge],
     ))
     .unwrap();
     let wc = p.ca.wait(1, T).unwrap()[0];
-    assert_eq!(wc.status, WcStatus::RemAccessErr, "{wc:?}");
+    assert_eq!(wc.status, status, "{wc:?}");
     assert!(mb.to_vec() == before, "target memory untouched");
     assert_eq!(p.qa.state(), QpState::Err);
 }
@@ -281,20 +288,8 @@ fn repeated_operations_see_every_change_in_between() {
     assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     let stale = ma2.sge(0, 16);
     drop(ma2);
-    let before = mb.to_vec();
-    p.qa.post_send(&SendWr::new(
-        21,
-        SendOp::Write {
-            remote_addr: mb.addr() + 1024,
-            rkey: mb.rkey(),
-        },
-        vec![stale],
-    ))
-    .unwrap();
-    let wc = p.ca.wait(1, T).unwrap()[0];
-    assert_eq!(wc.status, WcStatus::LocProtErr, "{wc:?}");
-    assert!(mb.to_vec() == before, "target memory untouched");
-    assert_eq!(p.qa.state(), QpState::Err);
+    let (addr, rkey) = (mb.addr() + 1024, mb.rkey());
+    expect_write_error(&p, stale, &mb, addr, rkey, WcStatus::LocProtErr);
 }
 
 /// The target deregisters the region the initiator just wrote to directly:
