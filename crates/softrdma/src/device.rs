@@ -564,7 +564,9 @@ impl Device {
                     tx.meta[i].0 = ep;
                 }
             }
-            let pkts: Vec<sys::Datagram<'_>> = (start..end).map(|i| tx.datagram(i)).collect();
+            // This thread's kept (empty) list, borrowing `tx` for this send only.
+            let mut pkts: Vec<sys::Datagram<'_>> = DGRAMS.take();
+            pkts.extend((start..end).map(|i| tx.datagram(i)));
             let s = sock.as_ref().unwrap_or(&self.sock);
             // GSO only towards loopback peers. Where a device splits a GSO
             // send (a NIC, or veth into a socket without GRO), the kernel
@@ -580,7 +582,12 @@ impl Device {
                 *gso = false;
             }
             driver.send_errors += (pkts.len() - sent) as u64;
-            drop(pkts);
+            // Back to an empty list of the longer lifetime: the filter_map
+            // changes the lifetime (a filter could not) and, yielding
+            // nothing, its collect reuses the allocation in place.
+            #[allow(clippy::unnecessary_filter_map)]
+            let empty = pkts.into_iter().filter_map(|_| None).collect();
+            DGRAMS.set(empty);
             if let Some(c) = capture {
                 for i in start..start + sent {
                     tx.make_whole(engine, i);
@@ -880,6 +887,13 @@ impl Device {
         let st = self.lock();
         (*st.engine.counters(), st.driver)
     }
+}
+
+thread_local! {
+    /// `flush_tx`'s list of datagrams, kept empty between sends so that a
+    /// send allocates nothing (a latency-bound sender makes one per message).
+    static DGRAMS: std::cell::Cell<Vec<sys::Datagram<'static>>> =
+        const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Packets waiting for one `sendmmsg`.
