@@ -38,9 +38,10 @@ const VALID: u32 = 1;
 const DYING: u32 = 2;
 const DELETED: u32 = 3;
 
-/// Multiply-and-fold hasher for the driver's small integer keys (lkeys): the
-/// direct path looks one up per SGE, and std's SipHash costs more than the
-/// rest of that lookup. The keys are the engine's, not a peer's choice.
+/// Multiply-and-fold hasher for the driver's small integer keys (lkeys,
+/// source ports): the direct path looks one up per SGE and every UDP send
+/// one per source port, and std's SipHash costs more than the rest of such
+/// a lookup. The keys are the engine's, not a peer's choice.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KeyHasher(u64);
 

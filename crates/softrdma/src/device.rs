@@ -80,7 +80,7 @@ pub(crate) struct State {
     pub engine: Engine,
     rx: sys::RecvBatch,
     tx: TxBatch,
-    send_socks: HashMap<u16, Option<UdpSocket>>,
+    send_socks: crate::arena::KeyMap<u16, Option<UdpSocket>>,
     /// Whether sends to loopback peers may use UDP GSO (cleared for good
     /// when the kernel refuses it).
     gso: bool,
@@ -234,7 +234,7 @@ impl Device {
                 engine: Engine::new(ec),
                 rx: sys::RecvBatch::new(RX_BATCH, 65536),
                 tx: TxBatch::new(),
-                send_socks: HashMap::new(),
+                send_socks: Default::default(),
                 gso,
                 capture,
                 fault: cfg.fault.map(FaultInjector::new),
