@@ -39,6 +39,20 @@ fn drain(
     out
 }
 
+/// What `node` has to send at `now`, which must be exactly one positive ACK
+/// (`what` says which, for the failure message).
+fn drain_one_ack(
+    net: &mut softrdma_engine::sim::SimNet,
+    node: usize,
+    now: Instant,
+    what: &str,
+) -> Vec<(OpKind, Option<Syndrome>, Endpoints, Vec<u8>)> {
+    let out = drain(net, node, now);
+    assert_eq!(out.len(), 1, "{what}: {out:?}");
+    assert_eq!(out[0].0, OpKind::Ack, "{what}: {out:?}");
+    out
+}
+
 fn deliver(
     net: &mut softrdma_engine::sim::SimNet,
     node: usize,
@@ -109,9 +123,7 @@ fn held_ack_goes_out_when_the_delay_passes() {
     assert!(drain(&mut net, 1, early).is_empty());
     let due = Instant(t0.0 + DELAY);
     net.nodes[1].handle_timeout(due);
-    let out = drain(&mut net, 1, due);
-    assert_eq!(out.len(), 1, "{out:?}");
-    assert_eq!(out[0].0, OpKind::Ack);
+    let out = drain_one_ack(&mut net, 1, due, "at the delay");
     deliver(&mut net, 0, due, &out);
     assert_eq!(statuses(&poll(&mut net, &a)), vec![(1, WcStatus::Success)]);
 }
@@ -173,9 +185,7 @@ fn destroying_or_resetting_the_qp_sends_the_held_ack() {
         } else {
             net.nodes[1].destroy_qp(b.qpn).unwrap();
         }
-        let out = drain(&mut net, 1, t0);
-        assert_eq!(out.len(), 1, "reset={reset}: {out:?}");
-        assert_eq!(out[0].0, OpKind::Ack);
+        let out = drain_one_ack(&mut net, 1, t0, &format!("reset={reset}"));
         deliver(&mut net, 0, t0, &out);
         assert_eq!(statuses(&poll(&mut net, &a)), vec![(1, WcStatus::Success)]);
     }
@@ -186,9 +196,7 @@ fn release_held_acks_sends_them_now() {
     let (mut net, a, b) = delayed_pair();
     let t0 = write_and_hold(&mut net, &a, &b);
     net.nodes[1].release_held_acks();
-    let out = drain(&mut net, 1, t0);
-    assert_eq!(out.len(), 1, "{out:?}");
-    assert_eq!(out[0].0, OpKind::Ack);
+    drain_one_ack(&mut net, 1, t0, "released");
 }
 
 #[test]
@@ -200,9 +208,7 @@ fn without_delay_the_ack_is_immediate() {
         .unwrap();
     let req = drain(&mut net, 0, t0);
     deliver(&mut net, 1, t0, &req);
-    let out = drain(&mut net, 1, t0);
-    assert_eq!(out.len(), 1);
-    assert_eq!(out[0].0, OpKind::Ack);
+    drain_one_ack(&mut net, 1, t0, "no delay configured");
 }
 
 /// An ACK requested in the middle of a message (every `ack_req_every`
@@ -227,14 +233,13 @@ fn mid_message_ack_is_not_held() {
         .collect();
     assert_eq!(asks, vec![31, 39]);
     deliver(&mut net, 1, t0, &req[..32]);
-    let out = drain(&mut net, 1, t0);
-    assert_eq!(out.len(), 1, "the mid-message ACK goes at once: {out:?}");
-    assert_eq!(out[0].0, OpKind::Ack);
+    drain_one_ack(&mut net, 1, t0, "the mid-message ACK goes at once");
     deliver(&mut net, 1, t0, &req[32..]);
     assert!(
         drain(&mut net, 1, t0).is_empty(),
         "the last one's ACK waits"
     );
-    net.nodes[1].handle_timeout(Instant(t0.0 + DELAY));
-    assert_eq!(drain(&mut net, 1, Instant(t0.0 + DELAY)).len(), 1);
+    let due = Instant(t0.0 + DELAY);
+    net.nodes[1].handle_timeout(due);
+    drain_one_ack(&mut net, 1, due, "the last one's ACK at the delay");
 }
