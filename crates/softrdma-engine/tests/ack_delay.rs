@@ -50,6 +50,10 @@ fn drain_one_ack(
     let out = drain(net, node, now);
     assert_eq!(out.len(), 1, "{what}: {out:?}");
     assert_eq!(out[0].0, OpKind::Ack, "{what}: {out:?}");
+    assert!(
+        matches!(out[0].1, Some(Syndrome::Ack { .. })),
+        "{what}: not a positive ACK: {out:?}"
+    );
     out
 }
 
