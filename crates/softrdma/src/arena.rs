@@ -167,27 +167,41 @@ impl ArenaMap {
     }
 
     /// Finds a valid region by rkey and enters it (reader count held until
-    /// the guard drops). Returns the region's arena offset and table data.
-    pub fn enter_mr(&self, rkey: u32) -> Option<MrGuard<'_>> {
+    /// the guard drops), trying table slot `*slot` first (where the rkey
+    /// was found last time) and leaving there the slot it was found in.
+    pub fn enter_mr(&self, rkey: u32, slot: &mut usize) -> Option<MrGuard<'_>> {
+        if *slot < MR_SLOTS {
+            let e = self.mr_entry(*slot);
+            if e.state().load(Ordering::Acquire) == VALID && e.rkey() == rkey {
+                if let Some(g) = Self::enter(e, rkey) {
+                    return Some(g);
+                }
+            }
+        }
         let start = hash(rkey);
         for i in start..start + MR_SLOTS {
             let e = self.mr_entry(i);
             match e.state().load(Ordering::Acquire) {
                 EMPTY => return None,
                 VALID if e.rkey() == rkey => {
-                    e.readers().fetch_add(1, Ordering::AcqRel);
-                    // Re-check after announcing ourselves: a deregistration that
-                    // began meanwhile waits for us or we back off.
-                    if e.state().load(Ordering::Acquire) != VALID || e.rkey() != rkey {
-                        e.readers().fetch_sub(1, Ordering::AcqRel);
-                        return None;
-                    }
-                    return Some(MrGuard { e, info: e.info() });
+                    *slot = i % MR_SLOTS;
+                    return Self::enter(e, rkey);
                 }
                 _ => {}
             }
         }
         None
+    }
+
+    fn enter(e: MrEntry<'_>, rkey: u32) -> Option<MrGuard<'_>> {
+        e.readers().fetch_add(1, Ordering::AcqRel);
+        // Re-check after announcing ourselves: a deregistration that
+        // began meanwhile waits for us or we back off.
+        if e.state().load(Ordering::Acquire) != VALID || e.rkey() != rkey {
+            e.readers().fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(MrGuard { e, info: e.info() })
     }
 }
 

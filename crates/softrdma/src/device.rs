@@ -101,6 +101,45 @@ pub(crate) struct State {
     app_polls: u32,
     /// Idle polls in a row (see `poll_progress`).
     idle_polls: u32,
+    /// What `try_direct` looked up per QP (by QPN modulo their number).
+    routes: [Option<DirectRoute>; DIRECT_ROUTES],
+    /// Advanced by every use of the state that may change a QP, a local
+    /// region or a link (see [`Device::lock`]); a route from another
+    /// epoch is looked up again.
+    routes_epoch: u64,
+}
+
+impl State {
+    /// Makes `try_direct` look up every route again (see `routes_epoch`).
+    pub fn forget_routes(&mut self) {
+        self.routes_epoch = self.routes_epoch.wrapping_add(1);
+    }
+}
+
+/// Routes `try_direct` keeps (one per QPN modulo this).
+const DIRECT_ROUTES: usize = 8;
+
+/// The initiator-side facts a direct operation on a QP depends on, kept
+/// between operations: looking them up again was a fifth of a same-host
+/// WRITE's latency. Valid while the state's `routes_epoch` and the shm
+/// hub's `links_gen` are those it was made under. The target's tables
+/// are read for every operation: the peer changes them without us.
+#[derive(Clone, Copy)]
+struct DirectRoute {
+    qpn: u32,
+    epoch: u64,
+    links_gen: u64,
+    /// The QP is RTS, RC or UC, with nothing queued in the engine.
+    qp_type: QpType,
+    pd: u32,
+    dest_qpn: u32,
+    /// Index of the link to the QP's destination.
+    link: usize,
+    /// The local region last used through this QP.
+    lkey: u32,
+    local: Option<LocalMr>,
+    /// Where the last rkey was found in the peer's region table.
+    mr_slot: usize,
 }
 
 /// A local region in the arena, for the initiator's direct copies.
@@ -248,6 +287,8 @@ impl Device {
                 udp_idle: 0,
                 app_polls: 0,
                 idle_polls: 0,
+                routes: [None; DIRECT_ROUTES],
+                routes_epoch: 0,
             }),
             sock,
             wake,
@@ -273,7 +314,17 @@ impl Device {
         Instant(self.origin.elapsed().as_nanos() as u64)
     }
 
+    /// The device state, for anything: what `try_direct` remembered is
+    /// forgotten, since the holder may change a QP, a region or a link.
     pub fn lock(&self) -> MutexGuard<'_, State> {
+        let mut st = self.lock_keeping_routes();
+        st.routes_epoch = st.routes_epoch.wrapping_add(1);
+        st
+    }
+
+    /// The device state, for a holder that changes no QP, local region or
+    /// link, or that advances `routes_epoch` itself when it does.
+    fn lock_keeping_routes(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -322,7 +373,9 @@ impl Device {
         pre: impl FnOnce(&mut State, &mut C) -> Option<R>,
         post: impl FnOnce(&mut State, &mut C) -> R,
     ) -> R {
-        let mut st = self.lock();
+        // `pre` and `post` poll a CQ or take events; progress below, which
+        // may change a QP or a link, forgets the routes itself.
+        let mut st = self.lock_keeping_routes();
         if let Some(r) = pre(&mut st, c) {
             st.app_polls = st.app_polls.wrapping_add(1);
             // Often enough that the background thread, which leaves the
@@ -357,6 +410,7 @@ impl Device {
             if mark_app {
                 self.last_app_poll.store(now.0, Ordering::Release);
             }
+            st.forget_routes();
             self.progress(&mut st, now);
             // A polling application's background thread wakes on its own
             // within the APP_ACTIVE window and runs due timers then; waking
@@ -612,6 +666,8 @@ impl Device {
                     }
                 }
                 other => {
+                    // A QP or CQ went to error.
+                    st.forget_routes();
                     if let (Event::QpFatal { qpn }, Some(a)) = (other, &st.arena) {
                         a.map.publish_qp(qpn, None);
                     }
@@ -644,37 +700,47 @@ impl Device {
         if !self.direct || wr.flags.contains(SendFlags::INLINE) || wr.sg_list.len() > MAX_SGE {
             return false;
         }
-        let mut guard_st = self.lock();
+        let mut guard_st = self.lock_keeping_routes();
         let st = &mut *guard_st;
         if st.arena.is_none() || st.shm.mode == crate::shm::Transport::Udp {
             return false;
         }
-        // Fields read in place: moving the returned struct out of its
-        // Option stalled on store forwarding (a tenth of this function).
-        let qi = st.engine.fast_qp_info(qpn);
-        let Some(info) = &qi else {
-            return false;
+        let slot = qpn as usize % DIRECT_ROUTES;
+        let mut route = match st.routes[slot] {
+            Some(r)
+                if r.qpn == qpn
+                    && r.epoch == st.routes_epoch
+                    && r.links_gen == st.shm.links_gen() =>
+            {
+                r
+            }
+            _ => match Self::look_up_route(st, qpn) {
+                Some(r) => r,
+                None => return false,
+            },
         };
-        if info.state != QpState::Rts || !info.sq_empty || info.qp_type == QpType::Ud {
+        if route.qp_type == QpType::Uc && need != AccessFlags::REMOTE_WRITE {
             return false;
         }
-        if info.qp_type == QpType::Uc && need != AccessFlags::REMOTE_WRITE {
-            return false;
-        }
-        let Some(dest) = info.dest else { return false };
-        let (qp_pd, dest_qpn) = (info.pd, info.dest_qpn);
         // Local SGEs: all in this device's arena, in the QP's PD, with the rights needed.
         let local_write = need != AccessFlags::REMOTE_WRITE;
         let mut local_buf = [(0usize, 0usize); MAX_SGE];
         let mut total = 0u64;
         for (slot, sge) in local_buf.iter_mut().zip(&wr.sg_list) {
-            let Some(m) = st.local_mrs.get(&sge.lkey) else {
-                return false;
+            let m = match route.local {
+                Some(m) if route.lkey == sge.lkey => m,
+                _ => match st.local_mrs.get(&sge.lkey) {
+                    Some(&m) => {
+                        (route.lkey, route.local) = (sge.lkey, Some(m));
+                        m
+                    }
+                    None => return false,
+                },
             };
             let Some(off) = sge.addr.checked_sub(m.iova) else {
                 return false;
             };
-            if m.pd != qp_pd
+            if m.pd != route.pd
                 || off + u64::from(sge.length) > m.len
                 || (local_write && !m.access.contains(AccessFlags::LOCAL_WRITE))
             {
@@ -688,19 +754,21 @@ impl Device {
         if atomic && (total != 8 || remote_addr % 8 != 0) {
             return false;
         }
-        let Some(peer) = st.shm.peer_arena(dest) else {
+        let Some(peer) = st.shm.arena_at(route.link) else {
             return false;
         };
         // The target QP and region, as the peer published them.
-        let Some((tpd, tacc, tstate)) = peer.lookup_qp(dest_qpn) else {
+        let Some((tpd, tacc, tstate)) = peer.lookup_qp(route.dest_qpn) else {
             return false;
         };
         if !matches!(tstate, QpState::Rtr | QpState::Rts) || !tacc.contains(need) {
             return false;
         }
-        let Some(guard) = peer.enter_mr(rkey) else {
+        let Some(guard) = peer.enter_mr(rkey, &mut route.mr_slot) else {
+            st.routes[slot] = Some(route);
             return false;
         };
+        st.routes[slot] = Some(route);
         if guard.info.pd != tpd || !guard.info.access.contains(need) {
             return false;
         }
@@ -796,6 +864,33 @@ impl Device {
         true
     }
 
+    /// The route of a direct operation on QP `qpn`, if it can take one:
+    /// RTS with nothing queued in the engine, RC or UC, its destination a
+    /// same-host peer with an arena.
+    fn look_up_route(st: &mut State, qpn: u32) -> Option<DirectRoute> {
+        // Fields read in place: moving the returned struct out of its
+        // Option stalled on store forwarding.
+        let qi = st.engine.fast_qp_info(qpn);
+        let info = qi.as_ref()?;
+        if info.state != QpState::Rts || !info.sq_empty || info.qp_type == QpType::Ud {
+            return None;
+        }
+        let (qp_type, pd, dest_qpn) = (info.qp_type, info.pd, info.dest_qpn);
+        let (link, _) = st.shm.peer_link(info.dest?)?;
+        Some(DirectRoute {
+            qpn,
+            epoch: st.routes_epoch,
+            links_gen: st.shm.links_gen(),
+            qp_type,
+            pd,
+            dest_qpn,
+            link,
+            lkey: 0,
+            local: None,
+            mr_slot: usize::MAX,
+        })
+    }
+
     /// Publishes a QP's PD, access flags and state for same-host peers.
     pub fn publish_qp(&self, qpn: u32) {
         let st = self.lock();
@@ -835,6 +930,7 @@ impl Device {
                 if let Ok(mut st) = self.state.try_lock() {
                     let now = self.now();
                     if st.engine.poll_timeout().is_some_and(|t| t <= now) {
+                        st.forget_routes();
                         st.engine.handle_timeout(now);
                         self.transmit(&mut st, now);
                     }
@@ -992,6 +1088,7 @@ extern "C" fn release_at_exit() {
     for dev in live.iter().filter_map(Weak::upgrade) {
         // try_lock: a thread stopped by exit may hold the lock.
         if let Ok(mut st) = dev.state.try_lock() {
+            st.forget_routes();
             let now = dev.now();
             st.engine.release_held_acks();
             dev.transmit(&mut st, now);

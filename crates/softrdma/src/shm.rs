@@ -258,6 +258,9 @@ pub(crate) struct ShmHub {
     pollfds: Vec<libc::pollfd>,
     /// `accept` just polled every link socket (see `check_dead`).
     polled: bool,
+    /// Changes whenever `links` does (a link added, replaced, marked dead
+    /// or dropped), so a link index remembered elsewhere can be checked.
+    links_gen: u64,
     pub counters: ShmCounters,
 }
 
@@ -282,6 +285,7 @@ impl ShmHub {
             buf: vec![0; SLOT_DATA],
             pollfds: Vec::new(),
             polled: false,
+            links_gen: 0,
             counters: ShmCounters::default(),
         };
         if mode != Transport::Udp {
@@ -362,6 +366,7 @@ impl ShmHub {
                 self.counters.links += 1;
                 self.links.retain(|x| x.peer != link.peer);
                 self.links.push(link);
+                self.links_gen += 1;
             }
         }
     }
@@ -383,6 +388,7 @@ impl ShmHub {
                 self.counters.links += 1;
                 self.links.retain(|x| x.peer != dst);
                 self.links.push(link);
+                self.links_gen += 1;
                 Some(self.links.len() - 1)
             }
             Err(_) => {
@@ -448,10 +454,22 @@ impl ShmHub {
         n
     }
 
-    /// The arena of the same-host peer at `dst`, setting up the link if needed.
-    pub fn peer_arena(&mut self, dst: SocketAddr) -> Option<&crate::arena::ArenaMap> {
+    /// The link to `dst` (made if need be) and the peer's arena, with the
+    /// link's index for [`ShmHub::arena_at`].
+    pub fn peer_link(&mut self, dst: SocketAddr) -> Option<(usize, &crate::arena::ArenaMap)> {
         let i = self.link_index(dst)?;
-        self.links[i].arena.as_ref()
+        Some((i, self.links[i].arena.as_ref()?))
+    }
+
+    /// The arena of link `i`, found by [`ShmHub::peer_link`] while
+    /// [`ShmHub::links_gen`] had the same value as now.
+    pub fn arena_at(&self, i: usize) -> Option<&crate::arena::ArenaMap> {
+        self.links.get(i).filter(|l| !l.dead)?.arena.as_ref()
+    }
+
+    /// See the field.
+    pub fn links_gen(&self) -> u64 {
+        self.links_gen
     }
 
     /// Says this device is about to sleep; false if a ring already holds packets.
@@ -484,8 +502,9 @@ impl ShmHub {
                     libc::MSG_PEEK | libc::MSG_DONTWAIT,
                 )
             };
-            if r == 0 {
+            if r == 0 && !l.dead {
                 l.dead = true;
+                self.links_gen += 1;
             }
         }
         self.links.retain(|l| !l.dead || !l.rx.is_empty());

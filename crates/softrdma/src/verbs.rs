@@ -289,8 +289,15 @@ impl Context {
     /// Low-level access for bindings: runs receive/timer/transmit progress as a
     /// polling application does, then `f` on the engine (e.g. `poll_cq`).
     pub fn poll_engine<R>(&self, f: impl FnOnce(&mut softrdma_engine::Engine) -> R) -> R {
-        self.dev
-            .poll_progress(true, &mut (), |_, _| None, |st, _| f(&mut st.engine))
+        self.dev.poll_progress(
+            true,
+            &mut (),
+            |_, _| None,
+            |st, _| {
+                st.forget_routes();
+                f(&mut st.engine)
+            },
+        )
     }
 
     /// Low-level access for bindings: `ibv_poll_cq` on the CQ with engine

@@ -298,6 +298,105 @@ fn repeated_operations_see_every_change_in_between() {
     expect_write_error(&p, stale, &mb, addr, rkey, WcStatus::LocProtErr);
 }
 
+/// A WRITE posted right behind a SEND (which the engine carries) must not
+/// overtake it by going direct, even though the QP's earlier WRITEs did.
+#[test]
+fn a_write_posted_behind_a_send_completes_after_it() {
+    let p = pair(Transport::Shm, all());
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0x33; 4096]).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    let wc = write_once(&p, &ma, 1, mb.addr(), mb.rkey(), 64);
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    p.qb.post_recv(&RecvWr {
+        wr_id: 7,
+        sg_list: vec![mb.sge(1024, 256)],
+    })
+    .unwrap();
+    p.qa.post_send(&SendWr::new(2, SendOp::Send, vec![ma.sge(0, 256)]))
+        .unwrap();
+    p.qa.post_send(&SendWr::new(
+        3,
+        SendOp::Write {
+            remote_addr: mb.addr() + 2048,
+            rkey: mb.rkey(),
+        },
+        vec![ma.sge(0, 128)],
+    ))
+    .unwrap();
+    let wcs = p.ca.wait(2, T).unwrap();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        got,
+        [
+            (2, WcStatus::Success, WcOpcode::Send),
+            (3, WcStatus::Success, WcOpcode::RdmaWrite)
+        ]
+    );
+    assert_eq!(p.cb.wait_ok(T).unwrap().byte_len, 256);
+    let m = mb.to_vec();
+    assert_eq!(
+        (m[1024..1280] == [0x33; 256], m[2048..2176] == [0x33; 128]),
+        (true, true)
+    );
+    assert_eq!(
+        p.a.driver_counters().direct_ops,
+        1,
+        "the second WRITE queued behind the SEND"
+    );
+}
+
+/// Two QPs of one device alternate: each keeps to its own destination and
+/// rights (the second's target QP grants no remote write).
+#[test]
+fn each_qp_keeps_its_own_route() {
+    let p = pair(Transport::Shm, all());
+    let qa2 = p.pa.create_qp(QpType::Rc, &p.ca, &p.ca).build().unwrap();
+    let qb2 = p.pb.create_qp(QpType::Rc, &p.cb, &p.cb).build().unwrap();
+    let fast = ConnectOptions {
+        timeout: 10,
+        retry_cnt: 2,
+        ..Default::default()
+    };
+    qa2.connect(&qb2.endpoint(), &fast).unwrap();
+    let read_only = ConnectOptions {
+        access: AccessFlags::REMOTE_READ,
+        ..fast
+    };
+    qb2.connect(&qa2.endpoint(), &read_only).unwrap();
+    let ma = p.pa.alloc_mr(4096, all()).unwrap();
+    ma.write(0, &[0x55; 4096]).unwrap();
+    let mb = p.pb.alloc_mr(4096, all()).unwrap();
+    let write = |qp: &Qp, wr_id: u64, off: u64| {
+        let op = SendOp::Write {
+            remote_addr: mb.addr() + off,
+            rkey: mb.rkey(),
+        };
+        qp.post_send(&SendWr::new(wr_id, op, vec![ma.sge(0, 64)]))
+            .unwrap();
+        p.ca.wait(1, T).unwrap()[0]
+    };
+    assert_eq!(write(&p.qa, 1, 0).status, WcStatus::Success);
+    // Reading through the second QP works; writing does not.
+    let read = SendOp::Read {
+        remote_addr: mb.addr(),
+        rkey: mb.rkey(),
+    };
+    qa2.post_send(&SendWr::new(2, read, vec![ma.sge(1024, 64)]))
+        .unwrap();
+    assert_eq!(p.ca.wait(1, T).unwrap()[0].status, WcStatus::Success);
+    assert_eq!(write(&p.qa, 3, 64).status, WcStatus::Success);
+    let before = mb.to_vec();
+    assert_eq!(write(&qa2, 4, 512).status, WcStatus::RemAccessErr);
+    assert!(
+        mb.to_vec() == before,
+        "nothing written through the read-only QP"
+    );
+    assert_eq!(write(&p.qa, 5, 128).status, WcStatus::Success);
+    assert_eq!(mb.to_vec()[..192], [0x55; 192]);
+    assert_eq!(p.a.driver_counters().direct_ops, 4);
+}
+
 #[test]
 fn a_qp_that_left_rts_after_direct_writes_executes_nothing() {
     let p = pair(Transport::Shm, all());
