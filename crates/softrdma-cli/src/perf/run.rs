@@ -129,7 +129,9 @@ impl Res {
         if p.test.verb() == Verb::Atomic {
             slot = slot.max(u64::from(p.tx_depth) * 8);
         }
-        let slot = slot.div_ceil(64).max(1) * 64;
+        // A page at least per slot, as perftest's cycle buffer lays out the
+        // send and receive areas (64-byte slots put them on adjacent lines).
+        let slot = (slot.div_ceil(64) * 64).max(4096);
         let pd = ctx.alloc_pd().map_err(es)?;
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
