@@ -454,11 +454,11 @@ impl ShmHub {
         n
     }
 
-    /// The link to `dst` (made if need be) and the peer's arena, with the
-    /// link's index for [`ShmHub::arena_at`].
-    pub fn peer_link(&mut self, dst: SocketAddr) -> Option<(usize, &crate::arena::ArenaMap)> {
+    /// The index of the link to `dst` (made if need be), for
+    /// [`ShmHub::arena_at`], when the peer shares an arena.
+    pub fn peer_link(&mut self, dst: SocketAddr) -> Option<usize> {
         let i = self.link_index(dst)?;
-        Some((i, self.links[i].arena.as_ref()?))
+        self.links[i].arena.is_some().then_some(i)
     }
 
     /// The arena of link `i`, found by [`ShmHub::peer_link`] while

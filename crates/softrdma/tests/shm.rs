@@ -34,20 +34,7 @@ fn pair(transport: Transport, b_access: AccessFlags) -> Pair {
     let (ca, cb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
     let qa = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
     let qb = pb.create_qp(QpType::Rc, &cb, &cb).build().unwrap();
-    let fast = ConnectOptions {
-        timeout: 10,
-        retry_cnt: 2,
-        ..Default::default()
-    };
-    qa.connect(&qb.endpoint(), &fast).unwrap();
-    qb.connect(
-        &qa.endpoint(),
-        &ConnectOptions {
-            access: b_access,
-            ..fast
-        },
-    )
-    .unwrap();
+    connect(&qa, &qb, b_access);
     Pair {
         a,
         b,
@@ -58,6 +45,21 @@ fn pair(transport: Transport, b_access: AccessFlags) -> Pair {
         qa,
         qb,
     }
+}
+
+/// Connects two RC QPs (short retry timeout); `qb` grants `b_access`.
+fn connect(qa: &Qp, qb: &Qp, b_access: AccessFlags) {
+    let fast = ConnectOptions {
+        timeout: 10,
+        retry_cnt: 2,
+        ..Default::default()
+    };
+    qa.connect(&qb.endpoint(), &fast).unwrap();
+    let b = ConnectOptions {
+        access: b_access,
+        ..fast
+    };
+    qb.connect(&qa.endpoint(), &b).unwrap();
 }
 
 #[test]
@@ -246,7 +248,23 @@ fn deregistered_region_is_rejected() {
     expect_access_error(&p, &ma, &keep, addr, rkey, 64);
 }
 
-/// A WRITE of `len` bytes from `ma` at 0 to `remote_addr`, and its completion.
+/// A WRITE of `len` bytes from `ma` at 0 to `remote_addr` through `qp`
+/// (whose send CQ is `cq`), and its completion.
+fn write_on(
+    qp: &Qp,
+    cq: &Cq,
+    ma: &Mr,
+    wr_id: u64,
+    (remote_addr, rkey): (u64, u32),
+    len: u32,
+) -> WorkCompletion {
+    let op = SendOp::Write { remote_addr, rkey };
+    qp.post_send(&SendWr::new(wr_id, op, vec![ma.sge(0, len)]))
+        .unwrap();
+    cq.wait(1, T).unwrap()[0]
+}
+
+/// [`write_on`] through the pair's first QP.
 fn write_once(
     p: &Pair,
     ma: &Mr,
@@ -255,13 +273,7 @@ fn write_once(
     rkey: u32,
     len: u32,
 ) -> WorkCompletion {
-    p.qa.post_send(&SendWr::new(
-        wr_id,
-        SendOp::Write { remote_addr, rkey },
-        vec![ma.sge(0, len)],
-    ))
-    .unwrap();
-    p.ca.wait(1, T).unwrap()[0]
+    write_on(&p.qa, &p.ca, ma, wr_id, (remote_addr, rkey), len)
 }
 
 /// After a first direct operation the initiator reuses what it looked up
@@ -335,10 +347,8 @@ fn a_write_posted_behind_a_send_completes_after_it() {
     );
     assert_eq!(p.cb.wait_ok(T).unwrap().byte_len, 256);
     let m = mb.to_vec();
-    assert_eq!(
-        (m[1024..1280] == [0x33; 256], m[2048..2176] == [0x33; 128]),
-        (true, true)
-    );
+    assert!(m[1024..1280] == [0x33; 256], "the SEND's bytes");
+    assert!(m[2048..2176] == [0x33; 128], "the WRITE's bytes");
     assert_eq!(
         p.a.driver_counters().direct_ops,
         1,
@@ -353,28 +363,12 @@ fn each_qp_keeps_its_own_route() {
     let p = pair(Transport::Shm, all());
     let qa2 = p.pa.create_qp(QpType::Rc, &p.ca, &p.ca).build().unwrap();
     let qb2 = p.pb.create_qp(QpType::Rc, &p.cb, &p.cb).build().unwrap();
-    let fast = ConnectOptions {
-        timeout: 10,
-        retry_cnt: 2,
-        ..Default::default()
-    };
-    qa2.connect(&qb2.endpoint(), &fast).unwrap();
-    let read_only = ConnectOptions {
-        access: AccessFlags::REMOTE_READ,
-        ..fast
-    };
-    qb2.connect(&qa2.endpoint(), &read_only).unwrap();
+    connect(&qa2, &qb2, AccessFlags::REMOTE_READ);
     let ma = p.pa.alloc_mr(4096, all()).unwrap();
     ma.write(0, &[0x55; 4096]).unwrap();
     let mb = p.pb.alloc_mr(4096, all()).unwrap();
     let write = |qp: &Qp, wr_id: u64, off: u64| {
-        let op = SendOp::Write {
-            remote_addr: mb.addr() + off,
-            rkey: mb.rkey(),
-        };
-        qp.post_send(&SendWr::new(wr_id, op, vec![ma.sge(0, 64)]))
-            .unwrap();
-        p.ca.wait(1, T).unwrap()[0]
+        write_on(qp, &p.ca, &ma, wr_id, (mb.addr() + off, mb.rkey()), 64)
     };
     assert_eq!(write(&p.qa, 1, 0).status, WcStatus::Success);
     // Reading through the second QP works; writing does not.
