@@ -6,6 +6,24 @@
 //! so a failing seed from the test suite replays exactly. This is the proof
 //! harness of the transport (in the manner of TigerBeetle's simulator) and the
 //! base of the fabric simulator.
+//!
+//! # What happens in one instant
+//!
+//! Links can be cut and healed at scheduled instants
+//! ([`SimNet::schedule_link`]); these are events of their own, like
+//! deliveries and timers, so the clock never steps over one. Within one
+//! instant `t`, [`SimNet::step`] does things in this order:
+//!
+//! 1. link changes due at `t` take effect;
+//! 2. packets due at `t` are delivered, in the order they were sent;
+//! 3. engine timers due at `t` fire;
+//! 4. every packet the engines then want to send is transmitted at `t`,
+//!    seeing the links as they are after step 1.
+//!
+//! A packet is dropped by a cut link when it is transmitted, not while it
+//! is in flight: what was on the wire before the cut is still delivered
+//! (the cut is at the sender's port), so an answer can arrive up to two
+//! one-way delays after a cut.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -97,6 +115,25 @@ pub enum Verdict {
     Duplicate,
 }
 
+/// A scheduled change of a link's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LinkChange {
+    /// Packets from `from` to `to` are dropped from this instant on.
+    Cut,
+    /// Undoes one earlier [`LinkChange::Cut`] of the same link: cuts nest,
+    /// and the link carries packets again once every cut is healed.
+    Heal,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct ScheduledLink {
+    at: Instant,
+    seq: u64,
+    from: usize,
+    to: usize,
+    change: LinkChange,
+}
+
 /// An observer and filter of every packet, for tests that watch or steer
 /// the wire (count READ requests in flight, drop exactly one packet, …).
 pub type Tap = Box<dyn FnMut(&Tapped<'_>) -> Verdict>;
@@ -112,8 +149,11 @@ pub struct SimNet {
     rng: Rng,
     queue: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
-    /// `partitioned[a][b]`: packets from a to b are dropped.
-    partitioned: Vec<Vec<bool>>,
+    /// `cuts[a][b]`: how many cuts of the link from a to b are in force;
+    /// packets from a to b are dropped while it is not zero.
+    cuts: Vec<Vec<u32>>,
+    /// Link changes still to come, earliest first.
+    link_schedule: BinaryHeap<Reverse<ScheduledLink>>,
     buf: Vec<u8>,
     /// Packets delivered, dropped and corrupted so far.
     pub stats: NetStats,
@@ -183,7 +223,8 @@ impl SimNet {
             rng: Rng::new(seed),
             queue: BinaryHeap::new(),
             seq: 0,
-            partitioned: vec![vec![false; n]; n],
+            cuts: vec![vec![0; n]; n],
+            link_schedule: BinaryHeap::new(),
             buf: vec![0u8; 9000],
             stats: NetStats::default(),
             tap: None,
@@ -224,9 +265,49 @@ impl SimNet {
         self.next_event().is_some()
     }
 
-    /// Drops (or restores) packets from `a` to `b`.
+    /// Drops (or restores) packets from `a` to `b` from now on. Restoring
+    /// also undoes every cut scheduled with [`SimNet::schedule_link`] that
+    /// has taken effect.
     pub fn set_partition(&mut self, a: usize, b: usize, cut: bool) {
-        self.partitioned[a][b] = cut;
+        self.cuts[a][b] = u32::from(cut);
+    }
+
+    /// Cuts or heals the link from `from` to `to` at instant `at` (at once
+    /// if `at` has passed). The change is an event of its own: see the
+    /// module documentation for its order against deliveries, timers and
+    /// transmissions in the same instant.
+    pub fn schedule_link(&mut self, at: Instant, from: usize, to: usize, change: LinkChange) {
+        self.seq += 1;
+        self.link_schedule.push(Reverse(ScheduledLink {
+            at,
+            seq: self.seq,
+            from,
+            to,
+            change,
+        }));
+        self.apply_link_changes();
+    }
+
+    /// Whether packets from `from` to `to` are dropped now.
+    pub fn is_cut(&self, from: usize, to: usize) -> bool {
+        self.cuts[from][to] > 0
+    }
+
+    /// Applies every scheduled link change due by now, in schedule order.
+    fn apply_link_changes(&mut self) {
+        while let Some(Reverse(c)) = self.link_schedule.peek() {
+            if c.at > self.now {
+                break;
+            }
+            let Some(Reverse(c)) = self.link_schedule.pop() else {
+                break;
+            };
+            let n = &mut self.cuts[c.from][c.to];
+            *n = match c.change {
+                LinkChange::Cut => n.saturating_add(1),
+                LinkChange::Heal => n.saturating_sub(1),
+            };
+        }
     }
 
     fn index_of(&self, addr: SocketAddr) -> Option<usize> {
@@ -237,6 +318,8 @@ impl SimNet {
 
     /// Moves every packet the engines want to send onto the network.
     fn collect_transmits(&mut self) {
+        // The clock may have been moved by hand past a scheduled change.
+        self.apply_link_changes();
         for i in 0..self.nodes.len() {
             loop {
                 let node = &mut self.nodes[i];
@@ -268,7 +351,7 @@ impl SimNet {
                 let sends = if verdict == Verdict::Duplicate { 2 } else { 1 };
                 for _ in 0..sends {
                     if verdict == Verdict::Drop
-                        || self.partitioned[i][to]
+                        || self.cuts[i][to] > 0
                         || self.rng.chance(self.net.loss)
                     {
                         self.stats.lost += 1;
@@ -317,9 +400,15 @@ impl SimNet {
         }
     }
 
-    /// The next moment something happens: a delivery or an engine timer.
+    /// The next moment something happens: a delivery, a link change or an
+    /// engine timer.
     fn next_event(&mut self) -> Option<Instant> {
-        let mut t = self.queue.peek().map(|Reverse(p)| p.at);
+        let delivery = self.queue.peek().map(|Reverse(p)| p.at);
+        let link = self.link_schedule.peek().map(|Reverse(c)| c.at);
+        let mut t = match (delivery, link) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         for e in &mut self.nodes {
             if let Some(d) = e.poll_timeout() {
                 t = Some(t.map_or(d, |x: Instant| x.min(d)));
@@ -329,8 +418,9 @@ impl SimNet {
     }
 
     /// Runs one step: flush transmits, advance the clock to the next event,
-    /// deliver packets and fire timers due then. Returns false when nothing is
-    /// left to happen.
+    /// then apply the link changes, deliver the packets and fire the timers
+    /// due then, and transmit what that produced. Returns false when nothing
+    /// is left to happen.
     pub fn step(&mut self) -> bool {
         self.collect_transmits();
         let Some(t) = self.next_event() else {
@@ -339,6 +429,7 @@ impl SimNet {
         if t > self.now {
             self.now = t;
         }
+        self.apply_link_changes();
         while let Some(Reverse(p)) = self.queue.peek() {
             if p.at > self.now {
                 break;

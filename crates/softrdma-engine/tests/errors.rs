@@ -795,6 +795,66 @@ fn wr_flush_err_for_everything_behind_an_error() {
     );
 }
 
+/// A QP that fails because its responder refused the peer's request
+/// flushes its own outstanding WRs, and the peer may already have executed
+/// them: a flush says nothing about the remote side. Here `a`'s WRITE_WITH_IMM
+/// and a later WRITE into its target reach `b` in the same instant as `b`'s
+/// READ past the end of `a`'s region reaches `a`: `a` goes to ERR and
+/// flushes both, while `b` has placed both and completed the receive (the
+/// case of simulation seed 90035607).
+#[test]
+fn wrs_flushed_by_a_responder_error_may_already_have_run_at_the_peer() {
+    let (mut net, a, b) = rc();
+    a.mem.fill_from(0, &pattern(1, 1024));
+    a.mem.fill_from(3000, &pattern(2, 8));
+    recv(&mut net, &b, 7, 0, 64);
+    let imm_write = SendWr::new(
+        1,
+        SendOp::WriteWithImm {
+            remote_addr: b.base,
+            rkey: b.keys.rkey,
+            imm: 0x33,
+        },
+        vec![sge(&a, 0, 1024)],
+    );
+    post_ok(&mut net, &a, imm_write);
+    post_ok(&mut net, &a, write_wr(2, &a, 3000, 8, &b, 100));
+    let past_the_end = read_wr(9, &b, 0, 16, &a, REGION as u64 - 8);
+    post_ok(&mut net, &b, past_the_end);
+    settle(&mut net);
+
+    assert_eq!(
+        statuses(&poll(&mut net, &a)),
+        vec![(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)],
+        "a's QP failed before any ACK came back"
+    );
+    assert_fatal(&mut net, &a);
+    let at_b = poll(&mut net, &b);
+    let receive = at_b.iter().find(|w| w.wr_id == 7).expect("no receive at b");
+    assert_eq!(
+        (
+            receive.status,
+            receive.opcode,
+            receive.byte_len,
+            receive.imm_data
+        ),
+        (WcStatus::Success, WcOpcode::RecvRdmaWithImm, 1024, 0x33),
+        "b placed the whole WRITE_WITH_IMM"
+    );
+    assert!(
+        at_b.iter()
+            .any(|w| w.wr_id == 9 && w.status == WcStatus::RemAccessErr),
+        "b's READ was refused: {at_b:?}"
+    );
+    let mut want = pattern(1, 1024);
+    want[100..108].copy_from_slice(&pattern(2, 8));
+    assert_eq!(
+        mem(&b, 0, 1024),
+        want,
+        "b holds the WRITE_WITH_IMM's data, overwritten by the later WRITE"
+    );
+}
+
 // ----- BAD_RESP_ERR -----
 
 #[test]

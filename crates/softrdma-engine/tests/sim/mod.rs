@@ -41,7 +41,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use softrdma_engine::sim::{node_addr, SimNet, TapStage, Tapped, Verdict};
+use softrdma_engine::sim::{node_addr, LinkChange, SimNet, TapStage, Tapped, Verdict};
 use softrdma_engine::*;
 use softrdma_wire::{icrc, NakCode, OpKind, Opcode, PacketRepr, Psn, Syndrome, Transport};
 
@@ -239,6 +239,10 @@ struct QpH {
     mirror: Vec<u8>,
     uc_next: u64,
     uc_writes: Vec<(u64, Rc<Vec<u8>>)>,
+    /// RC: every WRITE posted, in posting order: (WR id, offset, length).
+    /// A WRITE retired with an error may still have been executed by the
+    /// responder (a flush says nothing about the remote side).
+    rc_writes: Vec<(u64, u64, u64)>,
     /// UC/UD messages sent that a receiver may match, by length.
     sent: HashMap<u64, Vec<Rc<Msg>>>,
     // responder
@@ -312,10 +316,9 @@ pub struct World {
     wire: Rc<RefCell<WireLog>>,
     next_msg: u64,
     start: Instant,
-    cuts_on: Vec<bool>,
-    cuts_off: Vec<bool>,
-    /// When each cut really took effect (a step may overshoot its start).
-    cut_at: Vec<Option<Instant>>,
+    /// When each cut takes effect: an event of the network's own, applied
+    /// at exactly this instant (see `softrdma_engine::sim`).
+    cut_at: Vec<Instant>,
     pending_recv_checks: Vec<Rc<Msg>>,
     trace: Option<Vec<String>>,
     summary: Summary,
@@ -348,9 +351,7 @@ impl World {
             wire: Rc::new(RefCell::new(WireLog::default())),
             next_msg: 1,
             start: Instant::ZERO,
-            cuts_on: vec![false; sc.cuts.len()],
-            cuts_off: vec![false; sc.cuts.len()],
-            cut_at: vec![None; sc.cuts.len()],
+            cut_at: Vec::new(),
             pending_recv_checks: Vec::new(),
             trace: trace.then(Vec::new),
             summary: Summary::default(),
@@ -360,7 +361,33 @@ impl World {
         w.start = w.net.now;
         w.setup()?;
         w.install_tap();
+        w.schedule_cuts();
         Ok(w)
+    }
+
+    /// Hands the scenario's cuts and heals to the network as events.
+    fn schedule_cuts(&mut self) {
+        for c in self.sc.cuts.clone() {
+            let on = self.start + c.start;
+            self.cut_at.push(on);
+            self.log(|| {
+                format!(
+                    "cut {}->{} both={} scheduled at {:?} until {:?}",
+                    c.from, c.to, c.both, c.start, c.end
+                )
+            });
+            let mut links = vec![(c.from, c.to)];
+            if c.both {
+                links.push((c.to, c.from));
+            }
+            for &(a, b) in &links {
+                self.net.schedule_link(on, a, b, LinkChange::Cut);
+                if let Some(end) = c.end {
+                    self.net
+                        .schedule_link(self.start + end, a, b, LinkChange::Heal);
+                }
+            }
+        }
     }
 
     fn log(&mut self, f: impl FnOnce() -> String) {
@@ -609,6 +636,7 @@ impl World {
                 },
                 uc_next: SLOT_AREA,
                 uc_writes: Vec::new(),
+                rc_writes: Vec::new(),
                 sent: HashMap::new(),
                 rq: VecDeque::new(),
                 recv_depth,
@@ -1172,6 +1200,9 @@ impl World {
             ud: None,
         };
         let q = &mut self.qps[qi];
+        if rc && op.writes_remote() {
+            q.rc_writes.push((wr_id, roff, len));
+        }
         q.sq.push_back(Wr {
             wr_id,
             op,
@@ -1753,9 +1784,12 @@ impl World {
                 self.verify_success(qi, pos)?;
                 let rc = self.qps[qi].qp_type == QpType::Rc;
                 if let Some(c) = self.cut_for(qi).filter(|_| rc) {
+                    // What was on the wire at the cut still arrives, and its
+                    // answer may be an ACK held for the ACK delay.
                     let delay = self.sc.net.delay + self.sc.net.jitter;
+                    let held = Duration::from_nanos(self.sc.ack_delay_ns);
                     ensure!(
-                        self.net.now < c + (delay + Duration::from_micros(1)) * 2,
+                        self.net.now < c + (delay + Duration::from_micros(1)) * 2 + held,
                         "q{qi}: WR {wr_id:#x} succeeded at {:?} although its path was cut for good at {:?}",
                         self.net.now - self.start,
                         c - self.start
@@ -1861,9 +1895,9 @@ impl World {
             .cuts
             .iter()
             .zip(&self.cut_at)
-            .filter(|(c, _)| c.end.is_none())
+            .filter(|(c, &at)| c.end.is_none() && at <= self.net.now)
             .find(|(c, _)| (c.from == a && c.to == b) || (c.from == b && c.to == a))
-            .and_then(|(_, at)| *at)
+            .map(|(_, &at)| at)
     }
 
     fn on_recv_wc(&mut self, node: usize, wc: WorkCompletion) -> Check {
@@ -1974,13 +2008,7 @@ impl World {
                     m.solicited
                 );
                 if m.op == Op::WriteImm {
-                    let from = m.from;
-                    let pos = self.qps[from].sq.iter().position(|w| w.wr_id == m.wr_id);
-                    // The requester may already have retired it; then nothing later is live either.
-                    let pos = pos.unwrap_or(usize::MAX - 1);
-                    let (roff, len) = (m.roff, m.data.len() as u64);
-                    self.check_remote_msg(from, roff, &m.data, pos)?;
-                    let _ = len;
+                    self.check_remote_msg(m.from, m.roff, &m.data, m.wr_id)?;
                 } else {
                     ensure!(
                         buf.cap() >= m.data.len() as u64,
@@ -2109,21 +2137,24 @@ impl World {
         Ok(())
     }
 
-    /// At the receive of a WRITE_WITH_IMM: its target holds its data,
-    /// except where a later, still outstanding WRITE of the same QP writes.
-    fn check_remote_msg(&self, from: usize, roff: u64, data: &[u8], pos: usize) -> Check {
+    /// At the receive of a WRITE_WITH_IMM (WR `wr_id`): its target holds
+    /// its data, except where a WRITE the same QP posted later may have
+    /// written since. That is every later WRITE, retired or not: those still
+    /// outstanding may have been executed already, and so may those the
+    /// requester flushed when its QP failed (seed 90035607: the requester's
+    /// own responder refused the peer's READ in the same instant as its
+    /// later WRITEs were executed at the peer).
+    fn check_remote_msg(&self, from: usize, roff: u64, data: &[u8], wr_id: u64) -> Check {
         let q = &self.qps[from];
         let peer_node = self.qps[q.peer.unwrap()].node;
         let actual = self.nodes[peer_node].r.read(q.r_off + roff, data.len());
-        let mut later: Vec<(u64, u64)> = if pos == usize::MAX - 1 {
-            Vec::new()
-        } else {
-            q.sq.iter()
-                .skip(pos + 1)
-                .filter(|w| w.op.writes_remote())
-                .map(|w| (w.roff.max(roff) - roff, (w.roff + w.len).max(roff) - roff))
-                .collect()
-        };
+        let mut later: Vec<(u64, u64)> = q
+            .rc_writes
+            .iter()
+            .skip_while(|&&(id, _, _)| id != wr_id)
+            .skip(1)
+            .map(|&(_, woff, wlen)| (woff.max(roff) - roff, (woff + wlen).max(roff) - roff))
+            .collect();
         later.sort_unstable();
         let mut at = 0u64;
         let n = data.len() as u64;
@@ -2231,51 +2262,6 @@ impl World {
         Ok(any)
     }
 
-    fn apply_cuts(&mut self) -> Option<Instant> {
-        let mut next: Option<Instant> = None;
-        for (i, c) in self.sc.cuts.clone().iter().enumerate() {
-            let t_on = self.start + c.start;
-            if !self.cuts_on[i] {
-                if self.net.now >= t_on {
-                    self.cuts_on[i] = true;
-                    self.cut_at[i] = Some(self.net.now);
-                    self.net.set_partition(c.from, c.to, true);
-                    if c.both {
-                        self.net.set_partition(c.to, c.from, true);
-                    }
-                    self.log(|| format!("cut {}->{} both={}", c.from, c.to, c.both));
-                } else {
-                    next = Some(next.map_or(t_on, |n| n.min(t_on)));
-                }
-            }
-            if let Some(end) = c.end {
-                let t_off = self.start + end;
-                if !self.cuts_off[i] {
-                    if self.net.now >= t_off {
-                        self.cuts_off[i] = true;
-                        // Heal only what no other active cut still holds.
-                        self.net.set_partition(c.from, c.to, false);
-                        if c.both {
-                            self.net.set_partition(c.to, c.from, false);
-                        }
-                        for (j, d) in self.sc.cuts.iter().enumerate() {
-                            if j != i && self.cuts_on[j] && !self.cuts_off[j] {
-                                self.net.set_partition(d.from, d.to, true);
-                                if d.both {
-                                    self.net.set_partition(d.to, d.from, true);
-                                }
-                            }
-                        }
-                        self.log(|| format!("heal {}->{}", c.from, c.to));
-                    } else {
-                        next = Some(next.map_or(t_off, |n| n.min(t_off)));
-                    }
-                }
-            }
-        }
-        next
-    }
-
     fn done(&self) -> bool {
         self.qps.iter().enumerate().all(|(i, q)| {
             let mut ok = q.ops_left == 0 && q.sq.is_empty();
@@ -2323,7 +2309,6 @@ impl World {
         loop {
             self.process_wire()?;
             let completed = self.poll_all()?;
-            let next_cut = self.apply_cuts();
             if self.done() {
                 break;
             }
@@ -2355,10 +2340,6 @@ impl World {
                 self.outstanding()
             );
             if !self.net.step() {
-                if let Some(t) = next_cut {
-                    self.net.now = t;
-                    continue;
-                }
                 if posted || completed {
                     idle_turns = 0;
                 } else {
