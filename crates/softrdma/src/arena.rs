@@ -15,7 +15,7 @@
 //! given back to the OS (hole punched) and reused only after that.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -368,17 +368,7 @@ fn mappings_cover(
 impl Arena {
     /// Creates a sparse arena.
     pub fn new() -> io::Result<Arena> {
-        // SAFETY: valid NUL-terminated name; flags are plain.
-        let fd = unsafe { libc::memfd_create(c"softrdma-arena".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sizing our own memfd (sparse).
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), ARENA_LEN as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::sys::sealed_memfd(c"softrdma-arena", ARENA_LEN)?;
         let map = ArenaMap::map(&fd, ARENA_LEN)?;
         Ok(Arena {
             map,

@@ -256,13 +256,29 @@ impl Device {
         } else {
             Arena::new().ok().map(Arc::new)
         };
-        let shm = ShmHub::new(
+        let shm = match ShmHub::new(
             cfg.transport,
             addr,
             wake.as_raw_fd(),
             arena.as_ref().map(|a| a.fd.as_raw_fd()),
-        );
-        let direct = arena.is_some() && cfg.transport != crate::shm::Transport::Udp;
+        ) {
+            Ok(hub) => hub,
+            Err(e) if cfg.transport == crate::shm::Transport::Shm => {
+                return Err(Error::Io(format!(
+                    "device {}: the same-host transport cannot start: {e}",
+                    cfg.name
+                )))
+            }
+            Err(e) => {
+                eprintln!(
+                    "softrdma: device {}: same-host peers over UDP only: {e}",
+                    cfg.name
+                );
+                ShmHub::udp_only(addr, wake.as_raw_fd())
+            }
+        };
+        let arena = arena.filter(|_| shm.mode != crate::shm::Transport::Udp);
+        let direct = arena.is_some();
         let dev = Arc::new(Device {
             name: cfg.name.clone(),
             direct,
@@ -906,6 +922,7 @@ impl Device {
     fn background(self: Arc<Self>) {
         let sock = self.sock.as_raw_fd();
         let wake = self.wake.as_raw_fd();
+        let (mut fds, mut ready) = (Vec::new(), Vec::new());
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now();
             let since_poll = now
@@ -937,12 +954,17 @@ impl Device {
                 }
                 continue;
             }
-            let (next, can_sleep, listen) = {
+            fds.clear();
+            fds.extend([sock, wake]);
+            let (next, can_sleep) = {
                 let mut st = self.lock();
                 st.driver.background_wakeups += 1;
                 self.progress_with(&mut st, now, true);
                 let can_sleep = st.shm.prepare_sleep();
-                (st.engine.poll_timeout(), can_sleep, st.shm.listen_fd())
+                // The listener, handshakes in progress and links (a peer
+                // that dies wakes us, so direct operations stop at once).
+                st.shm.wait_fds(&mut fds);
+                (st.engine.poll_timeout(), can_sleep)
             };
             if !can_sleep {
                 continue;
@@ -950,11 +972,8 @@ impl Device {
             let until = next.map_or(u64::MAX, |t| t.0);
             self.sleeping_until.store(until, Ordering::Release);
             let timeout = next.map(|t| Duration::from_nanos(t.0.saturating_sub(self.now().0)));
-            let woken = match listen {
-                Some(l) => sys::wait_readable([sock, wake, l], timeout)[1],
-                None => sys::wait_readable([sock, wake], timeout)[1],
-            };
-            if woken {
+            sys::wait_readable_any(&fds, timeout, &mut ready);
+            if ready[1] {
                 self.wake.drain();
             }
         }

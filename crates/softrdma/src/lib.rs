@@ -34,6 +34,7 @@ pub mod config;
 mod device;
 mod fault;
 mod region;
+pub mod rundir;
 pub mod shm;
 pub mod stats;
 mod sys;

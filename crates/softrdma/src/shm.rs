@@ -82,17 +82,7 @@ unsafe impl Send for Mapping {}
 
 impl Mapping {
     fn create(len: usize) -> io::Result<(Mapping, OwnedFd)> {
-        // SAFETY: the name is a valid NUL-terminated string; flags are plain.
-        let fd = unsafe { libc::memfd_create(c"softrdma-shm".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sizing our own memfd.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::sys::sealed_memfd(c"softrdma-shm", len)?;
         Ok((Self::map(&fd, len)?, fd))
     }
 
@@ -211,21 +201,53 @@ impl Ring {
 /// A connection to one same-host peer device.
 struct Link {
     peer: SocketAddr,
+    /// This device made the link's segment (it connected); else the peer did.
+    created_here: bool,
     /// The peer's arena (its published tables and allocated regions).
     arena: Option<crate::arena::ArenaMap>,
     _map: Mapping,
     tx: Ring,
     rx: Ring,
-    peer_wake: EventFd,
+    /// The peer's wake-up eventfd: `None` on a link this device made until
+    /// the peer's welcome arrives (packets already go into the ring).
+    peer_wake: Option<EventFd>,
     sock: UnixStream,
     dead: bool,
-    /// Its socket showed activity in the last poll (the peer may be gone).
+    /// Its socket showed activity in the last poll (a message, or the peer is gone).
     suspect: bool,
 }
 
 // SAFETY: the rings point into `_map`, which the link owns; all shared
 // accesses are atomics or raw copies under the SPSC protocol.
 unsafe impl Send for Link {}
+
+impl Link {
+    /// Wakes the peer if it said it sleeps on its ring from us.
+    fn wake_peer(&self) -> bool {
+        let Some(w) = &self.peer_wake else {
+            return false;
+        };
+        if self.tx.sleeping().swap(0, Ordering::AcqRel) != 0 {
+            w.signal();
+            return true;
+        }
+        false
+    }
+}
+
+/// A connection accepted but not yet introduced (its hello not read).
+struct PendingAccept {
+    sock: UnixStream,
+    since: std::time::Instant,
+}
+
+/// How long an accepted connection may take to send its hello.
+const HELLO_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long making a link waits for the peer's welcome (see `await_welcome`).
+const WELCOME_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+/// How long a peer whose socket could not be connected is reached without
+/// shared memory before the next try.
+const RETRY_LINK: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Counters of the shared-memory transport.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -240,6 +262,9 @@ pub struct ShmCounters {
     pub wakeups_sent: u64,
     /// Links set up.
     pub links: u64,
+    /// Connections refused: another user, a bad socket file, or a
+    /// malformed or incomplete handshake (each is also logged once).
+    pub links_refused: u64,
 }
 
 /// All same-host links of one device.
@@ -249,8 +274,9 @@ pub(crate) struct ShmHub {
     listener: Option<UnixListener>,
     path: Option<PathBuf>,
     links: Vec<Link>,
-    /// Peers tried without success (UDP then).
-    no_link: HashMap<SocketAddr, ()>,
+    pending: Vec<PendingAccept>,
+    /// Peers whose socket could not be connected, and when to try again.
+    no_link: HashMap<SocketAddr, std::time::Instant>,
     wake_fd: RawFd,
     arena_fd: Option<RawFd>,
     buf: Vec<u8>,
@@ -262,23 +288,30 @@ pub(crate) struct ShmHub {
     /// or dropped), so a link index remembered elsewhere can be checked.
     links_gen: u64,
     pub counters: ShmCounters,
+    /// The last refusal, for `Device`'s diagnostics.
+    pub last_refusal: Option<String>,
 }
 
 impl ShmHub {
     /// Starts listening (unless the transport is UDP). `wake_fd` is the
     /// device's wake-up eventfd, given to peers so they can wake it.
+    ///
+    /// Fails when the run directory is not this user's alone
+    /// (`rundir::prepare`) or the socket cannot be bound: with transport
+    /// `shm` that is the device's error; `auto` goes on over UDP only.
     pub fn new(
         mode: Transport,
         local: SocketAddr,
         wake_fd: RawFd,
         arena_fd: Option<RawFd>,
-    ) -> Self {
+    ) -> Result<Self, String> {
         let mut hub = ShmHub {
             mode,
             local,
             listener: None,
             path: None,
             links: Vec::new(),
+            pending: Vec::new(),
             no_link: HashMap::new(),
             wake_fd,
             arena_fd,
@@ -287,18 +320,31 @@ impl ShmHub {
             polled: false,
             links_gen: 0,
             counters: ShmCounters::default(),
+            last_refusal: None,
         };
         if mode != Transport::Udp {
+            crate::rundir::prepare().map_err(|e| e.to_string())?;
             let path = socket_path(local);
-            let _ = std::fs::create_dir_all(crate::stats::run_dir());
             let _ = std::fs::remove_file(&path);
-            if let Ok(l) = UnixListener::bind(&path) {
-                let _ = l.set_nonblocking(true);
-                hub.listener = Some(l);
-                hub.path = Some(path);
-            }
+            let l = UnixListener::bind(&path)
+                .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+            // Only this user may connect; SO_PEERCRED checks it again.
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+            l.set_nonblocking(true)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            hub.listener = Some(l);
+            hub.path = Some(path);
         }
-        hub
+        Ok(hub)
+    }
+
+    /// A hub that never links (UDP only), for when [`ShmHub::new`] failed.
+    pub fn udp_only(local: SocketAddr, wake_fd: RawFd) -> Self {
+        match Self::new(Transport::Udp, local, wake_fd, None) {
+            Ok(h) => h,
+            Err(_) => unreachable!("a UDP-only hub touches nothing that can fail"),
+        }
     }
 
     /// True when some same-host peer is linked.
@@ -316,24 +362,41 @@ impl ShmHub {
         self.listener.as_ref().map(|l| l.as_raw_fd())
     }
 
-    /// Accepts peers that connected (non-blocking), and looks for dead ones.
+    /// Every socket whose readiness needs this hub's attention: the
+    /// listener, connections not yet introduced, and the links (a
+    /// message, or the peer gone). The background thread sleeps on them.
+    pub fn wait_fds(&self, out: &mut Vec<RawFd>) {
+        out.extend(self.listen_fd());
+        out.extend(self.pending.iter().map(|p| p.sock.as_raw_fd()));
+        out.extend(self.links.iter().map(|l| l.sock.as_raw_fd()));
+    }
+
+    fn refuse(&mut self, why: String) {
+        self.counters.links_refused += 1;
+        if self.last_refusal.is_none() {
+            eprintln!("softrdma: same-host link refused: {why}");
+        }
+        self.last_refusal = Some(why);
+    }
+
+    /// Accepts peers that connected, reads handshakes that arrived, and
+    /// looks for dead peers; never blocks.
     ///
-    /// One `poll` system call covers the listener and every link's socket:
-    /// an `accept` on an idle listener would cost the kernel a socket
-    /// allocation each time, and a link socket carries nothing after setup,
-    /// so it becomes readable or hung up only when the peer is gone. The
-    /// [`ShmHub::check_dead`] that follows then peeks only at those.
+    /// One `poll` system call covers the listener, the connections not yet
+    /// introduced and every link's socket: an `accept` on an idle listener
+    /// would cost the kernel a socket allocation each time, and a link
+    /// socket carries only the handshake, so after that it becomes readable
+    /// or hung up only when the peer is gone. The [`ShmHub::check_dead`]
+    /// that follows then peeks only at those.
     pub fn accept(&mut self) {
         let Some(l) = &self.listener else { return };
         self.pollfds.clear();
-        self.pollfds.push(libc::pollfd {
-            fd: l.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        for link in &self.links {
+        let mut fds = Vec::new();
+        fds.push(l.as_raw_fd());
+        fds.extend(self.links.iter().map(|l| l.sock.as_raw_fd()));
+        for fd in fds {
             self.pollfds.push(libc::pollfd {
-                fd: link.sock.as_raw_fd(),
+                fd,
                 events: libc::POLLIN | libc::POLLRDHUP,
                 revents: 0,
             });
@@ -347,54 +410,210 @@ impl ShmHub {
                 0,
             )
         };
-        if r < 0 {
+        let listener_ready = if r < 0 {
             // Unknown: accept and peek as without the poll.
             self.polled = false;
+            true
         } else {
             self.polled = true;
             for (link, p) in self.links.iter_mut().zip(&self.pollfds[1..]) {
                 link.suspect = p.revents != 0;
             }
-            if self.pollfds[0].revents == 0 {
-                return;
-            }
+            self.pollfds[0].revents != 0
+        };
+        if listener_ready {
+            self.take_connections();
         }
+        if !self.pending.is_empty() {
+            self.read_hellos();
+        }
+        self.read_welcomes();
+    }
+
+    /// Moves new connections from the listener to `pending`, after the
+    /// user check.
+    fn take_connections(&mut self) {
+        let Some(l) = &self.listener else { return };
+        let mut refused = Vec::new();
         while let Ok((s, _)) = l.accept() {
-            if let Ok(link) = accept_link(s, self.wake_fd, self.arena_fd) {
-                link.rx.sleeping().store(1, Ordering::SeqCst);
-                poke(self.wake_fd);
-                self.counters.links += 1;
-                self.links.retain(|x| x.peer != link.peer);
-                self.links.push(link);
-                self.links_gen += 1;
+            match check_peer_user(&s).and_then(|()| s.set_nonblocking(true).map_err(Into::into)) {
+                Ok(()) => self.pending.push(PendingAccept {
+                    sock: s,
+                    since: std::time::Instant::now(),
+                }),
+                Err(e) => refused.push(format!("connection to {}: {e}", self.local)),
             }
         }
+        for why in refused {
+            self.refuse(why);
+        }
+    }
+
+    /// Completes every pending connection whose hello arrived.
+    fn read_hellos(&mut self) {
+        for p in std::mem::take(&mut self.pending) {
+            match accept_link(&p.sock, self.local, self.wake_fd, self.arena_fd) {
+                Ok(Some(a)) => {
+                    let (tx, rx) = ring_pair(&a.map, false);
+                    let link = Link {
+                        peer: a.peer,
+                        created_here: false,
+                        arena: a.arena,
+                        _map: a.map,
+                        tx,
+                        rx,
+                        peer_wake: Some(a.peer_wake),
+                        sock: p.sock,
+                        dead: false,
+                        suspect: false,
+                    };
+                    // The background thread may be asleep without having
+                    // marked this ring: mark it and wake the thread.
+                    link.rx.sleeping().store(1, Ordering::SeqCst);
+                    poke(self.wake_fd);
+                    self.install(link);
+                }
+                Ok(None) if p.since.elapsed() < HELLO_WAIT => self.pending.push(p),
+                Ok(None) => self.refuse(format!(
+                    "a peer connected to {} and sent no hello in {HELLO_WAIT:?}",
+                    self.local
+                )),
+                Err(e) => self.refuse(format!("handshake with a peer of {}: {e}", self.local)),
+            }
+        }
+    }
+
+    /// Reads the welcome of each link this device made that awaits one.
+    fn read_welcomes(&mut self) {
+        let mut failed = Vec::new();
+        for (i, link) in self.links.iter_mut().enumerate() {
+            if link.dead || (self.polled && !link.suspect) {
+                continue;
+            }
+            if link.peer_wake.is_some() {
+                // Nothing is due after the handshake: whatever comes is
+                // read and dropped (a socket left readable would keep the
+                // background thread awake); the end of the stream is
+                // `check_dead`'s.
+                for _ in 0..16 {
+                    let mut b = [0u8; HANDSHAKE_LEN];
+                    match recv_fds(&link.sock, &mut b, 0) {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                            link.dead = true;
+                            self.links_gen += 1;
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                continue;
+            }
+            match read_welcome(&link.sock, link.peer) {
+                Ok(Some((wake, arena))) => {
+                    link.peer_wake = Some(wake);
+                    link.arena = arena;
+                    // Packets sent before it came may wait in the ring.
+                    if !link.tx.is_empty() {
+                        link.tx.sleeping().store(1, Ordering::SeqCst);
+                        link.wake_peer();
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => failed.push((i, e)),
+            }
+        }
+        for (i, e) in failed {
+            let peer = self.links[i].peer;
+            self.links[i].dead = true;
+            self.links_gen += 1;
+            self.refuse(format!("handshake with {peer}: {e}"));
+        }
+    }
+
+    /// Adds a link, or settles which of two links to the same peer both
+    /// sides keep: the one made by the lower address (both devices compare
+    /// the same two links the same way). A link replaced is kept, dead,
+    /// until what it received is taken.
+    fn install(&mut self, link: Link) {
+        let maker = |l: &Link, local: SocketAddr| if l.created_here { local } else { l.peer };
+        let local = self.local;
+        if let Some(old) = self
+            .links
+            .iter_mut()
+            .find(|x| x.peer == link.peer && !x.dead)
+        {
+            let (m_old, m_new) = (maker(old, local), maker(&link, local));
+            // Made by the same side: the newer one is a peer that started over.
+            let keep_old = m_old != m_new && addr_bytes(m_old) < addr_bytes(m_new);
+            if keep_old {
+                return; // dropping `link` closes it; the peer drops its copy
+            }
+            old.dead = true;
+        }
+        self.counters.links += 1;
+        self.links.push(link);
+        self.links_gen += 1;
     }
 
     fn link_index(&mut self, dst: SocketAddr) -> Option<usize> {
         if let Some(i) = self.links.iter().position(|l| l.peer == dst && !l.dead) {
             return Some(i);
         }
-        if self.mode == Transport::Udp || self.no_link.contains_key(&dst) {
+        if self.mode == Transport::Udp
+            || self
+                .no_link
+                .get(&dst)
+                .is_some_and(|t| t.elapsed() < RETRY_LINK)
+        {
             return None;
         }
         match connect_link(self.local, dst, self.wake_fd, self.arena_fd) {
             Ok(link) => {
+                self.no_link.remove(&dst);
                 // Our background thread may already be asleep without having
                 // marked this new ring: mark it, and wake the thread so it
                 // takes the link into account.
                 link.rx.sleeping().store(1, Ordering::SeqCst);
                 poke(self.wake_fd);
-                self.counters.links += 1;
-                self.links.retain(|x| x.peer != dst);
-                self.links.push(link);
-                self.links_gen += 1;
-                Some(self.links.len() - 1)
+                self.install(link);
+                self.await_welcome(dst);
+                self.links.iter().position(|l| l.peer == dst && !l.dead)
             }
-            Err(_) => {
-                self.no_link.insert(dst, ());
+            Err(e) => {
+                if e.refused {
+                    self.refuse(format!("link to {dst}: {}", e.msg));
+                }
+                self.no_link.insert(dst, std::time::Instant::now());
                 None
             }
+        }
+    }
+
+    /// Gives a link just made a moment for the peer's welcome, so that what
+    /// follows can use the peer's memory directly. Meanwhile this device
+    /// answers connections itself: two devices linking to each other at
+    /// the same moment each accept the other's while they wait, and settle
+    /// on one link at once. Bounded by [`WELCOME_WAIT`]; the link works
+    /// without the welcome anyway (packets wait in the ring).
+    fn await_welcome(&mut self, dst: SocketAddr) {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < WELCOME_WAIT {
+            self.accept();
+            let Some(l) = self.links.iter().find(|l| l.peer == dst && !l.dead) else {
+                return;
+            };
+            if l.peer_wake.is_some() {
+                return;
+            }
+            let mut fds = vec![l.sock.as_raw_fd()];
+            fds.extend(self.listen_fd());
+            let mut ready = Vec::new();
+            crate::sys::wait_readable_any(
+                &fds,
+                Some(std::time::Duration::from_micros(200)),
+                &mut ready,
+            );
         }
     }
 
@@ -423,8 +642,7 @@ impl ShmHub {
                 self.counters.ring_full += 1;
                 break;
             }
-            if link.tx.sleeping().swap(0, Ordering::AcqRel) != 0 {
-                link.peer_wake.signal();
+            if link.wake_peer() {
                 self.counters.wakeups_sent += 1;
             }
             std::thread::yield_now();
@@ -433,8 +651,7 @@ impl ShmHub {
         // then load (tail): without a full fence each side may miss the
         // other's store and the receiver sleeps on a packet (lost wake-up).
         std::sync::atomic::fence(Ordering::SeqCst);
-        if link.tx.sleeping().swap(0, Ordering::AcqRel) != 0 {
-            link.peer_wake.signal();
+        if link.wake_peer() {
             self.counters.wakeups_sent += 1;
         }
         true
@@ -502,7 +719,13 @@ impl ShmHub {
                     libc::MSG_PEEK | libc::MSG_DONTWAIT,
                 )
             };
-            if r == 0 && !l.dead {
+            let gone = r == 0
+                || (r < 0
+                    && !matches!(
+                        io::Error::last_os_error().kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ));
+            if gone && !l.dead {
                 l.dead = true;
                 self.links_gen += 1;
             }
@@ -553,7 +776,7 @@ fn addr_bytes(a: SocketAddr) -> [u8; 18] {
     b
 }
 
-fn addr_from(b: &[u8]) -> SocketAddr {
+fn addr_from(b: &[u8; 18]) -> SocketAddr {
     let mut ip = [0u8; 16];
     ip.copy_from_slice(&b[..16]);
     let v6 = std::net::Ipv6Addr::from(ip);
@@ -561,69 +784,305 @@ fn addr_from(b: &[u8]) -> SocketAddr {
     SocketAddr::new(ip, u16::from_be_bytes([b[16], b[17]]))
 }
 
+// ----- the link handshake -----
+//
+// The connecting device makes the link's segment (both rings) and sends a
+// HELLO with its address and, as SCM_RIGHTS, the segment's memfd, its
+// wake-up eventfd and its arena's memfd (if it has one). It does not wait:
+// packets go into its ring at once. The accepting device answers with a
+// WELCOME carrying its address, its eventfd and its arena. Every message is
+// `HANDSHAKE_LEN` bytes, and everything in it and every descriptor is
+// checked before use: the peer is another process, trusted for nothing.
+
+/// Bytes of a handshake message.
+pub const HANDSHAKE_LEN: usize = 32;
+const MAGIC: [u8; 4] = *b"SRDL";
+const VERSION: u16 = 1;
+const HELLO: u16 = 1;
+const WELCOME: u16 = 2;
+
+/// A handshake message, as sent or as parsed from a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handshake {
+    /// HELLO (1) or WELCOME (2).
+    pub kind: u16,
+    /// The sender's device address.
+    pub addr: SocketAddr,
+}
+
+impl Handshake {
+    /// The message's bytes: magic, version, kind, address (18 bytes), zeros.
+    pub fn to_bytes(&self) -> [u8; HANDSHAKE_LEN] {
+        let mut b = [0u8; HANDSHAKE_LEN];
+        b[..4].copy_from_slice(&MAGIC);
+        b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        b[6..8].copy_from_slice(&self.kind.to_le_bytes());
+        b[8..26].copy_from_slice(&addr_bytes(self.addr));
+        b
+    }
+
+    /// Parses a message of `expected` kind from a peer.
+    pub fn parse(b: &[u8], expected: u16) -> Result<Handshake, String> {
+        if b.len() != HANDSHAKE_LEN {
+            return Err(format!(
+                "handshake of {} bytes, expected {HANDSHAKE_LEN}",
+                b.len()
+            ));
+        }
+        if b[..4] != MAGIC {
+            return Err("not a softrdma link handshake (bad magic)".into());
+        }
+        let version = u16::from_le_bytes([b[4], b[5]]);
+        if version != VERSION {
+            return Err(format!(
+                "link protocol version {version}, this one speaks {VERSION}"
+            ));
+        }
+        let kind = u16::from_le_bytes([b[6], b[7]]);
+        if kind != expected {
+            return Err(format!("handshake kind {kind}, expected {expected}"));
+        }
+        if b[26..].iter().any(|&x| x != 0) {
+            return Err("handshake reserved bytes not zero".into());
+        }
+        let mut a = [0u8; 18];
+        a.copy_from_slice(&b[8..26]);
+        let addr = addr_from(&a);
+        if addr.port() == 0 || addr.ip().is_unspecified() || addr.ip().is_multicast() {
+            return Err(format!("handshake names no device address ({addr})"));
+        }
+        Ok(Handshake { kind, addr })
+    }
+}
+
+/// Why a link could not be made.
+#[derive(Debug)]
+struct LinkError {
+    msg: String,
+    /// The peer or its socket failed a check (worth reporting), rather
+    /// than simply not being there.
+    refused: bool,
+}
+
+impl From<io::Error> for LinkError {
+    fn from(e: io::Error) -> Self {
+        LinkError {
+            msg: e.to_string(),
+            refused: false,
+        }
+    }
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+fn refused(msg: String) -> LinkError {
+    LinkError { msg, refused: true }
+}
+
+/// The peer at the other end of `sock` runs as this user.
+fn check_peer_user(sock: &UnixStream) -> Result<(), LinkError> {
+    let (uid, pid) = crate::sys::peer_cred(sock.as_raw_fd())?;
+    let me = crate::rundir::euid();
+    if uid != me {
+        return Err(refused(format!(
+            "the peer (pid {pid}) runs as uid {uid}, not as this user (uid {me}); \
+             peers of other users are reached over UDP"
+        )));
+    }
+    Ok(())
+}
+
+/// A device socket file: a socket owned by this user.
+fn check_socket_file(path: &std::path::Path) -> Result<(), LinkError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = std::fs::symlink_metadata(path)?;
+    if !m.file_type().is_socket() {
+        return Err(refused(format!("{} is not a socket", path.display())));
+    }
+    if m.uid() != crate::rundir::euid() {
+        return Err(refused(format!(
+            "{} belongs to uid {}, not to this user",
+            path.display(),
+            m.uid()
+        )));
+    }
+    Ok(())
+}
+
 fn connect_link(
     local: SocketAddr,
     dst: SocketAddr,
     wake_fd: RawFd,
     arena_fd: Option<RawFd>,
-) -> io::Result<Link> {
-    let sock = UnixStream::connect(socket_path(dst))?;
-    sock.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
+) -> Result<Link, LinkError> {
+    let path = socket_path(dst);
+    check_socket_file(&path)?;
+    let sock = UnixStream::connect(&path)?;
+    check_peer_user(&sock)?;
+    sock.set_nonblocking(true)?;
     let (map, memfd) = Mapping::create(SEGMENT_LEN)?;
-    let mut msg = [0u8; 18];
-    msg.copy_from_slice(&addr_bytes(local));
+    let hello = Handshake {
+        kind: HELLO,
+        addr: local,
+    };
     let mut fds = vec![memfd.as_raw_fd(), wake_fd];
     fds.extend(arena_fd);
-    send_fds(&sock, &msg, &fds)?;
-    let mut reply = [0u8; 1];
-    let mut fds = recv_fds(&sock, &mut reply, 2)?.into_iter();
-    let peer_wake = fds
-        .next()
-        .ok_or_else(|| io::Error::other("peer sent no eventfd"))?;
-    let arena = fds
-        .next()
-        .and_then(|f| crate::arena::ArenaMap::map(&f, crate::arena::ARENA_LEN).ok());
+    send_fds(&sock, &hello.to_bytes(), &fds)?;
     let (tx, rx) = ring_pair(&map, true);
     Ok(Link {
         peer: dst,
-        arena,
+        created_here: true,
+        arena: None,
         _map: map,
         tx,
         rx,
-        peer_wake: EventFd::from_owned(peer_wake),
+        peer_wake: None,
         sock,
         dead: false,
         suspect: false,
     })
 }
 
-fn accept_link(sock: UnixStream, wake_fd: RawFd, arena_fd: Option<RawFd>) -> io::Result<Link> {
-    sock.set_nonblocking(false)?;
-    sock.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
-    let mut msg = [0u8; 18];
-    let mut fds = recv_fds(&sock, &mut msg, 3)?.into_iter();
-    let (Some(memfd), Some(peer_wake)) = (fds.next(), fds.next()) else {
-        return Err(io::Error::other("peer sent too few descriptors"));
+/// Reads a handshake message of kind `kind` with at most `max_fds`
+/// descriptors; `None` when nothing has arrived yet.
+fn read_handshake(
+    sock: &UnixStream,
+    kind: u16,
+    max_fds: usize,
+) -> Result<Option<(Handshake, Vec<OwnedFd>)>, LinkError> {
+    let mut msg = [0u8; HANDSHAKE_LEN + 1];
+    let (n, fds) = match recv_fds(sock, &mut msg, max_fds) {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(refused(
+                "the peer closed the connection mid-handshake".into(),
+            ))
+        }
+        Err(e) => return Err(e.into()),
     };
-    let arena = fds
-        .next()
-        .and_then(|f| crate::arena::ArenaMap::map(&f, crate::arena::ARENA_LEN).ok());
+    let h = Handshake::parse(&msg[..n], kind).map_err(refused)?;
+    Ok(Some((h, fds)))
+}
+
+/// What an accepted link is made of, besides its socket.
+struct Accepted {
+    peer: SocketAddr,
+    arena: Option<crate::arena::ArenaMap>,
+    map: Mapping,
+    peer_wake: EventFd,
+}
+
+/// Accepts a link on `sock` if its hello has arrived (`None` if not yet),
+/// and answers it.
+fn accept_link(
+    sock: &UnixStream,
+    local: SocketAddr,
+    wake_fd: RawFd,
+    arena_fd: Option<RawFd>,
+) -> Result<Option<Accepted>, LinkError> {
+    let Some((hello, fds)) = read_handshake(sock, HELLO, 3)? else {
+        return Ok(None);
+    };
+    let mut fds = fds.into_iter();
+    let (Some(memfd), Some(peer_wake)) = (fds.next(), fds.next()) else {
+        return Err(refused(format!(
+            "{}: the hello carried too few descriptors",
+            hello.addr
+        )));
+    };
+    check_sealed_memfd(&memfd, SEGMENT_LEN).map_err(|e| refused(format!("{}: {e}", hello.addr)))?;
+    let peer_wake =
+        check_eventfd(peer_wake).map_err(|e| refused(format!("{}: {e}", hello.addr)))?;
+    let arena = match fds.next() {
+        Some(f) => Some(map_peer_arena(&f).map_err(|e| refused(format!("{}: {e}", hello.addr)))?),
+        None => None,
+    };
     let map = Mapping::map(&memfd, SEGMENT_LEN)?;
+    let welcome = Handshake {
+        kind: WELCOME,
+        addr: local,
+    };
     let mut mine = vec![wake_fd];
     mine.extend(arena_fd);
-    send_fds(&sock, &[1], &mine)?;
-    let (tx, rx) = ring_pair(&map, false);
-    Ok(Link {
-        peer: addr_from(&msg),
+    send_fds(sock, &welcome.to_bytes(), &mine)?;
+    Ok(Some(Accepted {
+        peer: hello.addr,
         arena,
-        _map: map,
-        tx,
-        rx,
-        peer_wake: EventFd::from_owned(peer_wake),
-        sock,
-        dead: false,
-        suspect: false,
-    })
+        map,
+        peer_wake,
+    }))
+}
+
+/// The peer's welcome on a link this device made, if it has arrived: the
+/// peer's eventfd and arena.
+#[allow(clippy::type_complexity)]
+fn read_welcome(
+    sock: &UnixStream,
+    peer: SocketAddr,
+) -> Result<Option<(EventFd, Option<crate::arena::ArenaMap>)>, LinkError> {
+    let Some((w, fds)) = read_handshake(sock, WELCOME, 2)? else {
+        return Ok(None);
+    };
+    if w.addr != peer {
+        return Err(refused(format!(
+            "the device listening for {peer} says it is {}",
+            w.addr
+        )));
+    }
+    let mut fds = fds.into_iter();
+    let Some(wake) = fds.next() else {
+        return Err(refused("the welcome carried no eventfd".into()));
+    };
+    let wake = check_eventfd(wake).map_err(refused)?;
+    let arena = match fds.next() {
+        Some(f) => Some(map_peer_arena(&f).map_err(refused)?),
+        None => None,
+    };
+    Ok(Some((wake, arena)))
+}
+
+fn map_peer_arena(fd: &OwnedFd) -> Result<crate::arena::ArenaMap, String> {
+    check_sealed_memfd(fd, crate::arena::ARENA_LEN)?;
+    crate::arena::ArenaMap::map(fd, crate::arena::ARENA_LEN)
+        .map_err(|e| format!("cannot map the peer's arena: {e}"))
+}
+
+/// A descriptor from a peer that must be a memfd of exactly `len` bytes
+/// whose size is sealed (see [`crate::sys::SIZE_SEALS`]).
+pub(crate) fn check_sealed_memfd(fd: &OwnedFd, len: usize) -> Result<(), String> {
+    // SAFETY: fcntl on a descriptor we own; no pointer arguments.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 {
+        return Err("a shared segment is not a sealable memfd".into());
+    }
+    if seals & crate::sys::SIZE_SEALS != crate::sys::SIZE_SEALS {
+        return Err("a shared segment's size is not sealed (it could shrink under us)".into());
+    }
+    let size = crate::sys::fd_size(fd.as_raw_fd()).map_err(|e| e.to_string())?;
+    if size != len as u64 {
+        return Err(format!("a shared segment is {size} bytes, expected {len}"));
+    }
+    Ok(())
+}
+
+/// A descriptor from a peer that must be an eventfd; made non-blocking so
+/// that signalling it can never block us.
+fn check_eventfd(fd: OwnedFd) -> Result<EventFd, String> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| format!("cannot inspect the peer's wake-up descriptor: {e}"))?;
+    if link.as_os_str() != "anon_inode:[eventfd]" {
+        return Err(format!(
+            "the peer's wake-up descriptor is {}, not an eventfd",
+            link.display()
+        ));
+    }
+    crate::sys::set_nonblocking(fd.as_raw_fd()).map_err(|e| e.to_string())?;
+    Ok(EventFd::from_owned(fd))
 }
 
 fn send_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
@@ -650,19 +1109,33 @@ fn send_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
         (*c).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as usize;
         std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), fds.len());
     }
-    // SAFETY: msg describes live buffers.
-    if unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, 0) } < 0 {
+    // SAFETY: msg describes live buffers. MSG_NOSIGNAL: a peer that is
+    // gone gives EPIPE, never SIGPIPE.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
         return Err(io::Error::last_os_error());
+    }
+    if n as usize != data.len() {
+        return Err(io::Error::other("short send of a handshake"));
     }
     Ok(())
 }
 
-fn recv_fds(sock: &UnixStream, data: &mut [u8], max_fds: usize) -> io::Result<Vec<OwnedFd>> {
+/// Receives one message and at most `max_fds` descriptors (more are closed,
+/// and so are descriptors of a truncated control message). Returns the
+/// message length and the descriptors.
+fn recv_fds(
+    sock: &UnixStream,
+    data: &mut [u8],
+    max_fds: usize,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),
         iov_len: data.len(),
     };
-    let fd_bytes = max_fds * std::mem::size_of::<RawFd>();
+    // Room for more than allowed, so that extra descriptors are received
+    // (and closed) rather than left to truncate the message.
+    let fd_bytes = (max_fds + 8) * std::mem::size_of::<RawFd>();
     // SAFETY: pure computation.
     let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
     let mut cbuf = vec![0u64; space.div_ceil(8)];
@@ -672,17 +1145,22 @@ fn recv_fds(sock: &UnixStream, data: &mut [u8], max_fds: usize) -> io::Result<Ve
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = space;
-    // SAFETY: msg describes live buffers; MSG_CMSG_CLOEXEC marks received fds.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n <= 0 {
-        return Err(if n == 0 {
-            io::Error::from(io::ErrorKind::UnexpectedEof)
-        } else {
-            io::Error::last_os_error()
-        });
+    // SAFETY: msg describes live buffers; MSG_CMSG_CLOEXEC marks received
+    // fds; MSG_DONTWAIT: the socket may be blocking (a peer's choice is not
+    // ours to trust), and this never waits.
+    let n = unsafe {
+        libc::recvmsg(
+            sock.as_raw_fd(),
+            &mut msg,
+            libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
     }
     let mut out = Vec::new();
-    // SAFETY: walking the control messages the kernel wrote into cbuf.
+    // SAFETY: walking the control messages the kernel wrote into cbuf;
+    // each SCM_RIGHTS descriptor is a fresh one now owned by us.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
@@ -697,5 +1175,13 @@ fn recv_fds(sock: &UnixStream, data: &mut [u8], max_fds: usize) -> io::Result<Ve
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok(out)
+    if n == 0 && out.is_empty() {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 || out.len() > max_fds {
+        return Err(io::Error::other(
+            "a handshake with too many descriptors or too long",
+        ));
+    }
+    Ok((n as usize, out))
 }

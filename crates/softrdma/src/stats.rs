@@ -4,8 +4,8 @@
 //! operator can look at a running program's devices and QPs from outside,
 //! like `rdma statistic` does for kernel devices. The socket lives in the
 //! run directory: `$SOFTRDMA_RUN_DIR` when set, else `/tmp/softrdma-<uid>`
-//! (created with mode 0700; when it exists but is not a directory owned by
-//! this user, nothing is published). Each device gets
+//! (see `rundir.rs`: created with mode 0700; when it exists but is not a
+//! directory that only this user controls, nothing is published). Each device gets
 //! `stats-<device>-<pid>-<n>.sock`, `n` counting the devices the process
 //! opened (the same-host transport keeps its `dev-…` sockets there too).
 //!
@@ -21,7 +21,6 @@
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -33,8 +32,7 @@ use softrdma_engine::Counters;
 use crate::device::{Device, DriverCounters};
 use crate::sys;
 
-/// Environment variable naming the run directory.
-pub const RUN_DIR_ENV: &str = "SOFTRDMA_RUN_DIR";
+pub use crate::rundir::RUN_DIR_ENV;
 /// Environment variable that turns publishing off when set to `0`.
 pub const STATS_ENV: &str = "SOFTRDMA_STATS";
 /// Version of the JSON document (its `softrdma_stats` field).
@@ -44,28 +42,7 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 /// Socket files of this process's open devices, by device address in memory.
 static PUBLISHED: Mutex<Vec<(usize, PathBuf)>> = Mutex::new(Vec::new());
 
-/// The run directory: `$SOFTRDMA_RUN_DIR`, else `/tmp/softrdma-<uid>`.
-pub fn run_dir() -> PathBuf {
-    match std::env::var_os(RUN_DIR_ENV).filter(|v| !v.is_empty()) {
-        Some(d) => PathBuf::from(d),
-        // SAFETY: getuid has no arguments and cannot fail.
-        None => PathBuf::from(format!("/tmp/softrdma-{}", unsafe { libc::getuid() })),
-    }
-}
-
-/// Creates the run directory if needed; `None` when it cannot be used.
-fn ensure_dir(dir: &Path) -> Option<()> {
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .ok()?;
-    }
-    let m = std::fs::metadata(dir).ok()?;
-    // SAFETY: getuid has no arguments and cannot fail.
-    (m.is_dir() && m.uid() == unsafe { libc::getuid() }).then_some(())
-}
+pub use crate::rundir::run_dir;
 
 /// Starts publishing `dev`'s counters (called once per opened device).
 /// Failures are silent: statistics must never stop a device from opening.
@@ -73,10 +50,9 @@ pub(crate) fn publish(dev: &Arc<Device>) {
     if std::env::var(STATS_ENV).is_ok_and(|v| v.trim() == "0") {
         return;
     }
-    let dir = run_dir();
-    if ensure_dir(&dir).is_none() {
+    let Ok(dir) = crate::rundir::prepare() else {
         return;
-    }
+    };
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let path = dir.join(format!(
         "stats-{}-{}-{seq}.sock",

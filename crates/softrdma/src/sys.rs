@@ -881,6 +881,113 @@ impl EventFd {
     }
 }
 
+/// Seals every shared memfd softrdma makes carries: its size can never
+/// change, so a peer's mapping of it can never fault (SIGBUS) on a page
+/// the owner cut off. Punching holes stays possible.
+pub const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+
+/// A memfd of `len` bytes (sparse) whose size is sealed ([`SIZE_SEALS`]).
+pub fn sealed_memfd(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
+    // SAFETY: the name is a valid NUL-terminated string; flags are plain.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we exclusively own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sizing and sealing our own memfd; no pointer arguments.
+    unsafe {
+        if libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
+}
+
+/// The size of the file behind `fd`.
+pub fn fd_size(fd: RawFd) -> io::Result<u64> {
+    // SAFETY: an all-zero stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into the live `st`.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_size as u64)
+}
+
+/// Sets `O_NONBLOCK` on `fd`.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl with integer arguments on a descriptor the caller owns.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The user and process at the other end of a Unix socket (`SO_PEERCRED`).
+pub fn peer_cred(fd: RawFd) -> io::Result<(u32, i32)> {
+    let mut c = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live `c`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut c as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((c.uid, c.pid))
+}
+
+/// [`wait_readable`] for a list of descriptors known at run time.
+pub fn wait_readable_any(fds: &[RawFd], timeout: Option<Duration>, out: &mut Vec<bool>) {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        })
+        .collect();
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `p` is a valid array of `p.len()` pollfd for the call; `tsp`
+    // is null or points to a live timespec; no signal mask is passed.
+    let _ = unsafe {
+        libc::ppoll(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
+    out.clear();
+    out.extend(p.iter().map(|q| {
+        q.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP | libc::POLLRDHUP) != 0
+    }));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
