@@ -29,7 +29,9 @@ use crate::time::Instant;
 use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 mod fastpath;
+mod grant;
 pub use fastpath::FastQpInfo;
+pub use grant::{GrantFacts, GrantRefusal};
 
 /// Largest CQ depth.
 pub const MAX_CQE: u32 = 1 << 20;

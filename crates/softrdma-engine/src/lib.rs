@@ -36,7 +36,8 @@ mod wr;
 
 pub use counters::Counters;
 pub use engine::{
-    Engine, EngineConfig, FastQpInfo, QpInit, SrcPortPolicy, SrqInit, MAX_CQE, MAX_QP,
+    Engine, EngineConfig, FastQpInfo, GrantFacts, GrantRefusal, QpInit, SrcPortPolicy, SrqInit,
+    MAX_CQE, MAX_QP,
 };
 pub use error::{errno, Result, VerbsError};
 pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};

@@ -206,6 +206,13 @@ const REGRESSIONS: &[(u64, &str)] = &[
     (90002262, "cut applied after the step that overshot it"),
     (90015614, "cut applied after the step that overshot it"),
     (90007567, "cut applied after the step that overshot it"),
+    // A duplicated PSN-sequence NAK spent the last retry; the next NAK of
+    // the same instant brought news, and the oracle judged the failure
+    // after the whole instant instead of after the packet that caused it.
+    (
+        90075929,
+        "retry excuse judged after the instant, not per packet",
+    ),
 ];
 
 #[test]

@@ -27,9 +27,9 @@ use softrdma_engine::{
 use softrdma_pcap::{SharedPcapWriter, Timestamp};
 use softrdma_wire::{icrc, Endpoints};
 
-use crate::arena::{atomic_at, Arena};
 use crate::config::{auto_loopback_candidates, Bind, DeviceConfig};
 use crate::fault::FaultInjector;
+use crate::segment::{atomic_at, Segment};
 use crate::shm::ShmHub;
 use crate::sys::{self, EventFd};
 use crate::Error;
@@ -80,7 +80,7 @@ pub(crate) struct State {
     pub engine: Engine,
     rx: sys::RecvBatch,
     tx: TxBatch,
-    send_socks: crate::arena::KeyMap<u16, Option<UdpSocket>>,
+    send_socks: crate::keymap::KeyMap<u16, Option<UdpSocket>>,
     /// Whether sends to loopback peers may use UDP GSO (cleared for good
     /// when the kernel refuses it).
     gso: bool,
@@ -90,10 +90,11 @@ pub(crate) struct State {
     pub async_events: VecDeque<Event>,
     pub driver: DriverCounters,
     pub shm: ShmHub,
-    /// This device's shared arena (None when shared memory is off or failed).
-    pub arena: Option<Arc<Arena>>,
-    /// Regions of this device that live in the arena, by lkey.
-    pub local_mrs: crate::arena::KeyMap<u32, LocalMr>,
+    /// Regions of this device a same-host peer may be granted, by rkey.
+    pub regions: crate::keymap::KeyMap<u32, SharedRegion>,
+    /// Regions of this device with a process address, by lkey, for the
+    /// initiator's own side of direct operations.
+    pub local_mrs: crate::keymap::KeyMap<u32, LocalMr>,
     /// Inline progress calls so far, and how many UDP reads in a row found nothing.
     polls: u32,
     udp_idle: u32,
@@ -138,11 +139,18 @@ struct DirectRoute {
     /// The local region last used through this QP.
     lkey: u32,
     local: Option<LocalMr>,
-    /// Where the last rkey was found in the peer's region table.
-    mr_slot: usize,
 }
 
-/// A local region in the arena, for the initiator's direct copies.
+/// A region of this device in a segment of its own (`segment.rs`), which
+/// a same-host peer may be granted.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedRegion {
+    pub seg: Arc<Segment>,
+    /// Where the byte at the region's iova is in the segment.
+    pub offset: u64,
+}
+
+/// A local region with a process address, for the initiator's direct copies.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LocalMr {
     pub pd: u32,
@@ -160,8 +168,8 @@ pub(crate) struct Device {
     pub active_mtu: Mtu,
     pub link_mtu: u32,
     state: Mutex<State>,
-    /// Whether `try_direct` can ever succeed (an arena, not UDP-only): set
-    /// at open, so that a post on a UDP device takes the lock only once.
+    /// Whether `try_direct` can ever succeed (not UDP-only): set at open, so
+    /// that a post on a UDP device takes the lock only once.
     direct: bool,
     sock: UdpSocket,
     wake: EventFd,
@@ -251,17 +259,7 @@ impl Device {
         };
         let io = |e: io::Error| Error::Io(e.to_string());
         let wake = EventFd::new(true).map_err(io)?;
-        let arena = if cfg.transport == crate::shm::Transport::Udp {
-            None
-        } else {
-            Arena::new().ok().map(Arc::new)
-        };
-        let shm = match ShmHub::new(
-            cfg.transport,
-            addr,
-            wake.as_raw_fd(),
-            arena.as_ref().map(|a| a.fd.as_raw_fd()),
-        ) {
+        let shm = match ShmHub::new(cfg.transport, addr, wake.as_raw_fd()) {
             Ok(hub) => hub,
             Err(e) if cfg.transport == crate::shm::Transport::Shm => {
                 return Err(Error::Io(format!(
@@ -277,8 +275,7 @@ impl Device {
                 ShmHub::udp_only(addr, wake.as_raw_fd())
             }
         };
-        let arena = arena.filter(|_| shm.mode != crate::shm::Transport::Udp);
-        let direct = arena.is_some();
+        let direct = shm.mode != crate::shm::Transport::Udp;
         let dev = Arc::new(Device {
             name: cfg.name.clone(),
             direct,
@@ -297,7 +294,7 @@ impl Device {
                 async_events: VecDeque::new(),
                 driver: DriverCounters::default(),
                 shm,
-                arena,
+                regions: Default::default(),
                 local_mrs: Default::default(),
                 polls: 0,
                 udp_idle: 0,
@@ -323,6 +320,12 @@ impl Device {
         *dev.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
         register_for_exit(&dev);
         Ok(dev)
+    }
+
+    /// Whether this device can execute operations directly in same-host
+    /// peers' memory (its transport is not UDP only).
+    pub fn direct(&self) -> bool {
+        self.direct
     }
 
     /// Engine time now.
@@ -533,6 +536,9 @@ impl Device {
             } else if read_udp {
                 st.udp_idle = st.udp_idle.saturating_add(1);
             }
+            if read_udp {
+                Self::answer_grants(st);
+            }
             st.engine.handle_timeout(now);
             self.transmit(st, now);
             if !(got > 0 && st.rx.full()) && shm_got < RX_BATCH {
@@ -684,8 +690,8 @@ impl Device {
                 other => {
                     // A QP or CQ went to error.
                     st.forget_routes();
-                    if let (Event::QpFatal { qpn }, Some(a)) = (other, &st.arena) {
-                        a.map.publish_qp(qpn, None);
+                    if let Event::QpFatal { qpn } = other {
+                        Self::revalidate_grants(st, Some(qpn));
                     }
                     st.async_events.push_back(other);
                     self.async_fd.signal();
@@ -695,9 +701,11 @@ impl Device {
     }
 
     /// Executes an RDMA WRITE, READ or atomic directly in a same-host peer's
-    /// arena when that is exactly what the engine would do: the QP is RTS
-    /// with nothing outstanding, both regions live in arenas, and the peer's
-    /// published tables grant the access. Returns false to let the engine
+    /// memory when that is exactly what the engine would do: the QP is RTS
+    /// with nothing outstanding, the local SGEs are in regions of this
+    /// device with an address, and the peer granted this QP the target
+    /// region (`grant.rs`; the first operations on a region ask for the
+    /// grant and go through the engine). Returns false to let the engine
     /// handle the WR instead (which also produces every error completion).
     pub fn try_direct(&self, qpn: u32, wr: &SendWr) -> bool {
         /// Most SGEs a direct operation takes (longer lists go to the engine).
@@ -718,9 +726,6 @@ impl Device {
         }
         let mut guard_st = self.lock_keeping_routes();
         let st = &mut *guard_st;
-        if st.arena.is_none() || st.shm.mode == crate::shm::Transport::Udp {
-            return false;
-        }
         let slot = qpn as usize % DIRECT_ROUTES;
         let mut route = match st.routes[slot] {
             Some(r)
@@ -738,7 +743,8 @@ impl Device {
         if route.qp_type == QpType::Uc && need != AccessFlags::REMOTE_WRITE {
             return false;
         }
-        // Local SGEs: all in this device's arena, in the QP's PD, with the rights needed.
+        // Local SGEs: all in regions of this device with an address, in the
+        // QP's PD, inside them (overflow-safe), with the rights needed.
         let local_write = need != AccessFlags::REMOTE_WRITE;
         let mut local_buf = [(0usize, 0usize); MAX_SGE];
         let mut total = 0u64;
@@ -753,124 +759,55 @@ impl Device {
                     None => return false,
                 },
             };
-            let Some(off) = sge.addr.checked_sub(m.iova) else {
+            let len = u64::from(sge.length);
+            let inside = sge
+                .addr
+                .checked_sub(m.iova)
+                .filter(|off| off.checked_add(len).is_some_and(|end| end <= m.len));
+            let Some(off) = inside else {
                 return false;
             };
-            if m.pd != route.pd
-                || off + u64::from(sge.length) > m.len
-                || (local_write && !m.access.contains(AccessFlags::LOCAL_WRITE))
-            {
+            if m.pd != route.pd || (local_write && !m.access.contains(AccessFlags::LOCAL_WRITE)) {
                 return false;
             }
             *slot = (m.base + off as usize, sge.length as usize);
-            total += u64::from(sge.length);
+            total += len;
         }
         let local = &local_buf[..wr.sg_list.len()];
         let atomic = need == AccessFlags::REMOTE_ATOMIC;
         if atomic && (total != 8 || remote_addr % 8 != 0) {
             return false;
         }
-        let Some(peer) = st.shm.arena_at(route.link) else {
-            return false;
-        };
-        // The target QP and region, as the peer published them.
-        let Some((tpd, tacc, tstate)) = peer.lookup_qp(route.dest_qpn) else {
-            return false;
-        };
-        if !matches!(tstate, QpState::Rtr | QpState::Rts) || !tacc.contains(need) {
-            return false;
-        }
-        let Some(guard) = peer.enter_mr(rkey, &mut route.mr_slot) else {
-            st.routes[slot] = Some(route);
-            return false;
-        };
         st.routes[slot] = Some(route);
-        if guard.info.pd != tpd || !guard.info.access.contains(need) {
-            return false;
-        }
-        let Some(roff) = guard.info.offset_of(remote_addr, total) else {
-            return false;
+        let done = match st.shm.enter(route.link, rkey, route.dest_qpn) {
+            Ok(inside) => Ok(execute_direct(
+                &inside,
+                wr,
+                local,
+                total,
+                route.dest_qpn,
+                need,
+            )),
+            Err(e) => Err(e),
         };
-        // CPU atomics need the word 8-aligned in both mappings (a region
-        // registered at an iova of another alignment goes to the engine).
-        if atomic && ((guard.info.arena_off.wrapping_add(roff)) % 8 != 0 || local[0].0 % 8 != 0) {
-            return false;
-        }
-        let lp = |a: usize| a as *mut u8;
-        if !guard.info.in_arena() {
-            // Caller memory of the peer: cross-memory attach, WRITE and READ only
-            // (CMA cannot do atomics; those go through the peer's engine).
-            let remote = libc::iovec {
-                iov_base: (guard.info.addr + roff) as *mut libc::c_void,
-                iov_len: total as usize,
-            };
-            let mut iov_buf = [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; MAX_SGE];
-            for (v, &(a, n)) in iov_buf.iter_mut().zip(local) {
-                v.iov_base = lp(a).cast();
-                v.iov_len = n;
-            }
-            let iovs = &iov_buf[..local.len()];
-            let pid = guard.info.pid as libc::pid_t;
-            // SAFETY: the local iovecs lie inside our own registered regions
-            // (checked above); the remote range lies inside the peer's
-            // registered region per its table; the kernel validates the rest.
-            let done = unsafe {
-                match wr.op {
-                    SendOp::Write { .. } => {
-                        libc::process_vm_writev(pid, iovs.as_ptr(), iovs.len() as _, &remote, 1, 0)
-                    }
-                    SendOp::Read { .. } => {
-                        libc::process_vm_readv(pid, iovs.as_ptr(), iovs.len() as _, &remote, 1, 0)
-                    }
-                    _ => return false,
-                }
-            };
-            if done != total as isize {
+        match done {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(crate::grant::NotGranted::Missing) => {
+                let req = crate::linkmsg::GrantRequest {
+                    rkey,
+                    requester_qpn: qpn,
+                    target_qpn: route.dest_qpn,
+                    access: need.bits(),
+                };
+                st.shm.ask_grant(route.link, req);
                 return false;
             }
-        } else {
-            let rp = |o: u64| peer.ptr((guard.info.arena_off + o) as usize);
-            match wr.op {
-                SendOp::Write { .. } => {
-                    let mut r = roff;
-                    for &(lo, n) in local {
-                        // SAFETY: both ranges were bounds-checked against their
-                        // regions above; the source is ours, the target the
-                        // peer's arena, distinct mappings.
-                        unsafe { std::ptr::copy_nonoverlapping(lp(lo), rp(r), n) };
-                        r += n as u64;
-                    }
-                }
-                SendOp::Read { .. } => {
-                    let mut r = roff;
-                    for &(lo, n) in local {
-                        // SAFETY: as above, with the roles swapped.
-                        unsafe { std::ptr::copy_nonoverlapping(rp(r), lp(lo), n) };
-                        r += n as u64;
-                    }
-                }
-                SendOp::CompareSwap { compare, swap, .. } => {
-                    let old = match atomic_at(rp(roff)).compare_exchange(
-                        compare,
-                        swap,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    ) {
-                        Ok(v) | Err(v) => v,
-                    };
-                    atomic_at(lp(local[0].0)).store(old, Ordering::Release);
-                }
-                SendOp::FetchAdd { add, .. } => {
-                    let old = atomic_at(rp(roff)).fetch_add(add, Ordering::SeqCst);
-                    atomic_at(lp(local[0].0)).store(old, Ordering::Release);
-                }
-                _ => return false,
+            Err(crate::grant::NotGranted::Revoked) => {
+                st.shm.forget_grant(route.link, rkey, route.dest_qpn);
+                return false;
             }
         }
-        drop(guard);
         let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
         wc.byte_len = total as u32;
         st.driver.direct_ops += 1;
@@ -878,6 +815,72 @@ impl Device {
         // An armed CQ's completion event goes out now, not at the next progress.
         self.route_events(st);
         true
+    }
+
+    /// Answers the grant requests same-host peers sent: with the engine's
+    /// rules (`Engine::check_grant`), a region of this device in a segment
+    /// of its own is granted; anything else is refused.
+    fn answer_grants(st: &mut State) {
+        for (peer, req) in st.shm.take_requests() {
+            let need = AccessFlags(req.access);
+            let one_right = [
+                AccessFlags::REMOTE_WRITE,
+                AccessFlags::REMOTE_READ,
+                AccessFlags::REMOTE_ATOMIC,
+            ]
+            .contains(&need);
+            let facts = one_right
+                .then(|| {
+                    st.engine
+                        .check_grant(req.target_qpn, peer.ip(), req.requester_qpn, req.rkey, need)
+                        .ok()
+                })
+                .flatten();
+            let grant = facts.and_then(|f| {
+                let r = st.regions.get(&req.rkey)?;
+                let g = crate::linkmsg::Grant {
+                    rkey: req.rkey,
+                    target_qpn: req.target_qpn,
+                    slot: 0,
+                    gen: 0,
+                    pd: f.pd,
+                    access: f.access.bits(),
+                    qp_access: f.qp_access.bits(),
+                    iova: f.iova,
+                    len: f.len,
+                    offset: r.offset,
+                };
+                Some((g, r.seg.fd()))
+            });
+            st.shm.answer(peer, req, grant);
+        }
+    }
+
+    /// Takes back the grants made through QP `qpn` (every QP when `None`)
+    /// that the engine's rules no longer allow (the QP changed state or
+    /// rights, was destroyed, or the region went away).
+    pub(crate) fn revalidate_grants(st: &mut State, qpn: Option<u32>) {
+        let standing = st.shm.standing_grants();
+        let stale: Vec<(SocketAddr, u32)> = standing
+            .into_iter()
+            .filter(|(peer, g)| {
+                let now = st.engine.check_grant(
+                    g.target_qpn,
+                    peer.ip(),
+                    g.requester_qpn,
+                    g.rkey,
+                    AccessFlags(g.access),
+                );
+                qpn.is_none_or(|q| q == g.target_qpn)
+                    && !now.is_ok_and(|f| {
+                        (f.access.bits(), f.qp_access.bits()) == (g.region_access, g.qp_access)
+                    })
+            })
+            .map(|(peer, g)| (peer, g.slot))
+            .collect();
+        if !stale.is_empty() {
+            st.shm.revoke(|peer, g| stale.contains(&(peer, g.slot)));
+        }
     }
 
     /// The route of a direct operation on QP `qpn`, if it can take one:
@@ -903,20 +906,14 @@ impl Device {
             link,
             lkey: 0,
             local: None,
-            mr_slot: usize::MAX,
         })
     }
 
-    /// Publishes a QP's PD, access flags and state for same-host peers.
-    pub fn publish_qp(&self, qpn: u32) {
-        let st = self.lock();
-        let Some(a) = &st.arena else { return };
-        match st.engine.fast_qp_info(qpn) {
-            Some(i) if i.qp_type != QpType::Ud => {
-                a.map.publish_qp(qpn, Some((i.pd, i.access, i.state)))
-            }
-            _ => a.map.publish_qp(qpn, None),
-        }
+    /// After a QP changed (modify, destroy): grants made through it that
+    /// no longer hold are taken back.
+    pub fn qp_changed(&self, qpn: u32) {
+        let mut st = self.lock();
+        Self::revalidate_grants(&mut st, Some(qpn));
     }
 
     fn background(self: Arc<Self>) {
@@ -1002,6 +999,83 @@ impl Device {
         let st = self.lock();
         (*st.engine.counters(), st.driver)
     }
+}
+
+/// Executes a direct WRITE, READ or atomic inside a granted region, after
+/// the target's checks against what it granted: this QP pair, the right on
+/// both the QP and the region, the range inside the region. False when a
+/// check fails (the engine then handles the WR).
+fn execute_direct(
+    inside: &crate::grant::Inside<'_>,
+    wr: &SendWr,
+    local: &[(usize, usize)],
+    total: u64,
+    dest_qpn: u32,
+    need: AccessFlags,
+) -> bool {
+    let remote_addr = match wr.op {
+        SendOp::Write { remote_addr, .. }
+        | SendOp::Read { remote_addr, .. }
+        | SendOp::CompareSwap { remote_addr, .. }
+        | SendOp::FetchAdd { remote_addr, .. } => remote_addr,
+        _ => return false,
+    };
+    let g = &inside.grant.grant;
+    if g.target_qpn != dest_qpn
+        || !AccessFlags(g.access).contains(need)
+        || !AccessFlags(g.qp_access).contains(need)
+    {
+        return false;
+    }
+    let Some(rp) = remote_addr
+        .checked_sub(g.iova)
+        .and_then(|off| inside.grant.ptr(off, total))
+    else {
+        return false;
+    };
+    let lp = |a: usize| a as *mut u8;
+    match wr.op {
+        SendOp::Write { .. } => {
+            let mut r = rp;
+            for &(lo, n) in local {
+                // SAFETY: the source lies in our own registered region,
+                // the target in the granted mapping (both checked
+                // above); distinct mappings.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(lp(lo), r, n);
+                    r = r.add(n);
+                }
+            }
+        }
+        SendOp::Read { .. } => {
+            let mut r = rp;
+            for &(lo, n) in local {
+                // SAFETY: as above, with the roles swapped.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(r, lp(lo), n);
+                    r = r.add(n);
+                }
+            }
+        }
+        SendOp::CompareSwap { compare, swap, .. } => {
+            // CPU atomics need the word 8-aligned in both mappings.
+            let (Some(t), Some(l)) = (atomic_at(rp), atomic_at(lp(local[0].0))) else {
+                return false;
+            };
+            let old = match t.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            };
+            l.store(old, Ordering::Release);
+        }
+        SendOp::FetchAdd { add, .. } => {
+            let (Some(t), Some(l)) = (atomic_at(rp), atomic_at(lp(local[0].0))) else {
+                return false;
+            };
+            l.store(t.fetch_add(add, Ordering::SeqCst), Ordering::Release);
+        }
+        _ => return false,
+    }
+    true
 }
 
 thread_local! {

@@ -28,13 +28,16 @@
 
 #![warn(missing_docs)]
 
-mod arena;
 pub mod cm;
 pub mod config;
 mod device;
 mod fault;
+mod grant;
+mod keymap;
+pub mod linkmsg;
 mod region;
 pub mod rundir;
+mod segment;
 pub mod shm;
 pub mod stats;
 mod sys;

@@ -13,8 +13,6 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use softrdma_engine::RegionMemory;
-
 const PAGE: usize = 4096;
 
 /// Page-aligned, zero-initialised memory owned by a region.
@@ -88,7 +86,7 @@ impl RawRegion {
     }
 }
 
-fn copy_out(base: *mut u8, len: usize, offset: usize, dst: &mut [u8]) {
+pub(crate) fn copy_out(base: *mut u8, len: usize, offset: usize, dst: &mut [u8]) {
     assert!(
         offset.checked_add(dst.len()).is_some_and(|e| e <= len),
         "region read out of bounds"
@@ -98,7 +96,7 @@ fn copy_out(base: *mut u8, len: usize, offset: usize, dst: &mut [u8]) {
     unsafe { std::ptr::copy_nonoverlapping(base.add(offset), dst.as_mut_ptr(), dst.len()) }
 }
 
-fn copy_in(base: *mut u8, len: usize, offset: usize, src: &[u8]) {
+pub(crate) fn copy_in(base: *mut u8, len: usize, offset: usize, src: &[u8]) {
     assert!(
         offset.checked_add(src.len()).is_some_and(|e| e <= len),
         "region write out of bounds"
@@ -109,7 +107,7 @@ fn copy_in(base: *mut u8, len: usize, offset: usize, src: &[u8]) {
 
 /// The CRC-32 from `crc` over `head` and the region's `len` bytes at
 /// `offset`, read in place with raw-pointer loads (never as a slice).
-fn crc_in_place(
+pub(crate) fn crc_in_place(
     base: *mut u8,
     size: usize,
     crc: u32,
@@ -131,7 +129,12 @@ fn crc_in_place(
 /// its address): CPU atomics need alignment, so these fall back to a lock.
 static MISALIGNED_ATOMICS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn atomic_rmw(base: *mut u8, len: usize, offset: usize, f: impl Fn(u64) -> Option<u64>) -> u64 {
+pub(crate) fn atomic_rmw(
+    base: *mut u8,
+    len: usize,
+    offset: usize,
+    f: impl Fn(u64) -> Option<u64>,
+) -> u64 {
     assert!(
         offset.checked_add(8).is_some_and(|e| e <= len),
         "atomic out of bounds"
@@ -159,23 +162,23 @@ fn atomic_rmw(base: *mut u8, len: usize, offset: usize, f: impl Fn(u64) -> Optio
 
 macro_rules! region_memory {
     ($t:ty) => {
-        impl RegionMemory for $t {
+        impl softrdma_engine::RegionMemory for $t {
             fn len(&self) -> usize {
                 self.len
             }
             fn read(&self, offset: usize, dst: &mut [u8]) {
-                copy_out(self.ptr_raw(), self.len, offset, dst)
+                $crate::region::copy_out(self.ptr_raw(), self.len, offset, dst)
             }
             fn write(&self, offset: usize, src: &[u8]) {
-                copy_in(self.ptr_raw(), self.len, offset, src)
+                $crate::region::copy_in(self.ptr_raw(), self.len, offset, src)
             }
             fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
-                atomic_rmw(self.ptr_raw(), self.len, offset, |v| {
+                $crate::region::atomic_rmw(self.ptr_raw(), self.len, offset, |v| {
                     (v == compare).then_some(swap)
                 })
             }
             fn fetch_add(&self, offset: usize, add: u64) -> u64 {
-                atomic_rmw(self.ptr_raw(), self.len, offset, |v| {
+                $crate::region::atomic_rmw(self.ptr_raw(), self.len, offset, |v| {
                     Some(v.wrapping_add(add))
                 })
             }
@@ -183,7 +186,7 @@ macro_rules! region_memory {
                 (offset <= self.len).then(|| self.ptr_raw() as usize + offset)
             }
             fn crc32(&self, crc: u32, head: &[u8], offset: usize, len: usize) -> u32 {
-                crc_in_place(self.ptr_raw(), self.len, crc, head, offset, len)
+                $crate::region::crc_in_place(self.ptr_raw(), self.len, crc, head, offset, len)
             }
         }
     };
@@ -201,3 +204,4 @@ impl RawRegion {
 }
 region_memory!(OwnedRegion);
 region_memory!(RawRegion);
+pub(crate) use region_memory;

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use crate::linkmsg::{LinkMsg, MSG_LEN};
 use crate::sys::EventFd;
 
 /// Bytes of packet a slot holds (4096 payload + headers, rounded).
@@ -35,7 +36,8 @@ const RING_FULL_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
 const SLOT_LEN: usize = SLOT_DATA + 8;
 const HDR_LEN: usize = 192;
 const RING_LEN: usize = HDR_LEN + RING_SLOTS * SLOT_LEN;
-const SEGMENT_LEN: usize = 2 * RING_LEN;
+/// A link's segment: the two rings, then the two grant tables.
+const SEGMENT_LEN: usize = 2 * RING_LEN + 2 * crate::grant::TABLE_LEN;
 
 /// Which transport packets to same-host peers use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,8 +205,9 @@ struct Link {
     peer: SocketAddr,
     /// This device made the link's segment (it connected); else the peer did.
     created_here: bool,
-    /// The peer's arena (its published tables and allocated regions).
-    arena: Option<crate::arena::ArenaMap>,
+    /// Grants this device gave the peer, and holds from it.
+    out: crate::grant::OutGrants,
+    inn: crate::grant::InGrants,
     _map: Mapping,
     tx: Ring,
     rx: Ring,
@@ -222,6 +225,34 @@ struct Link {
 unsafe impl Send for Link {}
 
 impl Link {
+    /// A link over segment `map`, made here or by the peer.
+    fn new(
+        peer: SocketAddr,
+        map: Mapping,
+        created_here: bool,
+        peer_wake: Option<EventFd>,
+        sock: UnixStream,
+    ) -> Link {
+        let (tx, rx) = ring_pair(&map, created_here);
+        // SAFETY: the segment is SEGMENT_LEN bytes: the rings, then both
+        // tables; the mapping lives in the link as long as they do.
+        let (mine, theirs) =
+            unsafe { crate::grant::tables(map.ptr.as_ptr(), 2 * RING_LEN, created_here) };
+        Link {
+            peer,
+            created_here,
+            out: crate::grant::OutGrants::new(mine),
+            inn: crate::grant::InGrants::new(theirs),
+            _map: map,
+            tx,
+            rx,
+            peer_wake,
+            sock,
+            dead: false,
+            suspect: false,
+        }
+    }
+
     /// Wakes the peer if it said it sleeps on its ring from us.
     fn wake_peer(&self) -> bool {
         let Some(w) = &self.peer_wake else {
@@ -278,7 +309,8 @@ pub(crate) struct ShmHub {
     /// Peers whose socket could not be connected, and when to try again.
     no_link: HashMap<SocketAddr, std::time::Instant>,
     wake_fd: RawFd,
-    arena_fd: Option<RawFd>,
+    /// Grant requests received, for the device to answer with its engine.
+    requests: Vec<(SocketAddr, crate::linkmsg::GrantRequest)>,
     buf: Vec<u8>,
     /// `accept`'s poll set (kept to reuse its allocation).
     pollfds: Vec<libc::pollfd>,
@@ -299,12 +331,7 @@ impl ShmHub {
     /// Fails when the run directory is not this user's alone
     /// (`rundir::prepare`) or the socket cannot be bound: with transport
     /// `shm` that is the device's error; `auto` goes on over UDP only.
-    pub fn new(
-        mode: Transport,
-        local: SocketAddr,
-        wake_fd: RawFd,
-        arena_fd: Option<RawFd>,
-    ) -> Result<Self, String> {
+    pub fn new(mode: Transport, local: SocketAddr, wake_fd: RawFd) -> Result<Self, String> {
         let mut hub = ShmHub {
             mode,
             local,
@@ -314,7 +341,7 @@ impl ShmHub {
             pending: Vec::new(),
             no_link: HashMap::new(),
             wake_fd,
-            arena_fd,
+            requests: Vec::new(),
             buf: vec![0; SLOT_DATA],
             pollfds: Vec::new(),
             polled: false,
@@ -341,7 +368,7 @@ impl ShmHub {
 
     /// A hub that never links (UDP only), for when [`ShmHub::new`] failed.
     pub fn udp_only(local: SocketAddr, wake_fd: RawFd) -> Self {
-        match Self::new(Transport::Udp, local, wake_fd, None) {
+        match Self::new(Transport::Udp, local, wake_fd) {
             Ok(h) => h,
             Err(_) => unreachable!("a UDP-only hub touches nothing that can fail"),
         }
@@ -452,21 +479,9 @@ impl ShmHub {
     /// Completes every pending connection whose hello arrived.
     fn read_hellos(&mut self) {
         for p in std::mem::take(&mut self.pending) {
-            match accept_link(&p.sock, self.local, self.wake_fd, self.arena_fd) {
+            match accept_link(&p.sock, self.local, self.wake_fd) {
                 Ok(Some(a)) => {
-                    let (tx, rx) = ring_pair(&a.map, false);
-                    let link = Link {
-                        peer: a.peer,
-                        created_here: false,
-                        arena: a.arena,
-                        _map: a.map,
-                        tx,
-                        rx,
-                        peer_wake: Some(a.peer_wake),
-                        sock: p.sock,
-                        dead: false,
-                        suspect: false,
-                    };
+                    let link = Link::new(a.peer, a.map, false, Some(a.peer_wake), p.sock);
                     // The background thread may be asleep without having
                     // marked this ring: mark it and wake the thread.
                     link.rx.sleeping().store(1, Ordering::SeqCst);
@@ -486,33 +501,39 @@ impl ShmHub {
     /// Reads the welcome of each link this device made that awaits one.
     fn read_welcomes(&mut self) {
         let mut failed = Vec::new();
+        let mut refusals = Vec::new();
         for (i, link) in self.links.iter_mut().enumerate() {
             if link.dead || (self.polled && !link.suspect) {
                 continue;
             }
             if link.peer_wake.is_some() {
-                // Nothing is due after the handshake: whatever comes is
-                // read and dropped (a socket left readable would keep the
-                // background thread awake); the end of the stream is
-                // `check_dead`'s.
-                for _ in 0..16 {
-                    let mut b = [0u8; HANDSHAKE_LEN];
-                    match recv_fds(&link.sock, &mut b, 0) {
-                        Ok(_) => {}
-                        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                            link.dead = true;
-                            self.links_gen += 1;
+                // Grant messages; the end of the stream is `check_dead`'s.
+                // Bounded, so a flooding peer cannot hold us here; what
+                // is left keeps the socket readable for the next round.
+                for _ in 0..32 {
+                    match read_msg(&link.sock, 1) {
+                        Ok(Some((m, fds))) => {
+                            if let Err(e) = link.on_message(m, fds, &mut self.requests) {
+                                refusals.push(format!("{}: {e}", link.peer));
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            if !e.refused {
+                                link.dead = true;
+                                self.links_gen += 1;
+                            } else {
+                                refusals.push(format!("{}: {e}", link.peer));
+                            }
                             break;
                         }
-                        Err(_) => break,
                     }
                 }
                 continue;
             }
             match read_welcome(&link.sock, link.peer) {
-                Ok(Some((wake, arena))) => {
+                Ok(Some(wake)) => {
                     link.peer_wake = Some(wake);
-                    link.arena = arena;
                     // Packets sent before it came may wait in the ring.
                     if !link.tx.is_empty() {
                         link.tx.sleeping().store(1, Ordering::SeqCst);
@@ -528,6 +549,9 @@ impl ShmHub {
             self.links[i].dead = true;
             self.links_gen += 1;
             self.refuse(format!("handshake with {peer}: {e}"));
+        }
+        for why in refusals {
+            self.refuse(why);
         }
     }
 
@@ -545,7 +569,8 @@ impl ShmHub {
         {
             let (m_old, m_new) = (maker(old, local), maker(&link, local));
             // Made by the same side: the newer one is a peer that started over.
-            let keep_old = m_old != m_new && addr_bytes(m_old) < addr_bytes(m_new);
+            let keep_old = m_old != m_new
+                && crate::linkmsg::addr_bytes(m_old) < crate::linkmsg::addr_bytes(m_new);
             if keep_old {
                 return; // dropping `link` closes it; the peer drops its copy
             }
@@ -568,7 +593,7 @@ impl ShmHub {
         {
             return None;
         }
-        match connect_link(self.local, dst, self.wake_fd, self.arena_fd) {
+        match connect_link(self.local, dst, self.wake_fd) {
             Ok(link) => {
                 self.no_link.remove(&dst);
                 // Our background thread may already be asleep without having
@@ -671,17 +696,104 @@ impl ShmHub {
         n
     }
 
-    /// The index of the link to `dst` (made if need be), for
-    /// [`ShmHub::arena_at`], when the peer shares an arena.
+    /// The index of the link to `dst` (made if need be), for the grant
+    /// calls below; valid while [`ShmHub::links_gen`] stays the same.
     pub fn peer_link(&mut self, dst: SocketAddr) -> Option<usize> {
         let i = self.link_index(dst)?;
-        self.links[i].arena.is_some().then_some(i)
+        self.links[i].peer_wake.is_some().then_some(i)
     }
 
-    /// The arena of link `i`, found by [`ShmHub::peer_link`] while
-    /// [`ShmHub::links_gen`] had the same value as now.
-    pub fn arena_at(&self, i: usize) -> Option<&crate::arena::ArenaMap> {
-        self.links.get(i).filter(|l| !l.dead)?.arena.as_ref()
+    /// Enters the region granted under `rkey` through the peer's QP `qpn`
+    /// on link `i`.
+    pub fn enter(
+        &self,
+        i: usize,
+        rkey: u32,
+        qpn: u32,
+    ) -> Result<crate::grant::Inside<'_>, crate::grant::NotGranted> {
+        match self.links.get(i).filter(|l| !l.dead) {
+            Some(l) => l.inn.enter(rkey, qpn),
+            None => Err(crate::grant::NotGranted::Missing),
+        }
+    }
+
+    /// Forgets a grant found revoked on link `i`.
+    pub fn forget_grant(&mut self, i: usize, rkey: u32, qpn: u32) {
+        if let Some(l) = self.links.get_mut(i) {
+            l.inn.forget(rkey, qpn);
+        }
+    }
+
+    /// Asks the peer of link `i` for a grant (unless asked lately).
+    pub fn ask_grant(&mut self, i: usize, req: crate::linkmsg::GrantRequest) {
+        let Some(l) = self.links.get_mut(i).filter(|l| !l.dead) else {
+            return;
+        };
+        if l.inn.ask(req.rkey, req.target_qpn) {
+            let _ = send_msg(&l.sock, &crate::linkmsg::LinkMsg::GrantRequest(req), &[]);
+        }
+    }
+
+    /// The grant requests received since the last call.
+    pub fn take_requests(&mut self) -> Vec<(SocketAddr, crate::linkmsg::GrantRequest)> {
+        std::mem::take(&mut self.requests)
+    }
+
+    /// Answers a request from `peer`: grants `fd` (a region's memfd) with
+    /// `facts` completed by a slot of the link's table, or refuses (`None`).
+    pub fn answer(
+        &mut self,
+        peer: SocketAddr,
+        req: crate::linkmsg::GrantRequest,
+        grant: Option<(crate::linkmsg::Grant, RawFd)>,
+    ) {
+        let Some(l) = self.links.iter_mut().find(|l| l.peer == peer && !l.dead) else {
+            return;
+        };
+        let refuse = crate::linkmsg::LinkMsg::Refuse {
+            rkey: req.rkey,
+            target_qpn: req.target_qpn,
+            access: req.access,
+        };
+        let Some((mut g, fd)) = grant else {
+            let _ = send_msg(&l.sock, &refuse, &[]);
+            return;
+        };
+        let Some(out) = l.out.give(&req, (g.access, g.qp_access)) else {
+            let _ = send_msg(&l.sock, &refuse, &[]);
+            return;
+        };
+        (g.slot, g.gen) = (out.slot, out.gen);
+        let _ = send_msg(&l.sock, &crate::linkmsg::LinkMsg::Grant(g), &[fd]);
+    }
+
+    /// Revokes every grant `which` selects (peer address, grant) on every
+    /// link, and waits (bounded) until no operation of a peer is inside
+    /// them. False when one still was at the deadline.
+    pub fn revoke(
+        &mut self,
+        mut which: impl FnMut(SocketAddr, &crate::grant::OutGrant) -> bool,
+    ) -> bool {
+        let mut all = Vec::new();
+        for (i, l) in self.links.iter_mut().enumerate() {
+            let peer = l.peer;
+            let slots = l.out.revoke(|g| which(peer, g));
+            if !slots.is_empty() {
+                all.push((i, slots));
+            }
+        }
+        let deadline = std::time::Instant::now() + crate::grant::REVOKE_WAIT;
+        all.iter()
+            .all(|(i, slots)| self.links[*i].dead || self.links[*i].out.wait_left(slots, deadline))
+    }
+
+    /// The grants standing on every link: (peer, grant).
+    pub fn standing_grants(&self) -> Vec<(SocketAddr, crate::grant::OutGrant)> {
+        self.links
+            .iter()
+            .filter(|l| !l.dead)
+            .flat_map(|l| l.out.standing().map(move |g| (l.peer, *g)))
+            .collect()
     }
 
     /// See the field.
@@ -765,95 +877,15 @@ fn ring_pair(map: &Mapping, creator: bool) -> (Ring, Ring) {
     }
 }
 
-fn addr_bytes(a: SocketAddr) -> [u8; 18] {
-    let mut b = [0u8; 18];
-    let ip = match a.ip() {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    };
-    b[..16].copy_from_slice(&ip);
-    b[16..].copy_from_slice(&a.port().to_be_bytes());
-    b
-}
-
-fn addr_from(b: &[u8; 18]) -> SocketAddr {
-    let mut ip = [0u8; 16];
-    ip.copy_from_slice(&b[..16]);
-    let v6 = std::net::Ipv6Addr::from(ip);
-    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
-    SocketAddr::new(ip, u16::from_be_bytes([b[16], b[17]]))
-}
-
 // ----- the link handshake -----
 //
-// The connecting device makes the link's segment (both rings) and sends a
-// HELLO with its address and, as SCM_RIGHTS, the segment's memfd, its
-// wake-up eventfd and its arena's memfd (if it has one). It does not wait:
-// packets go into its ring at once. The accepting device answers with a
-// WELCOME carrying its address, its eventfd and its arena. Every message is
-// `HANDSHAKE_LEN` bytes, and everything in it and every descriptor is
-// checked before use: the peer is another process, trusted for nothing.
-
-/// Bytes of a handshake message.
-pub const HANDSHAKE_LEN: usize = 32;
-const MAGIC: [u8; 4] = *b"SRDL";
-const VERSION: u16 = 1;
-const HELLO: u16 = 1;
-const WELCOME: u16 = 2;
-
-/// A handshake message, as sent or as parsed from a peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Handshake {
-    /// HELLO (1) or WELCOME (2).
-    pub kind: u16,
-    /// The sender's device address.
-    pub addr: SocketAddr,
-}
-
-impl Handshake {
-    /// The message's bytes: magic, version, kind, address (18 bytes), zeros.
-    pub fn to_bytes(&self) -> [u8; HANDSHAKE_LEN] {
-        let mut b = [0u8; HANDSHAKE_LEN];
-        b[..4].copy_from_slice(&MAGIC);
-        b[4..6].copy_from_slice(&VERSION.to_le_bytes());
-        b[6..8].copy_from_slice(&self.kind.to_le_bytes());
-        b[8..26].copy_from_slice(&addr_bytes(self.addr));
-        b
-    }
-
-    /// Parses a message of `expected` kind from a peer.
-    pub fn parse(b: &[u8], expected: u16) -> Result<Handshake, String> {
-        if b.len() != HANDSHAKE_LEN {
-            return Err(format!(
-                "handshake of {} bytes, expected {HANDSHAKE_LEN}",
-                b.len()
-            ));
-        }
-        if b[..4] != MAGIC {
-            return Err("not a softrdma link handshake (bad magic)".into());
-        }
-        let version = u16::from_le_bytes([b[4], b[5]]);
-        if version != VERSION {
-            return Err(format!(
-                "link protocol version {version}, this one speaks {VERSION}"
-            ));
-        }
-        let kind = u16::from_le_bytes([b[6], b[7]]);
-        if kind != expected {
-            return Err(format!("handshake kind {kind}, expected {expected}"));
-        }
-        if b[26..].iter().any(|&x| x != 0) {
-            return Err("handshake reserved bytes not zero".into());
-        }
-        let mut a = [0u8; 18];
-        a.copy_from_slice(&b[8..26]);
-        let addr = addr_from(&a);
-        if addr.port() == 0 || addr.ip().is_unspecified() || addr.ip().is_multicast() {
-            return Err(format!("handshake names no device address ({addr})"));
-        }
-        Ok(Handshake { kind, addr })
-    }
-}
+// The connecting device makes the link's segment (both rings and both
+// grant tables) and sends a HELLO with its address and, as SCM_RIGHTS, the
+// segment's memfd and its wake-up eventfd. It does not wait: packets go
+// into its ring at once. The accepting device answers with a WELCOME
+// carrying its address and its eventfd. Messages are `linkmsg`'s, and
+// everything in them and every descriptor is checked before use: the peer
+// is another process, trusted for nothing.
 
 /// Why a link could not be made.
 #[derive(Debug)]
@@ -913,66 +945,92 @@ fn check_socket_file(path: &std::path::Path) -> Result<(), LinkError> {
     Ok(())
 }
 
-fn connect_link(
-    local: SocketAddr,
-    dst: SocketAddr,
-    wake_fd: RawFd,
-    arena_fd: Option<RawFd>,
-) -> Result<Link, LinkError> {
+fn connect_link(local: SocketAddr, dst: SocketAddr, wake_fd: RawFd) -> Result<Link, LinkError> {
     let path = socket_path(dst);
     check_socket_file(&path)?;
     let sock = UnixStream::connect(&path)?;
     check_peer_user(&sock)?;
     sock.set_nonblocking(true)?;
     let (map, memfd) = Mapping::create(SEGMENT_LEN)?;
-    let hello = Handshake {
-        kind: HELLO,
-        addr: local,
-    };
-    let mut fds = vec![memfd.as_raw_fd(), wake_fd];
-    fds.extend(arena_fd);
-    send_fds(&sock, &hello.to_bytes(), &fds)?;
-    let (tx, rx) = ring_pair(&map, true);
-    Ok(Link {
-        peer: dst,
-        created_here: true,
-        arena: None,
-        _map: map,
-        tx,
-        rx,
-        peer_wake: None,
-        sock,
-        dead: false,
-        suspect: false,
-    })
+    send_msg(
+        &sock,
+        &LinkMsg::Hello { addr: local },
+        &[memfd.as_raw_fd(), wake_fd],
+    )?;
+    Ok(Link::new(dst, map, true, None, sock))
 }
 
-/// Reads a handshake message of kind `kind` with at most `max_fds`
-/// descriptors; `None` when nothing has arrived yet.
-fn read_handshake(
+/// Sends one message with its descriptors.
+fn send_msg(sock: &UnixStream, m: &LinkMsg, fds: &[RawFd]) -> io::Result<()> {
+    send_fds(sock, &m.to_bytes(), fds)
+}
+
+/// Reads one message with at most `max_fds` descriptors (`None` when
+/// nothing has arrived yet). A malformed message is a refusal.
+fn read_msg(
     sock: &UnixStream,
-    kind: u16,
     max_fds: usize,
-) -> Result<Option<(Handshake, Vec<OwnedFd>)>, LinkError> {
-    let mut msg = [0u8; HANDSHAKE_LEN + 1];
+) -> Result<Option<(LinkMsg, Vec<OwnedFd>)>, LinkError> {
+    let mut msg = [0u8; MSG_LEN + 1];
     let (n, fds) = match recv_fds(sock, &mut msg, max_fds) {
         Ok(r) => r,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-            return Err(refused(
-                "the peer closed the connection mid-handshake".into(),
-            ))
+            return Err(LinkError {
+                msg: "the peer closed the connection".into(),
+                refused: false,
+            })
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(refused(e.to_string())),
     };
-    let h = Handshake::parse(&msg[..n], kind).map_err(refused)?;
-    Ok(Some((h, fds)))
+    let m = LinkMsg::parse(&msg[..n]).map_err(refused)?;
+    if fds.len() != m.fds() {
+        return Err(refused(format!(
+            "message kind {} came with {} descriptors, expected {}",
+            m.kind(),
+            fds.len(),
+            m.fds()
+        )));
+    }
+    Ok(Some((m, fds)))
+}
+
+impl Link {
+    /// Handles a message on an established link.
+    fn on_message(
+        &mut self,
+        m: LinkMsg,
+        fds: Vec<OwnedFd>,
+        requests: &mut Vec<(SocketAddr, crate::linkmsg::GrantRequest)>,
+    ) -> Result<(), String> {
+        match m {
+            LinkMsg::GrantRequest(r) => {
+                // Bounded: a peer asking without end cannot grow this.
+                if requests.len() < 1024 {
+                    requests.push((self.peer, r));
+                }
+                Ok(())
+            }
+            LinkMsg::Grant(g) => match fds.first() {
+                Some(fd) => self.inn.install(g, fd),
+                None => Err("a grant without its descriptor".into()),
+            },
+            LinkMsg::Refuse {
+                rkey, target_qpn, ..
+            } => {
+                self.inn.refused(rkey, target_qpn);
+                Ok(())
+            }
+            LinkMsg::Hello { .. } | LinkMsg::Welcome { .. } => {
+                Err(format!("a second handshake (kind {})", m.kind()))
+            }
+        }
+    }
 }
 
 /// What an accepted link is made of, besides its socket.
 struct Accepted {
     peer: SocketAddr,
-    arena: Option<crate::arena::ArenaMap>,
     map: Mapping,
     peer_wake: EventFd,
 }
@@ -983,73 +1041,54 @@ fn accept_link(
     sock: &UnixStream,
     local: SocketAddr,
     wake_fd: RawFd,
-    arena_fd: Option<RawFd>,
 ) -> Result<Option<Accepted>, LinkError> {
-    let Some((hello, fds)) = read_handshake(sock, HELLO, 3)? else {
+    let Some((hello, fds)) = read_msg(sock, 2)? else {
         return Ok(None);
+    };
+    let LinkMsg::Hello { addr: peer } = hello else {
+        return Err(refused(format!(
+            "the first message is kind {}, not a hello",
+            hello.kind()
+        )));
     };
     let mut fds = fds.into_iter();
     let (Some(memfd), Some(peer_wake)) = (fds.next(), fds.next()) else {
         return Err(refused(format!(
-            "{}: the hello carried too few descriptors",
-            hello.addr
+            "{peer}: the hello carried too few descriptors"
         )));
     };
-    check_sealed_memfd(&memfd, SEGMENT_LEN).map_err(|e| refused(format!("{}: {e}", hello.addr)))?;
-    let peer_wake =
-        check_eventfd(peer_wake).map_err(|e| refused(format!("{}: {e}", hello.addr)))?;
-    let arena = match fds.next() {
-        Some(f) => Some(map_peer_arena(&f).map_err(|e| refused(format!("{}: {e}", hello.addr)))?),
-        None => None,
-    };
+    check_sealed_memfd(&memfd, SEGMENT_LEN).map_err(|e| refused(format!("{peer}: {e}")))?;
+    let peer_wake = check_eventfd(peer_wake).map_err(|e| refused(format!("{peer}: {e}")))?;
     let map = Mapping::map(&memfd, SEGMENT_LEN)?;
-    let welcome = Handshake {
-        kind: WELCOME,
-        addr: local,
-    };
-    let mut mine = vec![wake_fd];
-    mine.extend(arena_fd);
-    send_fds(sock, &welcome.to_bytes(), &mine)?;
+    send_msg(sock, &LinkMsg::Welcome { addr: local }, &[wake_fd])?;
     Ok(Some(Accepted {
-        peer: hello.addr,
-        arena,
+        peer,
         map,
         peer_wake,
     }))
 }
 
 /// The peer's welcome on a link this device made, if it has arrived: the
-/// peer's eventfd and arena.
-#[allow(clippy::type_complexity)]
-fn read_welcome(
-    sock: &UnixStream,
-    peer: SocketAddr,
-) -> Result<Option<(EventFd, Option<crate::arena::ArenaMap>)>, LinkError> {
-    let Some((w, fds)) = read_handshake(sock, WELCOME, 2)? else {
+/// peer's eventfd.
+fn read_welcome(sock: &UnixStream, peer: SocketAddr) -> Result<Option<EventFd>, LinkError> {
+    let Some((w, fds)) = read_msg(sock, 1)? else {
         return Ok(None);
     };
-    if w.addr != peer {
+    let LinkMsg::Welcome { addr } = w else {
         return Err(refused(format!(
-            "the device listening for {peer} says it is {}",
-            w.addr
+            "the answer is kind {}, not a welcome",
+            w.kind()
+        )));
+    };
+    if addr != peer {
+        return Err(refused(format!(
+            "the device listening for {peer} says it is {addr}"
         )));
     }
-    let mut fds = fds.into_iter();
-    let Some(wake) = fds.next() else {
+    let Some(wake) = fds.into_iter().next() else {
         return Err(refused("the welcome carried no eventfd".into()));
     };
-    let wake = check_eventfd(wake).map_err(refused)?;
-    let arena = match fds.next() {
-        Some(f) => Some(map_peer_arena(&f).map_err(refused)?),
-        None => None,
-    };
-    Ok(Some((wake, arena)))
-}
-
-fn map_peer_arena(fd: &OwnedFd) -> Result<crate::arena::ArenaMap, String> {
-    check_sealed_memfd(fd, crate::arena::ARENA_LEN)?;
-    crate::arena::ArenaMap::map(fd, crate::arena::ARENA_LEN)
-        .map_err(|e| format!("cannot map the peer's arena: {e}"))
+    Ok(Some(check_eventfd(wake).map_err(refused)?))
 }
 
 /// A descriptor from a peer that must be a memfd of exactly `len` bytes

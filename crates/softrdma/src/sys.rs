@@ -908,6 +908,28 @@ pub fn sealed_memfd(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Maps `len` bytes of the file behind `fd`, shared, read-write, at an
+/// address the kernel picks.
+pub fn map_shared(fd: RawFd, len: usize) -> io::Result<*mut u8> {
+    // SAFETY: a new shared mapping at a kernel-chosen address; the result
+    // is checked. Callers make sure the file is at least `len` bytes (or
+    // sealed against shrinking after they checked).
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
 /// The size of the file behind `fd`.
 pub fn fd_size(fd: RawFd) -> io::Result<u64> {
     // SAFETY: an all-zero stat is a valid value to be overwritten.

@@ -15,11 +15,11 @@ use softrdma_engine::{
 };
 use softrdma_wire::Psn;
 
-use crate::arena::{Arena, ArenaRegion, MrInfo};
 use crate::config::{devices, DeviceConfig};
-use crate::device::LocalMr;
 use crate::device::{ChannelShared, Device, DriverCounters, Lifetime};
+use crate::device::{LocalMr, SharedRegion};
 use crate::region::{OwnedRegion, RawRegion};
+use crate::segment::{Segment, SegmentRegion};
 use crate::sys::{self, EventFd};
 use crate::{Error, Result};
 
@@ -342,12 +342,11 @@ impl Context {
             .poll_progress(true, &mut (), |_, _| None, |_, _| ());
     }
 
-    /// Low-level access for bindings: publishes a QP's state, PD and access
-    /// flags for same-host peers' direct operations, as [`Qp::modify`]
-    /// does (call after modifying it, and after destroying it to withdraw
-    /// it). Does nothing without shared memory.
+    /// Low-level access for bindings: after a QP was modified or destroyed
+    /// through the engine, takes back the same-host grants made through it
+    /// that no longer hold, as [`Qp::modify`] and dropping a [`Qp`] do.
     pub fn publish_qp(&self, qpn: u32) {
-        self.dev.publish_qp(qpn);
+        self.dev.qp_changed(qpn);
     }
 
     /// Low-level access for bindings: executes a WRITE, READ or atomic
@@ -360,16 +359,19 @@ impl Context {
 }
 
 /// Where a registered region lives, for [`Pd::share`].
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Shared {
     iova: u64,
     len: usize,
     /// Process address of the byte at `iova`.
     base: usize,
-    /// Offset in this device's arena, or `u64::MAX` for caller memory
-    /// that peers reach by cross-memory attach.
-    arena_off: u64,
+    /// The region's own segment, when same-host peers may be granted it.
+    seg: Option<Arc<Segment>>,
 }
+
+/// Access rights a peer may ask for.
+const REMOTE_RIGHTS: u32 =
+    AccessFlags::REMOTE_WRITE.0 | AccessFlags::REMOTE_READ.0 | AccessFlags::REMOTE_ATOMIC.0;
 
 /// A protection domain.
 pub struct Pd {
@@ -403,40 +405,45 @@ impl Pd {
 
     /// Allocates `len` zeroed bytes and registers them (the region owns its memory).
     pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<Mr> {
-        // In shared memory when the device has an arena, so same-host peers
-        // can reach it directly; on the heap otherwise.
-        let arena = self.ctx.dev.lock().arena.clone();
-        if let Some(arena) = arena {
-            if let Some(off) = arena.alloc(len) {
-                let addr = arena.map.ptr(off) as u64;
-                let region = Arc::new(ArenaRegion {
-                    arena: arena.clone(),
-                    off,
+        // With a remote right, in a segment of its own, so that same-host
+        // peers can be granted it; on the heap otherwise.
+        if self.ctx.dev.direct() && access.bits() & REMOTE_RIGHTS != 0 {
+            if let Ok(seg) = Segment::alloc(len) {
+                let seg = Arc::new(seg);
+                let addr = seg.base() as u64;
+                let mem: Arc<dyn RegionMemory> = Arc::new(SegmentRegion {
+                    seg: seg.clone(),
                     len,
                 });
-                let mem: Arc<dyn RegionMemory> = region;
                 let mr = self.register(mem, addr, len, access)?;
-                let remote = AccessFlags::REMOTE_WRITE.bits()
-                    | AccessFlags::REMOTE_READ.bits()
-                    | AccessFlags::REMOTE_ATOMIC.bits();
-                let publish = access.bits() & remote != 0;
                 let shared = Shared {
                     iova: addr,
                     len,
                     base: addr as usize,
-                    arena_off: off as u64,
+                    seg: Some(seg),
                 };
-                self.share(&arena, &mr, access, shared, publish);
+                self.share(&mr, access, shared);
                 return Ok(mr);
             }
         }
         let region = Arc::new(OwnedRegion::new(len).map_err(|e| Error::Io(e.to_string()))?);
         let addr = region.addr();
         let mem: Arc<dyn RegionMemory> = region;
-        self.register(mem, addr, len, access)
+        let mr = self.register(mem, addr, len, access)?;
+        let shared = Shared {
+            iova: addr,
+            len,
+            base: addr as usize,
+            seg: None,
+        };
+        self.share(&mr, access, shared);
+        Ok(mr)
     }
 
     /// Registers caller memory at `ptr` under virtual address `iova`.
+    /// Same-host peers reach it through this device's engine (it has no
+    /// segment a peer could be granted); this device's own direct
+    /// operations read and write it in place.
     ///
     /// # Safety
     /// `ptr..ptr+len` must stay valid for reads and writes until the returned
@@ -452,35 +459,30 @@ impl Pd {
         // SAFETY: forwarded from this function's contract.
         let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
         let mr = self.register(mem, iova, len, access)?;
-        // Same-host peers reach caller memory by cross-memory attach.
-        let arena = self.ctx.dev.lock().arena.clone();
-        if let Some(arena) = arena {
-            let remote = AccessFlags::REMOTE_WRITE.bits() | AccessFlags::REMOTE_READ.bits();
-            let shared = Shared {
-                iova,
-                len,
-                base: ptr as usize,
-                arena_off: u64::MAX,
-            };
-            self.share(&arena, &mr, access, shared, access.bits() & remote != 0);
-        }
+        let shared = Shared {
+            iova,
+            len,
+            base: ptr as usize,
+            seg: None,
+        };
+        self.share(&mr, access, shared);
         Ok(mr)
     }
 
     /// Registers caller memory like [`Pd::register_raw`], and for same-host
-    /// peers moves it into the device's shared arena when it can
-    /// ([`crate::arena::Arena::adopt`]: whole pages of private anonymous
-    /// memory are remapped, in place, to shared pages holding the same
-    /// bytes), so their WRITEs, READs and atomics on it are plain copies
-    /// and CPU atomics instead of cross-memory-attach system calls. The
-    /// last registration of the pages gives them back private pages with
-    /// their current contents. What cannot move stays reachable by
-    /// cross-memory attach, as with `register_raw`. The C library's
+    /// peers moves it into a segment of its own when it can
+    /// ([`Segment::adopt`]: whole pages of private anonymous memory are
+    /// remapped, in place, to shared pages holding the same bytes), so
+    /// that a peer granted it does WRITEs, READs and atomics on it as plain
+    /// copies and CPU atomics. Deregistration gives the pages back private
+    /// memory with their current contents. What cannot move is reached
+    /// through the engine, as with `register_raw`. The C library's
     /// `ibv_reg_mr` uses this.
     ///
     /// Differences the program can see: while registered, the pages are a
     /// shared mapping (a child process forked meanwhile shares them instead
-    /// of getting a copy), and `/proc/self/maps` shows them as the arena.
+    /// of getting a copy), and `/proc/self/maps` names them
+    /// `/memfd:softrdma-region`.
     ///
     /// # Safety
     /// As [`Pd::register_raw`]; and no other thread writes the memory
@@ -492,43 +494,34 @@ impl Pd {
         iova: u64,
         access: AccessFlags,
     ) -> Result<Mr> {
-        let remote = AccessFlags::REMOTE_WRITE.bits()
-            | AccessFlags::REMOTE_READ.bits()
-            | AccessFlags::REMOTE_ATOMIC.bits();
-        let arena = self.ctx.dev.lock().arena.clone();
-        let (Some(arena), true) = (arena, access.bits() & remote != 0) else {
+        if !self.ctx.dev.direct() || access.bits() & REMOTE_RIGHTS == 0 {
             // SAFETY: forwarded from this function's contract.
             return unsafe { self.register_raw(ptr, len, iova, access) };
-        };
+        }
         // SAFETY: forwarded from this function's contract.
-        let Some(off) = (unsafe { arena.adopt(ptr, len) }) else {
+        let Some(seg) = (unsafe { Segment::adopt(ptr, len) }) else {
             // SAFETY: forwarded from this function's contract.
             return unsafe { self.register_raw(ptr, len, iova, access) };
         };
-        // SAFETY: the memory stays valid (contract); it is now the arena's
-        // shared pages at the same addresses.
+        let seg = Arc::new(seg);
+        // SAFETY: the memory stays valid (contract); it is now the
+        // segment's shared pages at the same addresses.
         let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
-        let mut mr = match self.register(mem, iova, len, access) {
-            Ok(mr) => mr,
-            Err(e) => {
-                arena.unadopt(ptr, len, true);
-                return Err(e);
-            }
-        };
-        mr.adopted = Some((ptr as usize, len));
+        let mut mr = self.register(mem, iova, len, access)?;
+        mr.adopted = Some(seg.clone());
         let shared = Shared {
             iova,
             len,
             base: ptr as usize,
-            arena_off: off as u64,
+            seg: Some(seg),
         };
-        self.share(&arena, &mr, access, shared, true);
+        self.share(&mr, access, shared);
         Ok(mr)
     }
 
-    /// Records `mr` for this process's direct path and, when `publish`,
-    /// publishes it in the arena's table for same-host peers.
-    fn share(&self, arena: &Arena, mr: &Mr, access: AccessFlags, at: Shared, publish: bool) {
+    /// Records `mr` for this device's direct path and, when it has a
+    /// segment, as a region same-host peers may be granted.
+    fn share(&self, mr: &Mr, access: AccessFlags, at: Shared) {
         let pd = self.handle;
         let mut st = self.ctx.dev.lock();
         st.local_mrs.insert(
@@ -541,17 +534,11 @@ impl Pd {
                 access,
             },
         );
-        if publish {
-            arena.publish_mr(MrInfo {
-                rkey: mr.rkey,
-                pd,
-                access,
-                iova: at.iova,
-                len: at.len as u64,
-                arena_off: at.arena_off,
-                pid: std::process::id(),
-                addr: at.base as u64,
-            });
+        if let Some(seg) = at.seg {
+            // The region's bytes start at `base`, in the segment at the
+            // same distance from its start.
+            let offset = (at.base - seg.base() as usize) as u64;
+            st.regions.insert(mr.rkey, SharedRegion { seg, offset });
         }
     }
 
@@ -655,8 +642,8 @@ pub struct Mr {
     addr: u64,
     len: usize,
     mem: Arc<dyn RegionMemory>,
-    /// Caller memory moved into the arena: (address, length).
-    adopted: Option<(usize, usize)>,
+    /// The segment caller memory moved into, given back at deregistration.
+    adopted: Option<Arc<Segment>>,
 }
 
 impl fmt::Debug for Mr {
@@ -671,27 +658,20 @@ impl fmt::Debug for Mr {
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        let k = self.lkey;
-        // First take it out of the published table and wait until no
-        // same-host peer is inside it; only then deregister and free.
-        let (local, arena) = {
+        let (k, rkey) = (self.lkey, self.rkey);
+        // First take the grants back and wait (bounded) until no same-host
+        // peer is inside the region; then deregister. The segment, when the
+        // last reference to it goes, punches its memory out: a peer's
+        // mapping then reaches nothing, whatever it does.
+        {
             let mut st = self.ctx.dev.lock();
-            (st.local_mrs.remove(&k), st.arena.clone())
-        };
-        let drained = match (local, &arena) {
-            (Some(_), Some(a)) => a.withdraw_mr(self.rkey),
-            _ => true,
-        };
+            st.local_mrs.remove(&k);
+            if st.regions.remove(&rkey).is_some() {
+                st.shm.revoke(|_, g| g.rkey == rkey);
+            }
+        }
         let _ = self.ctx.dev.with_engine(|e, _| e.dereg_mr(k));
-        if let (Some((p, len)), Some(a)) = (self.adopted, &arena) {
-            // Private pages again; the arena space is reused only when no
-            // peer can still be inside.
-            a.unadopt(p as *mut u8, len, drained);
-        }
-        if !drained {
-            // A peer died inside the region: never reuse its memory.
-            std::mem::forget(self.mem.clone());
-        }
+        self.adopted = None;
     }
 }
 
@@ -1207,10 +1187,8 @@ impl fmt::Debug for Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         let q = self.qpn;
-        if let Some(a) = self.ctx.dev.lock().arena.clone() {
-            a.map.publish_qp(q, None);
-        }
         let _ = self.ctx.dev.with_engine(|e, _| e.destroy_qp(q));
+        self.ctx.dev.qp_changed(q);
     }
 }
 
@@ -1258,7 +1236,7 @@ impl Qp {
         self.ctx
             .dev
             .with_engine(|e, now| e.modify_qp(now, q, attr, mask))?;
-        self.ctx.dev.publish_qp(q);
+        self.ctx.dev.qp_changed(q);
         Ok(())
     }
 

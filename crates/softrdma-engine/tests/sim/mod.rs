@@ -849,6 +849,7 @@ impl World {
                         },
                         _ => {}
                     }
+                    o.record(ev.now);
                     if let Some(b) = o.bogus.take() {
                         return Err(format!("QP {q}: {b}"));
                     }
@@ -1697,28 +1698,40 @@ impl World {
         let q = &self.qps[qi];
         let o = q.oracle.as_ref().unwrap();
         let r = u32::from(q.retry_cnt) + 1;
-        let timeouts = r.saturating_sub(o.naks);
-        let stalled = now - o.t_prog;
-        let need = q.timeout * timeouts;
         ensure!(
             self.sc.mode != Mode::Clean || peer_failed,
             "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} on a network that loses nothing"
         );
+        // The engine may have given up on any one response delivered in
+        // this instant (a later one may bring news it never saw): the
+        // excuse must hold in the state after one of them.
+        let why_not = |&(t_prog, naks, tx): &(Instant, u32, u32)| -> Option<String> {
+            let timeouts = r.saturating_sub(naks);
+            let stalled = now - t_prog;
+            let need = q.timeout * timeouts;
+            if stalled < need {
+                return Some(format!(
+                    "after only {stalled:?} without news from the wire; {timeouts} timeouts of {:?} \
+                     ({} retries, {naks} NAKs) take {need:?}",
+                    q.timeout, q.retry_cnt
+                ));
+            }
+            if tx + 1 < timeouts {
+                return Some(format!(
+                    "but only {tx} requests were sent since the last news from the wire, \
+                     {timeouts} timeouts should have retransmitted"
+                ));
+            }
+            None
+        };
+        let reasons: Vec<String> = o.states_at(now).iter().filter_map(why_not).collect();
+        let states = o.states_at(now).len();
         ensure!(
-            stalled >= need,
-            "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} after only {stalled:?} without news from the wire; \
-             {timeouts} timeouts of {:?} ({} retries, {} NAKs) take {need:?} (wire una {:?}, oldest {:?})",
-            q.timeout,
-            q.retry_cnt,
-            o.naks,
+            reasons.len() < states,
+            "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} {} (wire una {:?}, oldest {:?})",
+            reasons.last().map_or("", |s| s.as_str()),
             o.una(),
             o.wrs.front()
-        );
-        ensure!(
-            o.tx + 1 >= timeouts,
-            "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} but only {} requests were sent since the last \
-             news from the wire, {timeouts} timeouts should have retransmitted",
-            o.tx
         );
         Ok(())
     }

@@ -56,6 +56,13 @@ pub struct Oracle {
     pub tx: u32,
     /// A response for a PSN the requester never used for that kind of request.
     pub bogus: Option<String>,
+    /// `(t_prog, naks, tx)` after each response delivered at instant
+    /// `instant`: the engine takes the packets of one instant one at a
+    /// time and may give up on one of them, before a later one in the same
+    /// instant brings news, so a RETRY_EXC_ERR is judged against each of
+    /// these states (see `excuse_retry_exc`).
+    pub instant: Option<Instant>,
+    pub states: Vec<(Instant, u32, u32)>,
 }
 
 impl Oracle {
@@ -68,7 +75,30 @@ impl Oracle {
             naks: 0,
             tx: 0,
             bogus: None,
+            instant: None,
+            states: Vec::new(),
         }
+    }
+
+    /// Notes the state after a response delivered at `now`.
+    pub fn record(&mut self, now: Instant) {
+        if self.instant != Some(now) {
+            self.instant = Some(now);
+            self.states.clear();
+        }
+        self.states.push((self.t_prog, self.naks, self.tx));
+    }
+
+    /// The states a decision taken at `now` may have been taken in: after
+    /// each response delivered then, or the present one.
+    pub fn states_at(&self, now: Instant) -> Vec<(Instant, u32, u32)> {
+        let mut v = if self.instant == Some(now) {
+            self.states.clone()
+        } else {
+            Vec::new()
+        };
+        v.push((self.t_prog, self.naks, self.tx));
+        v
     }
 
     pub fn push(&mut self, wr_id: u64, kind: OKind, npkts: u32) {

@@ -1,0 +1,103 @@
+//! Whether a same-host peer may be handed one of this device's regions for
+//! direct access (the driver's grants, docs/shm.md): the checks the
+//! responder makes on every request — QP type, state and access rights,
+//! the requester being the QP's connected peer, the region's key, PD and
+//! rights — made once, by the target, for the whole region.
+
+use std::net::IpAddr;
+
+use crate::qp_attr::{AccessFlags, QpState, QpType};
+
+use super::Engine;
+
+/// What a granted region is: the facts the peer checks each direct
+/// operation against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantFacts {
+    pub pd: u32,
+    /// The region's access flags.
+    pub access: AccessFlags,
+    /// The QP's access flags.
+    pub qp_access: AccessFlags,
+    pub iova: u64,
+    pub len: u64,
+}
+
+/// Why a grant is refused (or no longer holds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantRefusal {
+    /// No such QP.
+    NoQp,
+    /// UD, or UC asked for anything but WRITE.
+    QpType,
+    /// The QP does not accept requests in its state.
+    QpState,
+    /// The asker is not the QP's connected peer (address or QPN).
+    NotConnected,
+    /// The QP's access flags lack the right.
+    QpAccess,
+    /// No valid region has the rkey.
+    NoRegion,
+    /// The region is in another PD than the QP.
+    RegionPd,
+    /// The region's access flags lack the right.
+    RegionAccess,
+}
+
+impl Engine {
+    /// Whether the peer at `peer`, on its QP `peer_qpn`, may reach region
+    /// `rkey` of this device directly with right `need` through QP `qpn`.
+    pub fn check_grant(
+        &self,
+        qpn: u32,
+        peer: IpAddr,
+        peer_qpn: u32,
+        rkey: u32,
+        need: AccessFlags,
+    ) -> Result<GrantFacts, GrantRefusal> {
+        self.check_grant_qp(qpn, peer, peer_qpn, need)?;
+        let q = self.qps.get(&qpn).ok_or(GrantRefusal::NoQp)?;
+        let lkey = self.res.rkeys.get(&rkey).ok_or(GrantRefusal::NoRegion)?;
+        let mr = self.res.mrs.get(lkey).ok_or(GrantRefusal::NoRegion)?;
+        if mr.pd != q.pd {
+            return Err(GrantRefusal::RegionPd);
+        }
+        if !mr.access.contains(need) {
+            return Err(GrantRefusal::RegionAccess);
+        }
+        Ok(GrantFacts {
+            pd: mr.pd,
+            access: mr.access,
+            qp_access: q.attr.qp_access_flags,
+            iova: mr.iova,
+            len: mr.len,
+        })
+    }
+
+    /// The QP half of [`Engine::check_grant`]: still true after a modify
+    /// means the grants made through `qpn` still hold.
+    pub fn check_grant_qp(
+        &self,
+        qpn: u32,
+        peer: IpAddr,
+        peer_qpn: u32,
+        need: AccessFlags,
+    ) -> Result<(), GrantRefusal> {
+        let q = self.qps.get(&qpn).ok_or(GrantRefusal::NoQp)?;
+        match q.qp_type {
+            QpType::Rc => {}
+            QpType::Uc if need == AccessFlags::REMOTE_WRITE => {}
+            _ => return Err(GrantRefusal::QpType),
+        }
+        if !q.can_receive() || q.state == QpState::Sqe {
+            return Err(GrantRefusal::QpState);
+        }
+        if q.dest.map(|d| d.ip()) != Some(peer) || q.attr.dest_qp_num != peer_qpn {
+            return Err(GrantRefusal::NotConnected);
+        }
+        if !q.attr.qp_access_flags.contains(need) {
+            return Err(GrantRefusal::QpAccess);
+        }
+        Ok(())
+    }
+}
