@@ -53,8 +53,16 @@ pub struct EngineConfig {
     /// UDP port of peers (4791 on a real network).
     pub remote_port: u16,
     pub src_port: SrcPortPolicy,
-    /// Seed for keys (drivers pass OS randomness; the simulator a test seed).
+    /// The run's seed. When [`Self::key_seed`] is `None`, the secret
+    /// generator of memory keys is seeded from it (deterministic: the
+    /// simulator and tests replay a run from this alone).
     pub seed: u64,
+    /// 32 bytes that seed the ChaCha20 generator of lkeys and rkeys. A
+    /// driver on a real network passes bytes from the OS (the engine never
+    /// reads OS randomness itself); the same bytes give the same keys.
+    /// `None` (the default) derives the 32 bytes from [`Self::seed`], so
+    /// keys are then only as hard to guess as `seed`.
+    pub key_seed: Option<[u8; 32]>,
     /// The port's active MTU (UD message limit and path MTU ceiling).
     pub active_mtu: Mtu,
     pub limits: AttrLimits,
@@ -84,6 +92,7 @@ impl EngineConfig {
             remote_port: softrdma_wire::frame::ROCE_PORT,
             src_port: SrcPortPolicy::PerQp,
             seed: 0x5EED,
+            key_seed: None,
             active_mtu: Mtu::Mtu4096,
             limits: AttrLimits::default(),
             max_inflight: 256,
@@ -142,10 +151,12 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// A device with no objects.
     pub fn new(cfg: EngineConfig) -> Self {
-        let seed = cfg.seed;
+        let secret_seed = cfg
+            .key_seed
+            .unwrap_or_else(|| crate::rng::derived_seed(cfg.seed));
         Engine {
             cfg,
-            res: Resources::new(seed),
+            res: Resources::new(secret_seed),
             qps: KeyMap::default(),
             next_qpn: 0x11,
             ready: VecDeque::new(),

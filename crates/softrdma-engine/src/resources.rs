@@ -13,7 +13,7 @@ use crate::counters::Counters;
 use crate::error::{Result, VerbsError};
 use crate::memory::RegionMemory;
 use crate::qp_attr::{AccessFlags, AhAttr};
-use crate::rng::Rng;
+use crate::rng::{Purpose, SecretRng};
 use crate::wr::{Sge, WcStatus, WorkCompletion};
 
 /// An asynchronous event, as `ibv_get_async_event` and completion channels report them.
@@ -110,6 +110,40 @@ pub(crate) struct Ah {
 /// How many recently freed keys are kept out of reuse.
 const KEY_QUARANTINE: usize = 4096;
 
+/// The last `cap` values retired, kept out of reuse: a value stays in until
+/// `cap` newer ones have been retired.
+pub(crate) struct Quarantine {
+    cap: usize,
+    order: VecDeque<u32>,
+    members: KeySet<u32>,
+}
+
+impl Quarantine {
+    pub fn new(cap: usize) -> Self {
+        Quarantine {
+            cap,
+            order: VecDeque::new(),
+            members: KeySet::default(),
+        }
+    }
+
+    pub fn contains(&self, v: u32) -> bool {
+        self.members.contains(&v)
+    }
+
+    pub fn retire(&mut self, v: u32) {
+        if self.order.len() == self.cap {
+            // A value cannot be handed out again while it is in here, so it
+            // is never in the queue twice.
+            if let Some(old) = self.order.pop_front() {
+                self.members.remove(&old);
+            }
+        }
+        self.order.push_back(v);
+        self.members.insert(v);
+    }
+}
+
 /// Everything but the QPs.
 pub(crate) struct Resources {
     pub pds: KeyMap<u32, u32>,   // pd -> users
@@ -120,17 +154,18 @@ pub(crate) struct Resources {
     pub ahs: KeyMap<u32, Ah>,
     pub events: VecDeque<Event>,
     pub counters: Counters,
-    pub rng: Rng,
+    /// lkeys and rkeys (ChaCha20).
+    key_rng: SecretRng,
     next_handle: u32,
-    quarantine: VecDeque<u32>,
-    quarantined: KeySet<u32>,
+    key_quarantine: Quarantine,
 }
 
 /// Why a local scatter/gather access failed.
 pub(crate) type SgeResult<T> = core::result::Result<T, WcStatus>;
 
 impl Resources {
-    pub fn new(seed: u64) -> Self {
+    /// Resources whose keys come from ChaCha20 under `secret_seed`.
+    pub fn new(secret_seed: [u8; 32]) -> Self {
         Resources {
             pds: KeyMap::default(),
             mrs: KeyMap::default(),
@@ -140,10 +175,9 @@ impl Resources {
             ahs: KeyMap::default(),
             events: VecDeque::new(),
             counters: Counters::default(),
-            rng: Rng::new(seed),
+            key_rng: SecretRng::new(secret_seed, Purpose::MemoryKeys),
             next_handle: 1,
-            quarantine: VecDeque::new(),
-            quarantined: KeySet::default(),
+            key_quarantine: Quarantine::new(KEY_QUARANTINE),
         }
     }
 
@@ -153,15 +187,16 @@ impl Resources {
         h
     }
 
-    /// A fresh random key: non-zero, unused, and not freed recently, so that a
-    /// stale or guessed key does not reach a new region.
+    /// A fresh random key from the CSPRNG: non-zero, unused, and not freed
+    /// recently, so that a stale or guessed key does not reach a new region
+    /// and seen keys tell nothing about the others.
     pub fn new_key(&mut self) -> u32 {
         loop {
-            let k = self.rng.next_u32();
+            let k = self.key_rng.next_u32();
             if k != 0
                 && !self.mrs.contains_key(&k)
                 && !self.rkeys.contains_key(&k)
-                && !self.quarantined.contains(&k)
+                && !self.key_quarantine.contains(k)
             {
                 return k;
             }
@@ -169,13 +204,7 @@ impl Resources {
     }
 
     pub fn retire_key(&mut self, k: u32) {
-        if self.quarantine.len() == KEY_QUARANTINE {
-            if let Some(old) = self.quarantine.pop_front() {
-                self.quarantined.remove(&old);
-            }
-        }
-        self.quarantine.push_back(k);
-        self.quarantined.insert(k);
+        self.key_quarantine.retire(k);
     }
 
     pub fn check_pd(&self, pd: u32) -> Result<()> {
@@ -354,5 +383,22 @@ impl Resources {
                 .push_back(Event::SrqLimitReached { srq: srq_id });
         }
         Some(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quarantine_keeps_the_last_cap_values() {
+        let mut q = Quarantine::new(3);
+        for v in 1..=3 {
+            q.retire(v);
+        }
+        assert!((1..=3).all(|v| q.contains(v)));
+        q.retire(4);
+        assert!(!q.contains(1), "the oldest left");
+        assert!((2..=4).all(|v| q.contains(v)));
     }
 }
