@@ -54,14 +54,14 @@ pub struct EngineConfig {
     pub remote_port: u16,
     pub src_port: SrcPortPolicy,
     /// The run's seed. When [`Self::key_seed`] is `None`, the secret
-    /// generator of memory keys is seeded from it (deterministic: the
-    /// simulator and tests replay a run from this alone).
+    /// generator of memory keys and QPNs is seeded from it (deterministic:
+    /// the simulator and tests replay a run from this alone).
     pub seed: u64,
-    /// 32 bytes that seed the ChaCha20 generator of lkeys and rkeys. A
-    /// driver on a real network passes bytes from the OS (the engine never
-    /// reads OS randomness itself); the same bytes give the same keys.
-    /// `None` (the default) derives the 32 bytes from [`Self::seed`], so
-    /// keys are then only as hard to guess as `seed`.
+    /// 32 bytes that seed the ChaCha20 generator of lkeys, rkeys and QPNs.
+    /// A driver on a real network passes bytes from the OS (the engine
+    /// never reads OS randomness itself); the same bytes give the same keys
+    /// and QPNs. `None` (the default) derives the 32 bytes from
+    /// [`Self::seed`], so keys are then only as hard to guess as `seed`.
     pub key_seed: Option<[u8; 32]>,
     /// The port's active MTU (UD message limit and path MTU ceiling).
     pub active_mtu: Mtu,
@@ -130,7 +130,6 @@ pub struct Engine {
     cfg: EngineConfig,
     res: Resources,
     qps: KeyMap<u32, Qp>,
-    next_qpn: u32,
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     /// Held ACKs of QPs destroyed or reset before they went out, already
@@ -158,7 +157,6 @@ impl Engine {
             cfg,
             res: Resources::new(secret_seed),
             qps: KeyMap::default(),
-            next_qpn: 0x11,
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             parting: VecDeque::new(),
@@ -583,11 +581,10 @@ impl Engine {
                 "create_qp: {MAX_QP} QPs already exist"
             )));
         }
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) || qpn < 2 {
-            qpn = (qpn + 1) & softrdma_wire::bth::QPN_MASK;
-        }
-        self.next_qpn = (qpn + 1) & softrdma_wire::bth::QPN_MASK;
+        // At most MAX_QP (2^18) of the 2^24 numbers are in use and 256 in
+        // quarantine, so a draw is free with probability above 98%.
+        let qps = &self.qps;
+        let qpn = self.res.new_qpn(|q| qps.contains_key(&q));
         let src_port = match self.cfg.src_port {
             SrcPortPolicy::Fixed(p) => p,
             SrcPortPolicy::PerQp => 0xC000 | (qpn.wrapping_mul(0x9E37_79B1) >> 18) as u16 & 0x3FFF,
@@ -642,6 +639,7 @@ impl Engine {
             kind: "QP",
             handle: qpn,
         })?;
+        self.res.retire_qpn(qpn);
         self.res.pd_ref(qp.pd, -1);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.res.cqs.get_mut(&cq) {

@@ -109,6 +109,8 @@ pub(crate) struct Ah {
 
 /// How many recently freed keys are kept out of reuse.
 const KEY_QUARANTINE: usize = 4096;
+/// How many recently destroyed QPs' numbers are kept out of reuse.
+const QPN_QUARANTINE: usize = 256;
 
 /// The last `cap` values retired, kept out of reuse: a value stays in until
 /// `cap` newer ones have been retired.
@@ -156,15 +158,18 @@ pub(crate) struct Resources {
     pub counters: Counters,
     /// lkeys and rkeys (ChaCha20).
     key_rng: SecretRng,
+    /// QP numbers (ChaCha20, another stream).
+    qpn_rng: SecretRng,
     next_handle: u32,
     key_quarantine: Quarantine,
+    qpn_quarantine: Quarantine,
 }
 
 /// Why a local scatter/gather access failed.
 pub(crate) type SgeResult<T> = core::result::Result<T, WcStatus>;
 
 impl Resources {
-    /// Resources whose keys come from ChaCha20 under `secret_seed`.
+    /// Resources whose keys and QPNs come from ChaCha20 under `secret_seed`.
     pub fn new(secret_seed: [u8; 32]) -> Self {
         Resources {
             pds: KeyMap::default(),
@@ -176,8 +181,10 @@ impl Resources {
             events: VecDeque::new(),
             counters: Counters::default(),
             key_rng: SecretRng::new(secret_seed, Purpose::MemoryKeys),
+            qpn_rng: SecretRng::new(secret_seed, Purpose::Qpns),
             next_handle: 1,
             key_quarantine: Quarantine::new(KEY_QUARANTINE),
+            qpn_quarantine: Quarantine::new(QPN_QUARANTINE),
         }
     }
 
@@ -205,6 +212,23 @@ impl Resources {
 
     pub fn retire_key(&mut self, k: u32) {
         self.key_quarantine.retire(k);
+    }
+
+    /// A fresh random 24-bit QPN from the CSPRNG: not 0 or 1 (reserved), not
+    /// one `in_use` says is taken, and not one of the last
+    /// [`QPN_QUARANTINE`] destroyed, so that a peer's stale packets do not
+    /// reach a new QP and QPNs do not reveal how many QPs were made.
+    pub fn new_qpn(&mut self, in_use: impl Fn(u32) -> bool) -> u32 {
+        loop {
+            let q = self.qpn_rng.next_u32() & softrdma_wire::bth::QPN_MASK;
+            if q > 1 && !in_use(q) && !self.qpn_quarantine.contains(q) {
+                return q;
+            }
+        }
+    }
+
+    pub fn retire_qpn(&mut self, qpn: u32) {
+        self.qpn_quarantine.retire(qpn);
     }
 
     pub fn check_pd(&self, pd: u32) -> Result<()> {
@@ -400,5 +424,36 @@ mod tests {
         q.retire(4);
         assert!(!q.contains(1), "the oldest left");
         assert!((2..=4).all(|v| q.contains(v)));
+    }
+
+    #[test]
+    fn new_qpn_draws_again_past_taken_and_quarantined_numbers() {
+        let mut r = Resources::new([9; 32]);
+        // Only multiples of 4096 are free (and 0 is reserved): every QPN is
+        // one of them, found by drawing again, about 4096 draws each.
+        let free = |q: u32| q.is_multiple_of(4096);
+        let mut drawn = std::collections::HashSet::new();
+        let quarantined: Vec<u32> = (1..=QPN_QUARANTINE as u32).map(|k| k * 4096).collect();
+        for &q in &quarantined {
+            r.retire_qpn(q);
+        }
+        // A sixteenth of the free numbers are quarantined: the 200 draws
+        // meet them about a dozen times and must pass them by.
+        for _ in 0..200 {
+            let q = r.new_qpn(|q| !free(q) || drawn.contains(&q));
+            assert!(free(q) && q > 1 && q <= softrdma_wire::bth::QPN_MASK);
+            assert!(!quarantined.contains(&q), "{q:#x} is quarantined");
+            assert!(drawn.insert(q), "{q:#x} is in use");
+        }
+        // Once QPN_QUARANTINE newer numbers were retired, the old ones may
+        // come back.
+        for k in 0..QPN_QUARANTINE as u32 {
+            r.retire_qpn(4096 * 3000 + k * 4096);
+        }
+        let back = (0..1000).any(|_| {
+            let q = r.new_qpn(|q| !free(q));
+            quarantined.contains(&q)
+        });
+        assert!(back, "numbers out of quarantine are drawn again");
     }
 }

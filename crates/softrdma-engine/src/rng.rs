@@ -5,8 +5,8 @@
 //! what replaying a simulation needs, and predictable from a few outputs,
 //! so it never makes anything a peer must not guess.
 //!
-//! [`SecretRng`] makes what a peer must not guess — memory keys — with
-//! ChaCha20 (the RustCrypto `chacha20` crate's `ChaCha20Rng`), seeded
+//! [`SecretRng`] makes what a peer must not guess — memory keys and QPNs —
+//! with ChaCha20 (the RustCrypto `chacha20` crate's `ChaCha20Rng`), seeded
 //! from 32 bytes the driver gives ([`crate::EngineConfig::key_seed`]) or, for
 //! deterministic runs, derived from [`crate::EngineConfig::seed`]. The engine
 //! never reads OS randomness itself.
@@ -46,11 +46,14 @@ impl Rng {
 }
 
 /// What a [`SecretRng`] stream is for. Each purpose has its own ChaCha
-/// stream (nonce) under the same seed.
+/// stream (nonce) under the same seed, so the keys an engine hands out do
+/// not depend on how many QPs it created, nor the other way round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Purpose {
     /// lkeys and rkeys.
     MemoryKeys = 1,
+    /// QP numbers.
+    Qpns = 2,
 }
 
 /// A cryptographically secure generator (ChaCha20) for values a peer must
@@ -96,11 +99,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn derived_seeds_differ_per_seed() {
+    fn derived_seeds_differ_per_seed_and_streams_per_purpose() {
         assert_ne!(derived_seed(0), derived_seed(1));
         let mut a = SecretRng::new(derived_seed(7), Purpose::MemoryKeys);
         let mut b = SecretRng::new(derived_seed(7), Purpose::MemoryKeys);
-        let mut q = SecretRng::new(derived_seed(8), Purpose::MemoryKeys);
+        let mut q = SecretRng::new(derived_seed(7), Purpose::Qpns);
         let va: Vec<u32> = (0..8).map(|_| a.next_u32()).collect();
         let vb: Vec<u32> = (0..8).map(|_| b.next_u32()).collect();
         let vq: Vec<u32> = (0..8).map(|_| q.next_u32()).collect();

@@ -1,6 +1,6 @@
-//! Memory keys: drawn from ChaCha20 under `EngineConfig::key_seed` (or a
-//! seed derived from `EngineConfig::seed`), never zero, never in use, never
-//! recently freed, and a function of the seed alone.
+//! Memory keys and QPNs: drawn from ChaCha20 under `EngineConfig::key_seed`
+//! (or a seed derived from `EngineConfig::seed`), never zero or reserved,
+//! never in use, never recently freed, and a function of the seed alone.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -29,6 +29,32 @@ fn keys(e: &mut Engine, n: usize) -> Vec<(u32, u32)> {
         .collect()
 }
 
+fn qp_init(e: &mut Engine) -> QpInit {
+    let pd = e.alloc_pd();
+    let cq = e.create_cq(16).unwrap();
+    QpInit {
+        pd,
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    }
+}
+
+/// The QPNs of `n` QPs created one after the other.
+fn qpns(e: &mut Engine, n: usize) -> Vec<u32> {
+    let init = qp_init(e);
+    (0..n).map(|_| e.create_qp(init).unwrap()).collect()
+}
+
 fn flat(k: &[(u32, u32)]) -> Vec<u32> {
     k.iter().flat_map(|&(l, r)| [l, r]).collect()
 }
@@ -47,23 +73,36 @@ fn keys_are_a_function_of_the_seed_when_no_key_seed_is_given() {
 }
 
 #[test]
-fn a_key_seed_decides_keys_whatever_the_seed() {
+fn a_key_seed_decides_keys_and_qpns_whatever_the_seed() {
     let s1 = [0x11; 32];
     let mut s2 = s1;
     s2[31] ^= 1; // one bit apart
-                 // Equal key seeds: equal keys, even under different `seed`s.
+                 // Equal key seeds: equal keys and QPNs, even under different `seed`s.
     let (mut x, mut y) = (engine(1, Some(s1)), engine(99, Some(s1)));
     assert_eq!(keys(&mut x, 64), keys(&mut y, 64));
+    assert_eq!(qpns(&mut x, 64), qpns(&mut y, 64));
     // Key seeds one bit apart: nothing in common.
     let (mut x, mut z) = (engine(1, Some(s1)), engine(1, Some(s2)));
     let (kx, kz) = (flat(&keys(&mut x, 64)), flat(&keys(&mut z, 64)));
     let sx: HashSet<u32> = kx.iter().copied().collect();
     assert!(kz.iter().all(|k| !sx.contains(k)), "{kx:x?} / {kz:x?}");
+    assert_ne!(qpns(&mut x, 64), qpns(&mut z, 64));
     // A key seed is not the seed-derived one: Some(..) and None differ.
     assert_ne!(
         keys(&mut engine(1, Some(s1)), 8),
         keys(&mut engine(1, None), 8)
     );
+}
+
+#[test]
+fn keys_do_not_depend_on_how_many_qps_were_made() {
+    // Keys and QPNs come from separate streams: creating QPs in between
+    // leaves the key sequence as it was.
+    let mut a = engine(5, None);
+    let mut b = engine(5, None);
+    let ka = keys(&mut a, 16);
+    qpns(&mut b, 10);
+    assert_eq!(ka, keys(&mut b, 16));
 }
 
 #[test]
@@ -133,4 +172,61 @@ fn keys_show_no_pattern() {
         let steps: HashSet<u32> = ks.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
         assert!(steps.len() > ks.len() - 8, "{} distinct steps", steps.len());
     }
+}
+
+#[test]
+fn qpns_are_random_24_bit_and_never_reserved() {
+    let mut e = engine(11, None);
+    let q = qpns(&mut e, 512);
+    let set: HashSet<u32> = q.iter().copied().collect();
+    assert_eq!(set.len(), q.len(), "every QPN unique");
+    assert!(q.iter().all(|&n| n > 1 && n <= 0xFF_FFFF));
+    assert_ne!(q[0], 0x11, "no fixed first QPN");
+    let consecutive = q.windows(2).filter(|w| w[1] == w[0] + 1).count();
+    assert!(
+        consecutive < 4,
+        "{consecutive} QPNs follow their predecessor"
+    );
+    // Spread over the 24 bits: each top-nibble bucket gets a share.
+    let mut hist = [0u32; 16];
+    for n in &q {
+        hist[(n >> 20) as usize] += 1;
+    }
+    assert!(hist.iter().all(|&h| h > 8), "{hist:?}");
+    // Another seed, other QPNs; the same seed, the same QPNs.
+    assert_ne!(q[..16], qpns(&mut engine(12, None), 16)[..]);
+    assert_eq!(q[..16], qpns(&mut engine(11, None), 16)[..]);
+}
+
+#[test]
+fn destroyed_qpns_are_not_reused_soon() {
+    let mut e = engine(13, None);
+    let init = qp_init(&mut e);
+    let mut live: VecDeque<u32> = VecDeque::new();
+    let mut destroyed: VecDeque<u32> = VecDeque::new(); // the last 256
+    for _ in 0..2000 {
+        let q = e.create_qp(init).unwrap();
+        assert!(q > 1 && q <= 0xFF_FFFF);
+        assert!(!live.contains(&q), "{q:#x} is in use");
+        assert!(!destroyed.contains(&q), "{q:#x} destroyed recently");
+        live.push_back(q);
+        if live.len() > 4 {
+            let old = live.pop_front().unwrap();
+            e.destroy_qp(old).unwrap();
+            destroyed.push_back(old);
+            if destroyed.len() > 256 {
+                destroyed.pop_front();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_qpn_in_use_is_drawn_again() {
+    // 20,000 live QPs: by the birthday bound about a dozen draws hit a QPN
+    // already in use and must be drawn again; every QPN stays unique.
+    let mut e = engine(17, None);
+    let q = qpns(&mut e, 20_000);
+    let set: HashSet<u32> = q.iter().copied().collect();
+    assert_eq!(set.len(), q.len());
 }
