@@ -1010,6 +1010,13 @@ impl Engine {
             self.res.counters.dropped += 1;
             return;
         }
+        // IBTA P_Key check, on requests and responses alike, before the QP
+        // sees anything of the packet.
+        if !pkey_matches(pkt.bth.pkey, qp.pkey()) {
+            qp.counters.pkey_violations += 1;
+            self.res.counters.pkey_violations += 1;
+            return;
+        }
         if info.is_request {
             qp.handle_request(&mut self.res, &pkt, ep.src, local_ip);
         } else if info.kind != OpKind::Cnp {
@@ -1211,6 +1218,14 @@ impl Engine {
     }
 }
 
+/// The IBTA P_Key match rule: the low 15 bits equal and not zero (0x0000
+/// and 0x8000 are the invalid P_Key), and at least one of the two a full
+/// member (bit 15 set). Two limited members cannot talk to each other.
+pub(crate) fn pkey_matches(a: u16, b: u16) -> bool {
+    let key = a & 0x7FFF;
+    key != 0 && key == b & 0x7FFF && (a | b) & 0x8000 != 0
+}
+
 /// `Engine::after` for a QP already at hand (sparing the lookup by QPN).
 fn settle(
     qp: &mut Qp,
@@ -1274,4 +1289,26 @@ fn enqueue_send(
         qp.flush_sq(res);
     }
     settle(qp, ready, timers, res, true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pkey_matches;
+
+    #[test]
+    fn pkey_match_rule() {
+        // Same partition, at least one full member.
+        assert!(pkey_matches(0xFFFF, 0xFFFF));
+        assert!(pkey_matches(0x7FFF, 0xFFFF));
+        assert!(pkey_matches(0xFFFF, 0x7FFF));
+        assert!(pkey_matches(0x9234, 0x1234));
+        // Two limited members never talk.
+        assert!(!pkey_matches(0x7FFF, 0x7FFF));
+        // Another partition.
+        assert!(!pkey_matches(0x1234, 0xFFFF));
+        assert!(!pkey_matches(0xFFFE, 0xFFFF));
+        // The invalid P_Key matches nothing, not even itself.
+        assert!(!pkey_matches(0x0000, 0x8000));
+        assert!(!pkey_matches(0x8000, 0x8000));
+    }
 }
