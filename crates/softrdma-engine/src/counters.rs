@@ -28,6 +28,9 @@ pub struct Counters {
     pub dropped: u64,
     /// UD packets with the wrong Q_Key.
     pub qkey_violations: u64,
+    /// Packets (requests or responses, any QP type) whose BTH P_Key does
+    /// not match the QP's P_Key under the IBTA rule; dropped.
+    pub pkey_violations: u64,
     /// Completions lost to full CQs.
     pub cq_overruns: u64,
     /// Error NAKs sent (invalid request, remote access, remote operational).
@@ -41,7 +44,7 @@ pub struct Counters {
 
 impl Counters {
     /// Field names and values, for tools and the stats socket.
-    pub fn fields(&self) -> [(&'static str, u64); 20] {
+    pub fn fields(&self) -> [(&'static str, u64); 21] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -59,6 +62,7 @@ impl Counters {
             ("malformed", self.malformed),
             ("dropped", self.dropped),
             ("qkey_violations", self.qkey_violations),
+            ("pkey_violations", self.pkey_violations),
             ("cq_overruns", self.cq_overruns),
             ("error_naks_sent", self.error_naks_sent),
             ("cnp_rcvd", self.cnp_rcvd),

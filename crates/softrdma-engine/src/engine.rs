@@ -55,8 +55,16 @@ pub struct EngineConfig {
     /// UDP port of peers (4791 on a real network).
     pub remote_port: u16,
     pub src_port: SrcPortPolicy,
-    /// Seed for keys (drivers pass OS randomness; the simulator a test seed).
+    /// The run's seed. When [`Self::key_seed`] is `None`, the secret
+    /// generator of memory keys and QPNs is seeded from it (deterministic:
+    /// the simulator and tests replay a run from this alone).
     pub seed: u64,
+    /// 32 bytes that seed the ChaCha20 generator of lkeys, rkeys and QPNs.
+    /// A driver on a real network passes bytes from the OS (the engine
+    /// never reads OS randomness itself); the same bytes give the same keys
+    /// and QPNs. `None` (the default) derives the 32 bytes from
+    /// [`Self::seed`], so keys are then only as hard to guess as `seed`.
+    pub key_seed: Option<[u8; 32]>,
     /// The port's active MTU (UD message limit and path MTU ceiling).
     pub active_mtu: Mtu,
     pub limits: AttrLimits,
@@ -86,6 +94,7 @@ impl EngineConfig {
             remote_port: softrdma_wire::frame::ROCE_PORT,
             src_port: SrcPortPolicy::PerQp,
             seed: 0x5EED,
+            key_seed: None,
             active_mtu: Mtu::Mtu4096,
             limits: AttrLimits::default(),
             max_inflight: 256,
@@ -123,7 +132,6 @@ pub struct Engine {
     cfg: EngineConfig,
     res: Resources,
     qps: KeyMap<u32, Qp>,
-    next_qpn: u32,
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     /// Held ACKs of QPs destroyed or reset before they went out, already
@@ -144,12 +152,13 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// A device with no objects.
     pub fn new(cfg: EngineConfig) -> Self {
-        let seed = cfg.seed;
+        let secret_seed = cfg
+            .key_seed
+            .unwrap_or_else(|| crate::rng::derived_seed(cfg.seed));
         Engine {
             cfg,
-            res: Resources::new(seed),
+            res: Resources::new(secret_seed),
             qps: KeyMap::default(),
-            next_qpn: 0x11,
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             parting: VecDeque::new(),
@@ -574,11 +583,10 @@ impl Engine {
                 "create_qp: {MAX_QP} QPs already exist"
             )));
         }
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) || qpn < 2 {
-            qpn = (qpn + 1) & softrdma_wire::bth::QPN_MASK;
-        }
-        self.next_qpn = (qpn + 1) & softrdma_wire::bth::QPN_MASK;
+        // At most MAX_QP (2^18) of the 2^24 numbers are in use and 256 in
+        // quarantine, so a draw is free with probability above 98%.
+        let qps = &self.qps;
+        let qpn = self.res.new_qpn(|q| qps.contains_key(&q));
         let src_port = match self.cfg.src_port {
             SrcPortPolicy::Fixed(p) => p,
             SrcPortPolicy::PerQp => 0xC000 | (qpn.wrapping_mul(0x9E37_79B1) >> 18) as u16 & 0x3FFF,
@@ -633,6 +641,7 @@ impl Engine {
             kind: "QP",
             handle: qpn,
         })?;
+        self.res.retire_qpn(qpn);
         self.res.pd_ref(qp.pd, -1);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.res.cqs.get_mut(&cq) {
@@ -1003,6 +1012,13 @@ impl Engine {
             self.res.counters.dropped += 1;
             return;
         }
+        // IBTA P_Key check, on requests and responses alike, before the QP
+        // sees anything of the packet.
+        if !pkey_matches(pkt.bth.pkey, qp.pkey()) {
+            qp.counters.pkey_violations += 1;
+            self.res.counters.pkey_violations += 1;
+            return;
+        }
         if info.is_request {
             qp.handle_request(&mut self.res, &pkt, ep.src, local_ip);
         } else if info.kind != OpKind::Cnp {
@@ -1204,6 +1220,14 @@ impl Engine {
     }
 }
 
+/// The IBTA P_Key match rule: the low 15 bits equal and not zero (0x0000
+/// and 0x8000 are the invalid P_Key), and at least one of the two a full
+/// member (bit 15 set). Two limited members cannot talk to each other.
+pub(crate) fn pkey_matches(a: u16, b: u16) -> bool {
+    let key = a & 0x7FFF;
+    key != 0 && key == b & 0x7FFF && (a | b) & 0x8000 != 0
+}
+
 /// `Engine::after` for a QP already at hand (sparing the lookup by QPN).
 fn settle(
     qp: &mut Qp,
@@ -1267,4 +1291,26 @@ fn enqueue_send(
         qp.flush_sq(res);
     }
     settle(qp, ready, timers, res, true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pkey_matches;
+
+    #[test]
+    fn pkey_match_rule() {
+        // Same partition, at least one full member.
+        assert!(pkey_matches(0xFFFF, 0xFFFF));
+        assert!(pkey_matches(0x7FFF, 0xFFFF));
+        assert!(pkey_matches(0xFFFF, 0x7FFF));
+        assert!(pkey_matches(0x9234, 0x1234));
+        // Two limited members never talk.
+        assert!(!pkey_matches(0x7FFF, 0x7FFF));
+        // Another partition.
+        assert!(!pkey_matches(0x1234, 0xFFFF));
+        assert!(!pkey_matches(0xFFFE, 0xFFFF));
+        // The invalid P_Key matches nothing, not even itself.
+        assert!(!pkey_matches(0x0000, 0x8000));
+        assert!(!pkey_matches(0x8000, 0x8000));
+    }
 }

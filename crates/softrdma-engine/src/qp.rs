@@ -17,6 +17,10 @@ use crate::resources::{Event, RecvWqe, Resources};
 use crate::time::Instant;
 use crate::wr::{SendFlags, SendOp, Sge, WcOpcode, WcStatus, WorkCompletion};
 
+/// The port's P_Key table: one entry, the default P_Key 0xFFFF (full
+/// member of the default partition) at index 0, as on Linux rxe.
+pub(crate) const PKEY_TABLE: [u16; 1] = [softrdma_wire::bth::DEFAULT_PKEY];
+
 /// The SGE list of a send WQE: one SGE (the common case) is kept inline,
 /// so posting it allocates nothing.
 #[derive(Debug, Clone)]
@@ -252,6 +256,18 @@ impl Qp {
     }
 
     /// States in which incoming requests are executed.
+    /// The P_Key this QP puts in every packet it sends and checks every
+    /// packet it receives against: the table entry of its P_Key index (the
+    /// table has one entry; `modify_qp` keeps the index below the device's
+    /// `max_pkeys`, and an index past the table, possible only with a raised
+    /// `max_pkeys`, names that same entry).
+    pub fn pkey(&self) -> u16 {
+        PKEY_TABLE
+            .get(usize::from(self.attr.pkey_index))
+            .copied()
+            .unwrap_or(PKEY_TABLE[0])
+    }
+
     pub fn can_receive(&self) -> bool {
         matches!(
             self.state,

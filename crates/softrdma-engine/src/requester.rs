@@ -119,6 +119,10 @@ impl Qp {
         dst: SocketAddr,
         zc: Option<ZcPiece>,
     ) -> Option<Transmit> {
+        // Every packet a QP sends (requests, ACKs, NAKs, READ responses,
+        // atomic ACKs) carries its P_Key, which the peer checks.
+        let mut bth = bth;
+        bth.pkey = self.pkey();
         let ep = self.endpoints(ctx, dst);
         let (len, payload) = match zc {
             None => (

@@ -13,7 +13,7 @@ use crate::counters::Counters;
 use crate::error::{Result, VerbsError};
 use crate::memory::RegionMemory;
 use crate::qp_attr::{AccessFlags, AhAttr};
-use crate::rng::Rng;
+use crate::rng::{Purpose, SecretRng};
 use crate::wr::{Sge, WcStatus, WorkCompletion};
 
 /// An asynchronous event, as `ibv_get_async_event` and completion channels report them.
@@ -109,6 +109,42 @@ pub(crate) struct Ah {
 
 /// How many recently freed keys are kept out of reuse.
 const KEY_QUARANTINE: usize = 4096;
+/// How many recently destroyed QPs' numbers are kept out of reuse.
+const QPN_QUARANTINE: usize = 256;
+
+/// The last `cap` values retired, kept out of reuse: a value stays in until
+/// `cap` newer ones have been retired.
+pub(crate) struct Quarantine {
+    cap: usize,
+    order: VecDeque<u32>,
+    members: KeySet<u32>,
+}
+
+impl Quarantine {
+    pub fn new(cap: usize) -> Self {
+        Quarantine {
+            cap,
+            order: VecDeque::new(),
+            members: KeySet::default(),
+        }
+    }
+
+    pub fn contains(&self, v: u32) -> bool {
+        self.members.contains(&v)
+    }
+
+    pub fn retire(&mut self, v: u32) {
+        if self.order.len() == self.cap {
+            // A value cannot be handed out again while it is in here, so it
+            // is never in the queue twice.
+            if let Some(old) = self.order.pop_front() {
+                self.members.remove(&old);
+            }
+        }
+        self.order.push_back(v);
+        self.members.insert(v);
+    }
+}
 
 /// Everything but the QPs.
 pub(crate) struct Resources {
@@ -120,17 +156,21 @@ pub(crate) struct Resources {
     pub ahs: KeyMap<u32, Ah>,
     pub events: VecDeque<Event>,
     pub counters: Counters,
-    pub rng: Rng,
+    /// lkeys and rkeys (ChaCha20).
+    key_rng: SecretRng,
+    /// QP numbers (ChaCha20, another stream).
+    qpn_rng: SecretRng,
     next_handle: u32,
-    quarantine: VecDeque<u32>,
-    quarantined: KeySet<u32>,
+    key_quarantine: Quarantine,
+    qpn_quarantine: Quarantine,
 }
 
 /// Why a local scatter/gather access failed.
 pub(crate) type SgeResult<T> = core::result::Result<T, WcStatus>;
 
 impl Resources {
-    pub fn new(seed: u64) -> Self {
+    /// Resources whose keys and QPNs come from ChaCha20 under `secret_seed`.
+    pub fn new(secret_seed: [u8; 32]) -> Self {
         Resources {
             pds: KeyMap::default(),
             mrs: KeyMap::default(),
@@ -140,10 +180,11 @@ impl Resources {
             ahs: KeyMap::default(),
             events: VecDeque::new(),
             counters: Counters::default(),
-            rng: Rng::new(seed),
+            key_rng: SecretRng::new(secret_seed, Purpose::MemoryKeys),
+            qpn_rng: SecretRng::new(secret_seed, Purpose::Qpns),
             next_handle: 1,
-            quarantine: VecDeque::new(),
-            quarantined: KeySet::default(),
+            key_quarantine: Quarantine::new(KEY_QUARANTINE),
+            qpn_quarantine: Quarantine::new(QPN_QUARANTINE),
         }
     }
 
@@ -153,15 +194,16 @@ impl Resources {
         h
     }
 
-    /// A fresh random key: non-zero, unused, and not freed recently, so that a
-    /// stale or guessed key does not reach a new region.
+    /// A fresh random key from the CSPRNG: non-zero, unused, and not freed
+    /// recently, so that a stale or guessed key does not reach a new region
+    /// and seen keys tell nothing about the others.
     pub fn new_key(&mut self) -> u32 {
         loop {
-            let k = self.rng.next_u32();
+            let k = self.key_rng.next_u32();
             if k != 0
                 && !self.mrs.contains_key(&k)
                 && !self.rkeys.contains_key(&k)
-                && !self.quarantined.contains(&k)
+                && !self.key_quarantine.contains(k)
             {
                 return k;
             }
@@ -169,13 +211,24 @@ impl Resources {
     }
 
     pub fn retire_key(&mut self, k: u32) {
-        if self.quarantine.len() == KEY_QUARANTINE {
-            if let Some(old) = self.quarantine.pop_front() {
-                self.quarantined.remove(&old);
+        self.key_quarantine.retire(k);
+    }
+
+    /// A fresh random 24-bit QPN from the CSPRNG: not 0 or 1 (reserved), not
+    /// one `in_use` says is taken, and not one of the last
+    /// [`QPN_QUARANTINE`] destroyed, so that a peer's stale packets do not
+    /// reach a new QP and QPNs do not reveal how many QPs were made.
+    pub fn new_qpn(&mut self, in_use: impl Fn(u32) -> bool) -> u32 {
+        loop {
+            let q = self.qpn_rng.next_u32() & softrdma_wire::bth::QPN_MASK;
+            if q > 1 && !in_use(q) && !self.qpn_quarantine.contains(q) {
+                return q;
             }
         }
-        self.quarantine.push_back(k);
-        self.quarantined.insert(k);
+    }
+
+    pub fn retire_qpn(&mut self, qpn: u32) {
+        self.qpn_quarantine.retire(qpn);
     }
 
     pub fn check_pd(&self, pd: u32) -> Result<()> {
@@ -354,5 +407,53 @@ impl Resources {
                 .push_back(Event::SrqLimitReached { srq: srq_id });
         }
         Some(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quarantine_keeps_the_last_cap_values() {
+        let mut q = Quarantine::new(3);
+        for v in 1..=3 {
+            q.retire(v);
+        }
+        assert!((1..=3).all(|v| q.contains(v)));
+        q.retire(4);
+        assert!(!q.contains(1), "the oldest left");
+        assert!((2..=4).all(|v| q.contains(v)));
+    }
+
+    #[test]
+    fn new_qpn_draws_again_past_taken_and_quarantined_numbers() {
+        let mut r = Resources::new([9; 32]);
+        // Only multiples of 4096 are free (and 0 is reserved): every QPN is
+        // one of them, found by drawing again, about 4096 draws each.
+        let free = |q: u32| q.is_multiple_of(4096);
+        let mut drawn = std::collections::HashSet::new();
+        let quarantined: Vec<u32> = (1..=QPN_QUARANTINE as u32).map(|k| k * 4096).collect();
+        for &q in &quarantined {
+            r.retire_qpn(q);
+        }
+        // A sixteenth of the free numbers are quarantined: the 200 draws
+        // meet them about a dozen times and must pass them by.
+        for _ in 0..200 {
+            let q = r.new_qpn(|q| !free(q) || drawn.contains(&q));
+            assert!(free(q) && q > 1 && q <= softrdma_wire::bth::QPN_MASK);
+            assert!(!quarantined.contains(&q), "{q:#x} is quarantined");
+            assert!(drawn.insert(q), "{q:#x} is in use");
+        }
+        // Once QPN_QUARANTINE newer numbers were retired, the old ones may
+        // come back.
+        for k in 0..QPN_QUARANTINE as u32 {
+            r.retire_qpn(4096 * 3000 + k * 4096);
+        }
+        let back = (0..1000).any(|_| {
+            let q = r.new_qpn(|q| !free(q));
+            quarantined.contains(&q)
+        });
+        assert!(back, "numbers out of quarantine are drawn again");
     }
 }

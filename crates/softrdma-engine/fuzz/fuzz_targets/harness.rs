@@ -26,8 +26,9 @@
 //! access against what the step may legitimately touch:
 //!
 //! - a packet that fails the ICRC, does not parse, goes to a QP that does not
-//!   exist or is not receiving, of the wrong transport or from the wrong
-//!   peer touches nothing;
+//!   exist or is not receiving, of the wrong transport, from the wrong peer
+//!   or with a P_Key that does not match the port's touches nothing (and
+//!   every packet the engine sends carries the port's P_Key);
 //! - RDMA WRITE payloads land only in a region whose rkey the message named,
 //!   that grants REMOTE_WRITE, in the QP's PD, on a QP whose access flags
 //!   allow remote writes, inside `[reth.va, reth.va + dma_len)`, contiguously
@@ -329,6 +330,16 @@ fn local_addr() -> SocketAddr {
 
 fn peer_ip() -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))
+}
+
+/// The responder's one P_Key (the port's table entry 0).
+const PORT_PKEY: u16 = 0xFFFF;
+
+/// The IBTA P_Key rule, written out here as the model: equal low 15 bits,
+/// not the invalid P_Key, and one of the two a full member.
+fn pkey_ok(pkey: u16) -> bool {
+    let low = pkey & 0x7FFF;
+    low != 0 && low == PORT_PKEY & 0x7FFF && (pkey | PORT_PKEY) & 0x8000 != 0
 }
 
 /// The QPN of the remote end of fixture QP `i`.
@@ -931,7 +942,13 @@ impl Harness {
         bth.ack_req = flags & 0x20 == 0;
         bth.mig_req = flags & 0x40 != 0 && inp.u8() & 1 == 1;
         if flags & 0x80 != 0 {
-            bth.pkey = inp.u16();
+            // Mostly P_Keys that pass (full and limited members), so that
+            // the packets still reach execution; sometimes any value.
+            bth.pkey = match inp.u8() {
+                0..=95 => PORT_PKEY,
+                96..=175 => 0x7FFF,
+                _ => inp.u16(),
+            };
             bth.fecn = inp.u8() & 1 == 1;
             bth.becn = inp.u8() & 1 == 1;
         }
@@ -1237,7 +1254,8 @@ impl Harness {
                 QpType::Ud => Transport::Ud,
             };
         let peer_ok = spec.qp_type == QpType::Ud || ep.src.ip() == peer_ip();
-        let reaches = receiving && transport_ok && peer_ok && info.is_request;
+        let reaches =
+            receiving && transport_ok && peer_ok && pkey_ok(pkt.bth.pkey) && info.is_request;
         // Expected-PSN bookkeeping (corrected later from the ACKs the responder sends).
         if reaches {
             let t = &mut self.qps[i];
@@ -1461,6 +1479,7 @@ impl Harness {
             "sent to the wrong remote QP"
         );
         assert_eq!(tx.endpoints.dst.ip(), peer_ip());
+        assert_eq!(pkt.bth.pkey, PORT_PKEY, "sent without the QP's P_Key");
         let info = pkt.bth.opcode.info();
         let what = format!(
             "{} psn {} from QP {i}",
