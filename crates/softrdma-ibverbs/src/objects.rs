@@ -14,7 +14,7 @@ use std::ffi::c_void;
 use std::mem::offset_of;
 use std::sync::Mutex;
 
-use softrdma::{CompChannel, Context, DeviceConfig};
+use softrdma::{CompChannel, Context, DeviceConfig, QpCap};
 
 use crate::abi::*;
 
@@ -61,11 +61,25 @@ pub struct Mr {
     pub mr: softrdma::Mr,
 }
 
-/// A shared receive queue; remembers its attributes for `ibv_query_srq`.
+/// A queue pair, with the queue sizes the engine gave it. They never
+/// change (no `ibv_modify_qp` takes IBV_QP_CAP), so the data path reads
+/// them without a lock to check a caller's counts before it reads the
+/// caller's arrays.
+#[repr(C)]
+pub struct Qp {
+    pub ibv: ibv_qp,
+    pub cap: QpCap,
+}
+
+/// A shared receive queue; remembers its attributes for `ibv_query_srq`,
+/// and its fixed sizes (SRQs cannot be resized) for `ibv_post_srq_recv`'s
+/// checks.
 #[repr(C)]
 pub struct Srq {
     pub ibv: ibv_srq,
     pub attr: Mutex<ibv_srq_attr>,
+    pub max_wr: u32,
+    pub max_sge: u32,
 }
 
 /// A completion channel.

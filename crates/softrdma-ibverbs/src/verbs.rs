@@ -27,11 +27,7 @@ use softrdma_engine::{QpInit, SrqInit};
 use crate::abi::*;
 use crate::convert;
 use crate::ffi::{self, fail, fail_with, guard};
-use crate::objects::{self, Chan, Ctx, Mr, Pd, Srq};
-
-/// Largest SGE list read from a work request (a bound against garbage
-/// `num_sge`; the engine checks the QP's real limit).
-const MAX_SGE_READ: c_int = 1024;
+use crate::objects::{self, Chan, Ctx, Mr, Pd, Qp, Srq};
 
 /// # Safety
 /// `p` must be a live object of this library whose first field is an
@@ -318,6 +314,9 @@ thread_local! {
 
 /// `ctx->ops.poll_cq`: takes up to `num_entries` completions; when none is
 /// waiting, runs progress (receive, timers, transmit) and takes those.
+/// `num_entries` zero or negative returns 0 and touches nothing, as rxe's
+/// and mlx5's polls do (their loops run `num_entries` times); a NULL `wc`
+/// with room for entries is -EINVAL.
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-libc::EIO, || {
         if cq.is_null() || (wc.is_null() && num_entries > 0) {
@@ -479,6 +478,8 @@ pub unsafe extern "C" fn ibv_create_srq(
                             events_completed: 0,
                         },
                         attr: Mutex::new(a),
+                        max_wr: a.max_wr,
+                        max_sge: a.max_sge,
                     });
                     c.objects().srqs.insert(handle, srq as usize);
                     srq.cast()
@@ -617,23 +618,26 @@ pub unsafe extern "C" fn ibv_create_qp(
             match r {
                 Ok((qpn, cap)) => {
                     a.cap = convert::cap_to_c(&cap);
-                    let qp = objects::leak(ibv_qp {
-                        context: c.as_ibv(),
-                        qp_context: a.qp_context,
-                        pd,
-                        send_cq: a.send_cq,
-                        recv_cq: a.recv_cq,
-                        srq: a.srq,
-                        handle: qpn,
-                        qp_num: qpn,
-                        state: 0,
-                        qp_type: a.qp_type,
-                        mutex: objects::new_mutex(),
-                        cond: objects::new_cond(),
-                        events_completed: 0,
+                    let qp = objects::leak(Qp {
+                        ibv: ibv_qp {
+                            context: c.as_ibv(),
+                            qp_context: a.qp_context,
+                            pd,
+                            send_cq: a.send_cq,
+                            recv_cq: a.recv_cq,
+                            srq: a.srq,
+                            handle: qpn,
+                            qp_num: qpn,
+                            state: 0,
+                            qp_type: a.qp_type,
+                            mutex: objects::new_mutex(),
+                            cond: objects::new_cond(),
+                            events_completed: 0,
+                        },
+                        cap,
                     });
                     c.objects().qps.insert(qpn, qp as usize);
-                    qp
+                    qp.cast()
                 }
                 Err(e) => {
                     fail("ibv_create_qp", &e);
@@ -734,8 +738,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
                 // Withdrawn from same-host peers.
                 c.dev.publish_qp(qpn);
                 c.objects().qps.remove(&qpn);
-                // A live QP, freed once.
-                objects::free(qp);
+                // A live Qp object, freed once.
+                objects::free(qp.cast::<Qp>());
             },
         )
     }
@@ -878,34 +882,54 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 }
 
 // ----- the data path -----
+//
+// Every count a caller passes is checked before the array it describes is
+// read, and a list is walked no further than its queue holds WRs nor past
+// the WR that failed (docs/ibverbs.md, "Validation of caller values"). The
+// errnos and `bad_wr` are rxe's, the provider softrdma mimics.
 
-/// # Safety
-/// `sg_list` points to `num_sge` readable SGEs (or num_sge is 0).
-unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, &'static str> {
-    let mut v = Vec::new();
-    // SAFETY: per the contract.
-    unsafe { sges_into(sg_list, num_sge, &mut v) }?;
-    Ok(v)
-}
+/// Largest SGE list read from a work request whatever a queue's limit says
+/// (a bound under the device's `max_sge`, 32, which caps every queue's).
+const MAX_SGE_READ: u32 = 1024;
 
-/// Like [`sges`], into `out` (cleared first), reusing its allocation.
+/// Reads the SGE list of a WR into `out` (cleared first, its allocation
+/// reused) once its count has passed the checks: a negative `num_sge`, one
+/// above the queue's `limit` (`.0` names it), or a NULL `sg_list` with
+/// elements is EINVAL, and then nothing of the list is read.
 ///
 /// # Safety
-/// As [`sges`].
+/// When the count passes, `sg_list` points to `num_sge` readable SGEs.
 unsafe fn sges_into(
+    verb: &str,
     sg_list: *const ibv_sge,
     num_sge: c_int,
+    limit: (&str, u32),
     out: &mut Vec<Sge>,
-) -> Result<(), &'static str> {
+) -> Result<(), c_int> {
     out.clear();
-    if num_sge == 0 {
+    let (what, max_sge) = limit;
+    let n = match u32::try_from(num_sge) {
+        Ok(n) if n <= max_sge.min(MAX_SGE_READ) => n as usize,
+        _ => {
+            return Err(fail_with(
+                verb,
+                libc::EINVAL,
+                &format!("num_sge {num_sge} is not between 0 and the queue's {what} {max_sge}"),
+            ))
+        }
+    };
+    if n == 0 {
         return Ok(());
     }
-    if !(0..=MAX_SGE_READ).contains(&num_sge) || sg_list.is_null() {
-        return Err("bad num_sge or NULL sg_list");
+    if sg_list.is_null() {
+        return Err(fail_with(
+            verb,
+            libc::EINVAL,
+            &format!("NULL sg_list with num_sge {n}"),
+        ));
     }
-    // SAFETY: per the contract.
-    let s = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+    // SAFETY: per the contract, for a count that passed.
+    let s = unsafe { std::slice::from_raw_parts(sg_list, n) };
     out.extend(s.iter().map(convert::sge));
     Ok(())
 }
@@ -931,30 +955,53 @@ unsafe fn gather_inline(sg: &[Sge], out: &mut Vec<u8>) {
     }
 }
 
-/// `ctx->ops.post_send`.
+/// What `post_send` needs to know of its QP.
+#[derive(Clone, Copy)]
+struct SendQueue {
+    qpn: u32,
+    ud: bool,
+    cap: softrdma::QpCap,
+}
+
+/// `ctx->ops.post_send`. As rxe: a NULL `bad_wr` or an empty list is
+/// EINVAL; `*bad_wr` is NULL unless a WR fails, and then that WR. A list
+/// is walked for at most `max_send_wr` WRs (the first one past is ENOMEM,
+/// as the queue cannot hold it), and never past the WR that failed.
 pub unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     guard(libc::EIO, || {
-        if qp.is_null() {
-            return libc::EINVAL;
+        if qp.is_null() || bad_wr.is_null() {
+            return fail_with("ibv_post_send", libc::EINVAL, "NULL qp or bad_wr");
         }
-        // SAFETY: a live QP; `wr` is a NULL-terminated list of readable WRs
-        // whose AHs are live; bad_wr is writable or NULL.
+        // SAFETY: a live QP (a Qp object) and a writable bad_wr; `wr` is
+        // NULL or a NULL-terminated list of readable WRs, each with the
+        // SGEs its num_sge counts (read only once the count passed) and,
+        // for UD, a live AH.
         unsafe {
+            *bad_wr = null_mut();
+            if wr.is_null() {
+                return fail_with("ibv_post_send", libc::EINVAL, "empty WR list");
+            }
             let c = ctx_of(qp);
-            let qpn = (*qp).qp_num;
-            let ud = (*qp).qp_type == QpType::Ud.to_ibv();
+            let q = SendQueue {
+                qpn: (*qp).qp_num,
+                ud: (*qp).qp_type == QpType::Ud.to_ibv(),
+                // Fixed at creation; read through the raw pointer, as
+                // ibv_modify_qp may write `state` meanwhile.
+                cap: (*qp.cast::<Qp>()).cap,
+            };
             let mut cur = wr;
+            let mut posted = 0u32;
             while !cur.is_null() {
-                if let Err(n) = post_one(c, qpn, ud, &*cur) {
-                    if !bad_wr.is_null() {
-                        *bad_wr = cur;
-                    }
+                let room = posted < q.cap.max_send_wr;
+                if let Err(n) = post_one(c, q, &*cur, room) {
+                    *bad_wr = cur;
                     return n;
                 }
+                posted += 1;
                 cur = (*cur).next;
             }
             0
@@ -967,16 +1014,19 @@ thread_local! {
     static INLINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Posts one send WR: a WRITE, READ or atomic to a same-host peer is done
-/// directly in its memory when softrdma can (docs/shm.md), anything else
-/// goes to the engine (a direct completion raises its CQ event at once).
+/// Posts one send WR, after checking it against the QP's limits (`room`:
+/// this call has not yet posted `max_send_wr` WRs): a WRITE, READ or
+/// atomic to a same-host peer is done directly in its memory when softrdma
+/// can (docs/shm.md), anything else goes to the engine (a direct
+/// completion raises its CQ event at once).
 ///
 /// # Safety
-/// `w` is readable, its SGE list too, and its AH (UD) is live.
-unsafe fn post_one(c: &Ctx, qpn: u32, ud: bool, w: &ibv_send_wr) -> Result<(), c_int> {
+/// `w` is readable, its SGE list holds `num_sge` SGEs if that passes the
+/// checks, and its AH (UD) is live.
+unsafe fn post_one(c: &Ctx, q: SendQueue, w: &ibv_send_wr, room: bool) -> Result<(), c_int> {
     let mut sg = SEND_SGES.with(|v| std::mem::take(&mut *v.borrow_mut()));
     // SAFETY: per the contract.
-    let r = unsafe { post_one_with(c, qpn, ud, w, &mut sg) };
+    let r = unsafe { post_one_with(c, q, w, room, &mut sg) };
     SEND_SGES.with(|v| *v.borrow_mut() = sg);
     r
 }
@@ -987,25 +1037,54 @@ unsafe fn post_one(c: &Ctx, qpn: u32, ud: bool, w: &ibv_send_wr) -> Result<(), c
 /// As [`post_one`].
 unsafe fn post_one_with(
     c: &Ctx,
-    qpn: u32,
-    ud: bool,
+    q: SendQueue,
     w: &ibv_send_wr,
+    room: bool,
     buf: &mut Vec<Sge>,
 ) -> Result<(), c_int> {
+    const VERB: &str = "ibv_post_send";
     let op = send_op_checked(w)?;
-    // SAFETY: per the contract.
-    unsafe { sges_into(w.sg_list, w.num_sge, buf) }
-        .map_err(|m| fail_with("ibv_post_send", libc::EINVAL, m))?;
-    let sg = std::mem::take(buf);
-    let ud = if ud {
+    // SAFETY: per the contract; the count is checked first.
+    unsafe {
+        sges_into(
+            VERB,
+            w.sg_list,
+            w.num_sge,
+            ("max_send_sge", q.cap.max_send_sge),
+            buf,
+        )
+    }?;
+    let flags = convert::send_flags(w.send_flags);
+    let inline_op = flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic();
+    if inline_op {
+        // Before a byte of it is copied.
+        let len: u64 = buf.iter().map(|s| u64::from(s.length)).sum();
+        if len > u64::from(q.cap.max_inline_data) {
+            return Err(fail_with(
+                VERB,
+                libc::EINVAL,
+                &format!(
+                    "inline data of {len} bytes exceeds max_inline_data {}",
+                    q.cap.max_inline_data
+                ),
+            ));
+        }
+    }
+    if !room {
+        return Err(fail_with(
+            VERB,
+            libc::ENOMEM,
+            &format!(
+                "the list is longer than the send queue ({} WRs)",
+                q.cap.max_send_wr
+            ),
+        ));
+    }
+    let ud = if q.ud {
         // SAFETY: the union's members are plain data; UD uses `ud`.
         let u = unsafe { w.wr.ud };
         if u.ah.is_null() {
-            return Err(fail_with(
-                "ibv_post_send",
-                libc::EINVAL,
-                "UD send without an AH",
-            ));
+            return Err(fail_with(VERB, libc::EINVAL, "UD send without an AH"));
         }
         Some(UdDest {
             // SAFETY: a live AH, per the contract.
@@ -1016,8 +1095,8 @@ unsafe fn post_one_with(
     } else {
         None
     };
-    let flags = convert::send_flags(w.send_flags);
-    let inline_op = flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic();
+    let sg = std::mem::take(buf);
+    let qpn = q.qpn;
     let mut swr = SendWr {
         wr_id: w.wr_id,
         op,
@@ -1038,7 +1117,8 @@ unsafe fn post_one_with(
     } else if inline_op {
         INLINE.with(|buf| {
             let mut data = buf.borrow_mut();
-            // SAFETY: per the contract, the SGEs describe readable memory.
+            // SAFETY: per the contract, the SGEs describe readable memory
+            // (at most max_inline_data bytes, checked above).
             unsafe { gather_inline(&swr.sg_list, &mut data) };
             swr.sg_list.clear();
             c.dev
@@ -1048,18 +1128,34 @@ unsafe fn post_one_with(
         c.dev.with_engine(|e, now| e.post_send(now, qpn, &swr))
     };
     *buf = swr.sg_list;
-    r.map_err(|err| fail("ibv_post_send", &err))
+    r.map_err(|err| fail(VERB, &err))
 }
 
 fn send_op_checked(w: &ibv_send_wr) -> Result<SendOp, c_int> {
     convert::send_op(w).map_err(|m| fail_with("ibv_post_send", libc::EINVAL, m))
 }
 
+/// The limits of a receive queue a list is checked against.
+#[derive(Clone, Copy)]
+struct RecvQueue {
+    /// WRs one call may post (the queue cannot hold more).
+    max_wr: u32,
+    /// The largest `num_sge`, and the name of that limit.
+    max_sge: (&'static str, u32),
+}
+
+/// Posts a receive list: each WR is refused with ENOMEM once the call has
+/// posted `q.max_wr` WRs, then with EINVAL when its `num_sge` is over the
+/// limit (rxe's order), before its SGEs are read; `*bad_wr` is the WR that
+/// failed, and nothing after it is read.
+///
 /// # Safety
-/// `wr` is a NULL-terminated list of readable receive WRs.
+/// `wr` is a NULL-terminated list of readable receive WRs, each with the
+/// SGEs its num_sge counts when that passes; `bad_wr` is writable.
 unsafe fn post_recv_list(
     verb: &str,
     c: &Ctx,
+    q: RecvQueue,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
     post: impl Fn(&mut softrdma_engine::Engine, &RecvWr) -> Result<(), softrdma::VerbsError>,
@@ -1068,67 +1164,105 @@ unsafe fn post_recv_list(
     unsafe {
         let (err, bad) = c.dev.with_engine(|e, _| {
             let mut cur = wr;
+            let mut posted = 0u32;
             while !cur.is_null() {
                 let w = &*cur;
-                let r = match sges(w.sg_list, w.num_sge) {
-                    Ok(sg_list) => post(
-                        e,
-                        &RecvWr {
-                            wr_id: w.wr_id,
-                            sg_list,
-                        },
-                    )
-                    .map_err(|err| fail(verb, &err)),
-                    Err(m) => Err(fail_with(verb, libc::EINVAL, m)),
+                let r = if posted >= q.max_wr {
+                    Err(fail_with(
+                        verb,
+                        libc::ENOMEM,
+                        &format!("the list is longer than the queue ({} WRs)", q.max_wr),
+                    ))
+                } else {
+                    let mut sg_list = Vec::new();
+                    sges_into(verb, w.sg_list, w.num_sge, q.max_sge, &mut sg_list).and_then(|()| {
+                        post(
+                            e,
+                            &RecvWr {
+                                wr_id: w.wr_id,
+                                sg_list,
+                            },
+                        )
+                        .map_err(|err| fail(verb, &err))
+                    })
                 };
                 if let Err(n) = r {
                     return (n, cur);
                 }
+                posted += 1;
                 cur = w.next;
             }
             (0, null_mut())
         });
-        if err != 0 && !bad_wr.is_null() {
+        if err != 0 {
             *bad_wr = bad;
         }
         err
     }
 }
 
-/// `ctx->ops.post_recv`.
+/// `ctx->ops.post_recv`. As rxe: a NULL `bad_wr` or an empty list is
+/// EINVAL, and `*bad_wr` is NULL unless a WR fails. A QP with an SRQ takes
+/// no receives of its own: EINVAL at the first WR.
 pub unsafe extern "C" fn post_recv(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
+    const VERB: &str = "ibv_post_recv";
     guard(libc::EIO, || {
-        if qp.is_null() {
-            return libc::EINVAL;
+        if qp.is_null() || bad_wr.is_null() {
+            return fail_with(VERB, libc::EINVAL, "NULL qp or bad_wr");
         }
-        // SAFETY: a live QP; wr as post_recv_list requires.
+        // SAFETY: a live QP (a Qp object); bad_wr is writable; wr as
+        // post_recv_list requires.
         unsafe {
+            *bad_wr = null_mut();
+            if wr.is_null() {
+                return fail_with(VERB, libc::EINVAL, "empty WR list");
+            }
+            if !(*qp).srq.is_null() {
+                *bad_wr = wr;
+                return fail_with(VERB, libc::EINVAL, "the QP uses an SRQ; post to the SRQ");
+            }
             let qpn = (*qp).qp_num;
-            post_recv_list("ibv_post_recv", ctx_of(qp), wr, bad_wr, |e, r| {
-                e.post_recv(qpn, r)
-            })
+            // Fixed at creation (see post_send).
+            let cap = (*qp.cast::<Qp>()).cap;
+            let q = RecvQueue {
+                max_wr: cap.max_recv_wr,
+                max_sge: ("max_recv_sge", cap.max_recv_sge),
+            };
+            post_recv_list(VERB, ctx_of(qp), q, wr, bad_wr, |e, r| e.post_recv(qpn, r))
         }
     })
 }
 
-/// `ctx->ops.post_srq_recv`.
+/// `ctx->ops.post_srq_recv`. As rxe, an empty list posts nothing and
+/// succeeds; a NULL `bad_wr` is EINVAL.
 pub unsafe extern "C" fn post_srq_recv(
     srq: *mut ibv_srq,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
+    const VERB: &str = "ibv_post_srq_recv";
     guard(libc::EIO, || {
-        if srq.is_null() {
-            return libc::EINVAL;
+        if srq.is_null() || bad_wr.is_null() {
+            return fail_with(VERB, libc::EINVAL, "NULL srq or bad_wr");
         }
-        // SAFETY: a live SRQ; wr as post_recv_list requires.
+        // SAFETY: a live SRQ (a Srq object; its sizes are fixed); bad_wr
+        // is writable; wr as post_recv_list requires.
         unsafe {
+            *bad_wr = null_mut();
+            if wr.is_null() {
+                return 0;
+            }
             let h = (*srq).handle;
-            post_recv_list("ibv_post_srq_recv", ctx_of(srq), wr, bad_wr, |e, r| {
+            let s = srq.cast::<Srq>();
+            let q = RecvQueue {
+                max_wr: (*s).max_wr,
+                max_sge: ("max_sge", (*s).max_sge),
+            };
+            post_recv_list(VERB, ctx_of(srq), q, wr, bad_wr, |e, r| {
                 e.post_srq_recv(h, r)
             })
         }

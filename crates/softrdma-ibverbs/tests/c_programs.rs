@@ -7,7 +7,13 @@
 //!   modify_qp masks → EINVAL, CQ overrun → IBV_EVENT_CQ_ERR, deregistering
 //!   a region in use, completion channels with poll and O_NONBLOCK, UD with
 //!   its GRH, SRQ limit events, unsupported verbs);
-//! * `ibv_rc_pingpong`, and the checks program, under valgrind's memcheck:
+//! * `tests/c/bad_counts.c`, built the same way, hands the library bad
+//!   counts (num_sge over the queue's limit with a one-element array, a
+//!   bad WR in a chain, lists longer than the queue or cyclic, inline data
+//!   over max_inline_data, poll_cq with num_entries -1, caps over the
+//!   device's limits) and checks each errno and `bad_wr`, and that nothing
+//!   past a count or a failing WR is read;
+//! * `ibv_rc_pingpong`, and both programs, under valgrind's memcheck:
 //!   no invalid reads or writes anywhere, this library included.
 
 mod common;
@@ -18,7 +24,9 @@ use std::time::Duration;
 
 use common::*;
 
-fn compile_checks() -> Option<PathBuf> {
+/// Compiles `tests/c/<name>.c` against this library; `None` (the test
+/// skips, saying why) without `cc` or `<infiniband/verbs.h>`.
+fn compile(name: &str) -> Option<PathBuf> {
     if !have(&["cc"]) {
         return None;
     }
@@ -26,8 +34,8 @@ fn compile_checks() -> Option<PathBuf> {
         eprintln!("SKIPPED: <infiniband/verbs.h> not installed (Debian: libibverbs-dev)");
         return None;
     }
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/verbs_checks.c");
-    let exe = lib_dir().join("verbs_checks");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let exe = lib_dir().join(name);
     let o = Command::new("cc")
         .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-o"])
         .arg(&exe)
@@ -39,7 +47,7 @@ fn compile_checks() -> Option<PathBuf> {
         .expect("cc runs");
     assert!(
         o.status.success(),
-        "cc failed:\n{}",
+        "cc {name}.c failed:\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
     Some(exe)
@@ -80,7 +88,9 @@ fn run_checks(exe: &Path, transport: &str, load: Load) {
 #[test]
 fn verbs_checks_c_program() {
     let _g = serial();
-    let Some(exe) = compile_checks() else { return };
+    let Some(exe) = compile("verbs_checks") else {
+        return;
+    };
     // The program was linked against this library: its imports carry
     // rdma-core's versions, as if it had been built on a real system.
     run_checks(&exe, "udp", Load::LibraryPath);
@@ -143,7 +153,9 @@ fn verbs_checks_under_valgrind() {
     if !have(&["valgrind"]) {
         return;
     }
-    let Some(exe) = compile_checks() else { return };
+    let Some(exe) = compile("verbs_checks") else {
+        return;
+    };
     let exe = exe.to_string_lossy().into_owned();
     let o = run(
         softrdma_cmd(
@@ -165,4 +177,136 @@ fn verbs_checks_under_valgrind() {
         o.code,
         o.timed_out
     );
+}
+
+/// Every check `tests/c/bad_counts.c` makes, by name: each must PASS.
+const BAD_COUNTS: &[&str] = &[
+    "small_qp_caps",
+    "send_num_sge_1000_einval",
+    "send_num_sge_one_over_einval",
+    "send_num_sge_negative_einval",
+    "send_num_sge_int_max_einval",
+    "send_null_sg_list_einval",
+    "send_refused_wrs_not_posted",
+    "send_null_bad_wr_einval",
+    "send_empty_list_einval",
+    "send_null_args_not_posted",
+    "send_chain_second_bad_einval",
+    "send_chain_first_posted",
+    "send_chain_third_not_posted",
+    "send_next_of_failing_wr_not_followed",
+    "send_list_longer_than_queue_enomem",
+    "send_list_longer_than_queue_rest_posted",
+    "send_cyclic_list_enomem",
+    "send_cyclic_list_queue_full_posted",
+    "send_inline_one_over_einval",
+    "send_inline_huge_einval",
+    "send_inline_at_limit_ok",
+    "send_after_refusals_ok",
+    "recv_num_sge_1000_einval",
+    "recv_num_sge_too_many_einval",
+    "recv_num_sge_negative_einval",
+    "recv_null_sg_list_einval",
+    "recv_null_bad_wr_einval",
+    "recv_empty_list_einval",
+    "recv_refused_wrs_not_posted",
+    "recv_chain_second_bad_einval",
+    "recv_next_of_failing_wr_not_followed",
+    "recv_chain_only_first_posted",
+    "recv_cyclic_list_enomem",
+    "recv_cyclic_list_queue_full_flushed",
+    "srq_num_sge_1000_einval",
+    "srq_num_sge_too_many_einval",
+    "srq_null_sg_list_einval",
+    "srq_null_bad_wr_einval",
+    "srq_empty_list_ok",
+    "srq_chain_second_bad_einval",
+    "srq_chain_only_first_posted",
+    "recv_on_srq_qp_einval",
+    "poll_cq_negative_returns_0",
+    "poll_cq_int_min_returns_0",
+    "poll_cq_zero_returns_0",
+    "poll_cq_negative_null_wc_returns_0",
+    "poll_cq_nonpositive_writes_nothing",
+    "poll_cq_null_wc_einval",
+    "poll_cq_after_refusals_finds_completion",
+    "create_qp_send_sge_over_device_einval",
+    "create_qp_recv_sge_over_device_einval",
+    "create_qp_send_wr_over_device_einval",
+    "create_qp_recv_wr_over_device_einval",
+    "create_qp_send_sge_huge_einval",
+    "create_qp_inline_huge_einval",
+    "create_cq_negative_einval",
+    "create_cq_zero_einval",
+    "create_cq_over_device_einval",
+    "create_srq_wr_over_device_einval",
+    "create_srq_sge_over_device_einval",
+];
+
+/// The bad_counts program's output: it exited 0 (no crash: a signal has no
+/// exit code), no check failed, and every check ran and passed.
+fn assert_bad_counts(o: &Output, what: &str) {
+    let fails: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        o.ok && fails.is_empty() && o.stdout.contains("\n0 failures\n"),
+        "bad_counts ({what}) exit {:?} (none: killed by a signal) timed_out {}:\n{}\n{}",
+        o.code,
+        o.timed_out,
+        o.stdout,
+        o.stderr
+    );
+    for name in BAD_COUNTS {
+        assert!(
+            o.stdout.lines().any(|l| l == format!("PASS {name}")),
+            "bad_counts ({what}): PASS {name} missing:\n{}",
+            o.stdout
+        );
+    }
+}
+
+#[test]
+fn bad_counts_c_program() {
+    let _g = serial();
+    let Some(exe) = compile("bad_counts") else {
+        return;
+    };
+    for transport in ["udp", "auto"] {
+        let o = run(
+            softrdma_cmd(&exe.to_string_lossy(), &[], Load::LibraryPath, transport),
+            Duration::from_secs(120),
+        );
+        assert_bad_counts(&o, transport);
+    }
+}
+
+#[test]
+fn bad_counts_under_valgrind() {
+    let _g = serial();
+    if !have(&["valgrind"]) {
+        return;
+    }
+    let Some(exe) = compile("bad_counts") else {
+        return;
+    };
+    let exe = exe.to_string_lossy().into_owned();
+    let o = run(
+        softrdma_cmd(
+            "valgrind",
+            &["--error-exitcode=97", "--leak-check=no", &exe],
+            Load::LibraryPath,
+            "udp",
+        ),
+        Duration::from_secs(300),
+    );
+    let text = o.text();
+    assert!(
+        !text.contains("Invalid read") && !text.contains("Invalid write"),
+        "valgrind bad_counts: invalid memory access:\n{text}"
+    );
+    assert!(
+        text.contains("ERROR SUMMARY: 0 errors"),
+        "valgrind bad_counts: exit {:?} (97 = memcheck errors):\n{text}",
+        o.code
+    );
+    assert_bad_counts(&o, "valgrind, udp");
 }
