@@ -239,6 +239,14 @@ impl Device {
         ec.remote_port = addr.port();
         ec.src_port = SrcPortPolicy::PerQp;
         ec.seed = cfg.seed.unwrap_or_else(os_seed);
+        // Keys and QPNs from the engine's CSPRNG, seeded by the OS unless a
+        // seed is configured (tests that want a repeatable run).
+        if cfg.seed.is_none() {
+            let mut k = [0u8; 32];
+            getrandom::fill(&mut k)
+                .map_err(|e| Error::Io(format!("device {}: no OS randomness: {e}", cfg.name)))?;
+            ec.key_seed = Some(k);
+        }
         ec.active_mtu = active_mtu;
         ec.max_inflight = 128;
         // Peers on a real wire (Linux rxe) send IPv4 with non-zero IDs.

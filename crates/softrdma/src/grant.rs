@@ -44,8 +44,6 @@ pub const REVOKE_WAIT: Duration = Duration::from_millis(200);
 /// After a refusal (or while a request is unanswered), how long before the
 /// same rkey is asked for again.
 pub const ASK_AGAIN: Duration = Duration::from_millis(50);
-/// Largest region memfd a grant may carry (it is mapped whole).
-pub const MAX_SEGMENT: u64 = 1 << 40;
 
 /// One direction's grant table in a link's shared segment (a zero entry is free).
 #[derive(Clone, Copy)]
@@ -207,30 +205,11 @@ pub struct InGrant {
 // SAFETY: the mapping is shared memory reached by raw copies and atomics.
 unsafe impl Send for InGrant {}
 
-/// Checks a grant against the size of the memfd it came with: the region
-/// must lie inside it. Pure, for the fuzz target.
-pub fn check_fits(g: &Grant, memfd_size: u64) -> Result<(), String> {
-    if memfd_size == 0 || memfd_size > MAX_SEGMENT {
-        return Err(format!("a granted segment of {memfd_size} bytes"));
-    }
-    let end = g
-        .offset
-        .checked_add(g.len)
-        .ok_or_else(|| "grant offset + length overflows".to_string())?;
-    if end > memfd_size {
-        return Err(format!(
-            "grant of {} bytes at offset {} in a segment of {memfd_size}",
-            g.len, g.offset
-        ));
-    }
-    Ok(())
-}
-
 impl InGrant {
     /// Checks a grant and its memfd (sealed, large enough) and maps it.
     pub fn install(grant: Grant, fd: &OwnedFd) -> Result<InGrant, String> {
         let size = crate::sys::fd_size(fd.as_raw_fd()).map_err(|e| e.to_string())?;
-        check_fits(&grant, size)?;
+        crate::linkmsg::check_grant_fits(&grant, size)?;
         crate::shm::check_sealed_memfd(fd, size as usize)?;
         let map = crate::sys::map_shared(fd.as_raw_fd(), size as usize)
             .map_err(|e| format!("cannot map a granted region: {e}"))?;
@@ -354,6 +333,19 @@ impl InGrants {
         Ok(())
     }
 
+    /// Grants held.
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Forgets every grant and request (tests that ask again at once).
+    #[cfg(test)]
+    pub fn forget_all(&mut self) {
+        self.by_key.clear();
+        self.asked.clear();
+    }
+
     /// Notes a refusal: the rkey is not asked for again for a while.
     pub fn refused(&mut self, rkey: u32, qpn: u32) {
         self.asked.insert((rkey, qpn), Instant::now());
@@ -439,6 +431,7 @@ mod tests {
 
     #[test]
     fn a_grant_must_fit_its_segment() {
+        use crate::linkmsg::{check_grant_fits as check_fits, MAX_SEGMENT};
         let g = grant(0, 1, 1);
         assert!(check_fits(&g, 4096).is_ok());
         assert!(check_fits(&g, 4095).is_err());

@@ -787,6 +787,12 @@ impl ShmHub {
             .all(|(i, slots)| self.links[*i].dead || self.links[*i].out.wait_left(slots, deadline))
     }
 
+    /// Grants this device holds from peers, over all links.
+    #[cfg(test)]
+    pub fn grants_held(&self) -> usize {
+        self.links.iter().map(|l| l.inn.held()).sum()
+    }
+
     /// The grants standing on every link: (peer, grant).
     pub fn standing_grants(&self) -> Vec<(SocketAddr, crate::grant::OutGrant)> {
         self.links
@@ -1224,3 +1230,7 @@ fn recv_fds(
     }
     Ok((n as usize, out))
 }
+
+#[cfg(test)]
+#[path = "shm_hostile_tests.rs"]
+mod hostile_tests;
