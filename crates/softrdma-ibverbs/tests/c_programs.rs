@@ -31,6 +31,7 @@ fn compile(name: &str) -> Option<PathBuf> {
         return None;
     }
     if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        assert!(std::env::var_os("SOFTRDMA_STRICT_TESTS").is_none(), "an outside tool or file this test needs is missing, and SOFTRDMA_STRICT_TESTS (set by CI) forbids skipping");
         eprintln!("SKIPPED: <infiniband/verbs.h> not installed (Debian: libibverbs-dev)");
         return None;
     }

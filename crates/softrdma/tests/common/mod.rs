@@ -89,7 +89,12 @@ pub fn which(prog: &str) -> Option<PathBuf> {
 }
 
 /// Prints why a test does not run (shown with --nocapture and on CI logs).
+/// Under `SOFTRDMA_STRICT_TESTS` (set by CI) nothing may be skipped: it panics.
 pub fn skip(test: &str, why: &str) {
+    assert!(
+        std::env::var_os("SOFTRDMA_STRICT_TESTS").is_none(),
+        "{test} cannot run ({why}), and SOFTRDMA_STRICT_TESTS (set by CI) forbids skipping"
+    );
     eprintln!("SKIPPED {test}: {why}");
     println!("SKIPPED {test}: {why}");
 }
