@@ -111,13 +111,36 @@ impl Context {
     }
 
     /// Opens a device from an explicit configuration.
+    ///
+    /// Opening a device at a fixed address that this process already has
+    /// open gives another context on the same device, as rdma-core does
+    /// (libfabric, for one, opens a device twice); it closes when the last
+    /// context goes.
     pub fn open_with(cfg: &DeviceConfig) -> Result<Context> {
+        /// Open devices at fixed addresses, to share.
+        static OPEN: Mutex<Vec<(SocketAddr, std::sync::Weak<Lifetime>)>> = Mutex::new(Vec::new());
+        let fixed = match cfg.bind {
+            crate::config::Bind::Addr(a) => Some(a),
+            crate::config::Bind::AutoLoopback { .. } => None,
+        };
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(life) = fixed
+            .and_then(|a| open.iter().find(|(b, _)| *b == a))
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(Context {
+                dev: life.0.clone(),
+                _life: life,
+            });
+        }
         let dev = Device::open(cfg)?;
         crate::stats::publish(&dev);
-        Ok(Context {
-            _life: Arc::new(Lifetime(dev.clone())),
-            dev,
-        })
+        let life = Arc::new(Lifetime(dev.clone()));
+        if let Some(a) = fixed {
+            open.push((a, Arc::downgrade(&life)));
+        }
+        Ok(Context { _life: life, dev })
     }
 
     /// Device name.

@@ -636,3 +636,38 @@ fn udp_transport_never_uses_shared_memory() {
     assert!(p.a.counters().tx_packets > 0);
     let _ = (&p.b, &p.cb, &p.qb);
 }
+
+/// A device at a fixed address opened twice in one process: two contexts
+/// on the same device (as rdma-core gives), each usable, the device open
+/// until the last one goes.
+#[test]
+fn a_device_opened_twice_gives_two_contexts_on_it() {
+    // Peers talk on port 4791; a free address far from the ones
+    // `default_loopback` hands out (from 127.0.0.1 up).
+    let addr = (2..200u8)
+        .rev()
+        .map(|n| std::net::SocketAddr::from(([127, 0, 0, n], 4791)))
+        .find(|a| std::net::UdpSocket::bind(a).is_ok())
+        .unwrap();
+    let cfg = DeviceConfig::new("twice", addr).transport(Transport::Udp);
+    let first = Context::open_with(&cfg).unwrap();
+    let second = Context::open_with(&cfg).expect("the second open succeeds");
+    assert_eq!(first.addr(), second.addr());
+    let peer =
+        Context::open_with(&DeviceConfig::default_loopback().transport(Transport::Udp)).unwrap();
+    let (pp, cp) = (peer.alloc_pd().unwrap(), peer.create_cq(16).unwrap());
+    let mp = pp.alloc_mr(4096, all()).unwrap();
+    drop(first);
+    // The device stays open for the second context.
+    let (p2, c2) = (second.alloc_pd().unwrap(), second.create_cq(16).unwrap());
+    let q2 = p2.create_qp(QpType::Rc, &c2, &c2).build().unwrap();
+    let qp = pp.create_qp(QpType::Rc, &cp, &cp).build().unwrap();
+    connect(&q2, &qp, all());
+    let m2 = p2.alloc_mr(4096, all()).unwrap();
+    m2.write(0, &[0x77; 64]).unwrap();
+    assert_eq!(
+        write_on(&q2, &c2, &m2, 1, (mp.addr(), mp.rkey()), 64).status,
+        WcStatus::Success
+    );
+    assert_eq!(mp.to_vec()[..64], [0x77; 64]);
+}
