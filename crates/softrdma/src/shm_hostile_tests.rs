@@ -323,3 +323,197 @@ fn grant_requests_for_memory_verbs_forbid_are_refused() {
         "the legitimate request was not granted"
     );
 }
+
+/// A hostile target: it listens where a device would, answers the
+/// handshake, and then sends crafted grants — a region past the end of its
+/// memfd, an unsealed memfd, a slot beyond the table — and a valid grant
+/// for a region smaller than a WRITE. The honest
+/// initiator refuses each (counted), never writes outside what it was
+/// given, and its WRITEs end as hardware's would with a peer that never
+/// answers: RETRY_EXC_ERR.
+#[test]
+fn crafted_grants_from_a_hostile_target_are_refused() {
+    let honest = shm_device();
+    // A free address for the pretend device.
+    let target: SocketAddr = (2..120u8)
+        .map(|n| SocketAddr::from(([127, 0, 0, n], 4791)))
+        .find(|a| !socket_path(*a).exists() && std::net::UdpSocket::bind(a).is_ok())
+        .unwrap();
+    crate::rundir::prepare().unwrap();
+    let path = socket_path(target);
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let pd = honest.alloc_pd().unwrap();
+    let cq = honest.create_cq(64).unwrap();
+    let qp = pd.create_qp(QpType::Rc, &cq, &cq).build().unwrap();
+    let fast = ConnectOptions {
+        timeout: 8,
+        retry_cnt: 1,
+        ..Default::default()
+    };
+    let ep = crate::QpEndpoint {
+        gid: crate::Gid::from_ip(target.ip()),
+        qpn: 0x4242,
+        psn: 0,
+        mtu: crate::Mtu::Mtu4096,
+        qkey: 0,
+    };
+    qp.connect(&ep, &fast).unwrap();
+    let mr = pd.alloc_mr(8192, AccessFlags::LOCAL_WRITE).unwrap();
+    mr.write(0, &[0xC3; 8192]).unwrap();
+    let (va, rkey) = (0x7000_0000u64, 0x1234u32);
+    let write = |id: u64, len: u32| {
+        let op = crate::SendOp::Write {
+            remote_addr: va,
+            rkey,
+        };
+        qp.post_send(&crate::SendWr::new(id, op, vec![mr.sge(0, len)]))
+            .unwrap();
+    };
+    write(1, 64);
+    // The handshake: read the hello, answer with a welcome.
+    let (s, _) = listener.accept().unwrap();
+    s.set_nonblocking(true).unwrap();
+    let t0 = Instant::now();
+    let (hello, fds) = loop {
+        let mut b = [0u8; MSG_LEN + 1];
+        match recv_fds(&s, &mut b, 4) {
+            Ok((n, fds)) => break (LinkMsg::parse(&b[..n]).unwrap(), fds),
+            Err(_) if t0.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => panic!("no hello: {e}"),
+        }
+    };
+    assert!(matches!(hello, LinkMsg::Hello { .. }) && fds.len() == 2);
+    let wake = crate::sys::EventFd::new(true).unwrap();
+    send_fds(
+        &s,
+        &LinkMsg::Welcome { addr: target }.to_bytes(),
+        &[wake.as_raw_fd()],
+    )
+    .unwrap();
+    // Each crafted grant, answered to the next request.
+    let seg = |len: usize, sealed: bool| memfd(len, sealed);
+    let good = |len: u64, offset: u64, slot: u32| crate::linkmsg::Grant {
+        rkey,
+        target_qpn: 0x4242,
+        slot,
+        gen: 1,
+        pd: 1,
+        access: 0xf,
+        qp_access: 0xe,
+        iova: va,
+        len,
+        offset,
+    };
+    let cases: Vec<(&str, Vec<u8>, OwnedFd)> = vec![
+        (
+            "past the end of its memfd",
+            LinkMsg::Grant(good(8192, 4096, 0)).to_bytes().to_vec(),
+            seg(8192, true),
+        ),
+        (
+            "an unsealed memfd",
+            LinkMsg::Grant(good(4096, 0, 0)).to_bytes().to_vec(),
+            seg(4096, false),
+        ),
+        (
+            "a slot beyond the table",
+            {
+                let mut b = LinkMsg::Grant(good(4096, 0, 0)).to_bytes();
+                b[16..20].copy_from_slice(&300u32.to_le_bytes());
+                b.to_vec()
+            },
+            seg(4096, true),
+        ),
+    ];
+    // A grant needs no request to be refused: each is sent as it is.
+    for (what, bytes, fd) in cases {
+        let before = honest.dev.lock().shm.counters.links_refused;
+        send_fds(&s, &bytes, &[fd.as_raw_fd()]).unwrap();
+        assert!(
+            drive(&honest, || honest.dev.lock().shm.counters.links_refused
+                > before),
+            "{what}: not refused"
+        );
+        assert_eq!(honest.dev.lock().shm.grants_held(), 0, "{what}: installed");
+    }
+    // A valid grant, unasked, for a second QP (its send queue empty, so
+    // its WRITEs may go direct): a region of 4096 bytes. A WRITE of 64
+    // lands in it; one of 8192 does not fit and goes to the engine, which
+    // gets no answer.
+    let qp2 = pd.create_qp(QpType::Rc, &cq, &cq).build().unwrap();
+    qp2.connect(&crate::QpEndpoint { qpn: 0x4243, ..ep }, &fast)
+        .unwrap();
+    let region = seg(4096, true);
+    // The granter's table is in the link segment the honest device made
+    // (the hello's memfd): the test, as the acceptor, writes the second one.
+    let link_seg = crate::sys::map_shared(fds[0].as_raw_fd(), SEGMENT_LEN).unwrap();
+    // SAFETY: the mapping holds the whole segment, rings then both tables.
+    let (t_mine, _) = unsafe { crate::grant::tables(link_seg, 2 * RING_LEN, false) };
+    let mut out = crate::grant::OutGrants::new(t_mine);
+    let req = GrantRequest {
+        rkey,
+        requester_qpn: qp2.qpn(),
+        target_qpn: 0x4243,
+        access: AccessFlags::REMOTE_WRITE.bits(),
+    };
+    let g = out.give(&req, (0xf, 0xe)).unwrap();
+    let grant = crate::linkmsg::Grant {
+        target_qpn: 0x4243,
+        slot: g.slot,
+        gen: g.gen,
+        ..good(4096, 0, 0)
+    };
+    send_fds(&s, &LinkMsg::Grant(grant).to_bytes(), &[region.as_raw_fd()]).unwrap();
+    assert!(
+        drive(&honest, || honest.dev.lock().shm.grants_held() == 1),
+        "the valid grant is installed"
+    );
+    let direct0 = honest.driver_counters().direct_ops;
+    let post2 = |id: u64, len: u32| {
+        let op = crate::SendOp::Write {
+            remote_addr: va,
+            rkey,
+        };
+        qp2.post_send(&crate::SendWr::new(id, op, vec![mr.sge(0, len)]))
+            .unwrap();
+    };
+    post2(20, 64);
+    post2(21, 8192);
+    let t0 = Instant::now();
+    let mut got = std::collections::HashMap::new();
+    while !(got.contains_key(&20) && got.contains_key(&21)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "completions: {got:?}"
+        );
+        match cq.poll_one().unwrap() {
+            Some(wc) => {
+                got.insert(wc.wr_id, wc.status);
+            }
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    assert_eq!(
+        got[&20],
+        crate::WcStatus::Success,
+        "the WRITE that fits went direct"
+    );
+    assert_eq!(
+        got[&21],
+        crate::WcStatus::RetryExcErr,
+        "the one that does not fit did not"
+    );
+    assert_eq!(honest.driver_counters().direct_ops - direct0, 1);
+    let m = crate::sys::map_shared(region.as_raw_fd(), 4096).unwrap();
+    // SAFETY: the test's own mapping of the 4096-byte region.
+    let bytes = unsafe { std::slice::from_raw_parts(m, 4096) };
+    assert_eq!(bytes[..64], [0xC3; 64]);
+    assert!(
+        bytes[64..].iter().all(|&b| b == 0),
+        "nothing past the WRITE"
+    );
+    drop(s);
+    let _ = std::fs::remove_file(&path);
+}
