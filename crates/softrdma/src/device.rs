@@ -49,6 +49,8 @@ const TX_EARLY: usize = 32;
 const TX_BATCH: usize = 128;
 /// The background thread leaves the device to an application that polled this recently.
 const APP_ACTIVE: Duration = Duration::from_micros(100);
+/// How long the first direct operation on a region waits for its grant.
+const GRANT_WAIT: Duration = Duration::from_millis(2);
 /// How long a lone ACK may wait for a request to ride out with (`EngineConfig::ack_delay_ns`).
 const ACK_DELAY: Duration = Duration::from_micros(32);
 
@@ -787,33 +789,40 @@ impl Device {
             return false;
         }
         st.routes[slot] = Some(route);
-        let done = match st.shm.enter(route.link, rkey, route.dest_qpn) {
-            Ok(inside) => Ok(execute_direct(
-                &inside,
-                wr,
-                local,
-                total,
-                route.dest_qpn,
-                need,
-            )),
-            Err(e) => Err(e),
-        };
-        match done {
-            Ok(true) => {}
-            Ok(false) => return false,
-            Err(crate::grant::NotGranted::Missing) => {
-                let req = crate::linkmsg::GrantRequest {
-                    rkey,
-                    requester_qpn: qpn,
-                    target_qpn: route.dest_qpn,
-                    access: need.bits(),
-                };
-                st.shm.ask_grant(route.link, req);
-                return false;
-            }
-            Err(crate::grant::NotGranted::Revoked) => {
-                st.shm.forget_grant(route.link, rkey, route.dest_qpn);
-                return false;
+        // At most two tries: the second after asking for a missing grant.
+        for attempt in 0..2 {
+            let done = match st.shm.enter(route.link, rkey, route.dest_qpn) {
+                Ok(inside) => Ok(execute_direct(
+                    &inside,
+                    wr,
+                    local,
+                    total,
+                    route.dest_qpn,
+                    need,
+                )),
+                Err(e) => Err(e),
+            };
+            match done {
+                Ok(true) => break,
+                Ok(false) => return false,
+                Err(crate::grant::NotGranted::Missing) if attempt == 0 => {
+                    let req = crate::linkmsg::GrantRequest {
+                        rkey,
+                        requester_qpn: qpn,
+                        target_qpn: route.dest_qpn,
+                        access: need.bits(),
+                    };
+                    if !st.shm.ask_grant(route.link, req)
+                        || !Self::await_grant(st, &req, route.link)
+                    {
+                        return false;
+                    }
+                }
+                Err(crate::grant::NotGranted::Missing) => return false,
+                Err(crate::grant::NotGranted::Revoked) => {
+                    st.shm.forget_grant(route.link, rkey, route.dest_qpn);
+                    return false;
+                }
             }
         }
         let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
@@ -823,6 +832,34 @@ impl Device {
         // An armed CQ's completion event goes out now, not at the next progress.
         self.route_events(st);
         true
+    }
+
+    /// Waits (bounded by [`GRANT_WAIT`]) for the answer to a grant request
+    /// just sent on link `link`, so that the operation that asked can go
+    /// direct — without it, a stream that keeps its send queue full would
+    /// never find it empty again, and stay on the engine's path. Meanwhile
+    /// this device answers its peers' own requests (two devices asking each
+    /// other at once do not wait each other out). True when granted.
+    fn await_grant(st: &mut State, req: &crate::linkmsg::GrantRequest, link: usize) -> bool {
+        let t0 = std::time::Instant::now();
+        let mut fds = Vec::new();
+        let mut ready = Vec::new();
+        while t0.elapsed() < GRANT_WAIT {
+            st.shm.accept();
+            Self::answer_grants(st);
+            match st.shm.enter(link, req.rkey, req.target_qpn) {
+                Ok(_) => return true,
+                Err(crate::grant::NotGranted::Revoked) => return false,
+                Err(crate::grant::NotGranted::Missing) => {}
+            }
+            if st.shm.grant_refused(link, req.rkey, req.target_qpn) {
+                return false;
+            }
+            fds.clear();
+            st.shm.wait_fds(&mut fds);
+            sys::wait_readable_any(&fds, Some(Duration::from_micros(100)), &mut ready);
+        }
+        false
     }
 
     /// Answers the grant requests same-host peers sent: with the engine's

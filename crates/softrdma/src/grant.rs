@@ -247,6 +247,8 @@ pub struct InGrants {
     by_key: crate::keymap::KeyMap<(u32, u32), InGrant>,
     /// Requests unanswered or refused, with when they were made.
     asked: crate::keymap::KeyMap<(u32, u32), Instant>,
+    /// Requests refused, with when.
+    refusals: crate::keymap::KeyMap<(u32, u32), Instant>,
 }
 
 /// An operation inside a granted region: holds the peer's fence.
@@ -277,6 +279,7 @@ impl InGrants {
             table,
             by_key: Default::default(),
             asked: Default::default(),
+            refusals: Default::default(),
         }
     }
 
@@ -329,6 +332,7 @@ impl InGrants {
         }
         let ig = InGrant::install(g, fd)?;
         self.asked.remove(&(g.rkey, g.target_qpn));
+        self.refusals.remove(&(g.rkey, g.target_qpn));
         self.by_key.insert((g.rkey, g.target_qpn), ig);
         Ok(())
     }
@@ -344,12 +348,26 @@ impl InGrants {
     pub fn forget_all(&mut self) {
         self.by_key.clear();
         self.asked.clear();
+        self.refusals.clear();
     }
 
     /// Notes a refusal: the rkey is not asked for again for a while.
     pub fn refused(&mut self, rkey: u32, qpn: u32) {
-        self.asked.insert((rkey, qpn), Instant::now());
+        let now = Instant::now();
+        self.asked.insert((rkey, qpn), now);
+        if self.refusals.len() >= 4096 {
+            self.refusals
+                .retain(|_, t| now.duration_since(*t) < ASK_AGAIN);
+        }
+        self.refusals.insert((rkey, qpn), now);
         self.by_key.remove(&(rkey, qpn));
+    }
+
+    /// True when `rkey` through `qpn` was refused lately.
+    pub fn was_refused(&self, rkey: u32, qpn: u32) -> bool {
+        self.refusals
+            .get(&(rkey, qpn))
+            .is_some_and(|t| t.elapsed() < ASK_AGAIN)
     }
 }
 

@@ -724,14 +724,21 @@ impl ShmHub {
         }
     }
 
-    /// Asks the peer of link `i` for a grant (unless asked lately).
-    pub fn ask_grant(&mut self, i: usize, req: crate::linkmsg::GrantRequest) {
+    /// Asks the peer of link `i` for a grant (unless asked lately); true
+    /// when the request went out.
+    pub fn ask_grant(&mut self, i: usize, req: crate::linkmsg::GrantRequest) -> bool {
         let Some(l) = self.links.get_mut(i).filter(|l| !l.dead) else {
-            return;
+            return false;
         };
-        if l.inn.ask(req.rkey, req.target_qpn) {
-            let _ = send_msg(&l.sock, &crate::linkmsg::LinkMsg::GrantRequest(req), &[]);
-        }
+        l.inn.ask(req.rkey, req.target_qpn)
+            && send_msg(&l.sock, &crate::linkmsg::LinkMsg::GrantRequest(req), &[]).is_ok()
+    }
+
+    /// True when the peer of link `i` refused `rkey` through `qpn` lately.
+    pub fn grant_refused(&self, i: usize, rkey: u32, qpn: u32) -> bool {
+        self.links
+            .get(i)
+            .is_none_or(|l| l.dead || l.inn.was_refused(rkey, qpn))
     }
 
     /// The grant requests received since the last call.
