@@ -30,6 +30,7 @@ mod requester;
 mod resources;
 mod responder;
 mod rng;
+pub mod rules;
 pub mod sim;
 mod time;
 mod wr;
@@ -44,10 +45,11 @@ pub use qp_attr::{
     AccessFlags, AhAttr, AttrLimits, AttrMask, Gid, ModifyQpError, Mtu, QpAttr, QpCap, QpState,
     QpType,
 };
-pub use requester::{Transmit, TxPayload, MAX_MSG_SIZE};
+pub use requester::{Transmit, TxPayload};
 pub use resources::{Event, MrKeys};
 pub use responder::GRH_LEN;
 pub use rng::Rng;
+pub use rules::MAX_MSG_SIZE;
 pub use time::{local_ack_timeout, Instant};
 pub use wr::{
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
