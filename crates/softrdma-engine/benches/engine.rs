@@ -16,7 +16,7 @@
 //! - **Memory.** A counting global allocator measures the bytes an idle RC
 //!   QP in RTS costs (N QPs created and connected, the difference divided by
 //!   N), and the total for 10,000 QPs in one engine.
-//! - **The direct path's rules.** `plan_direct`, `check_direct_target`
+//! - **The direct path's rules.** `plan_direct_into`, `check_direct_target`
 //!   against a fixed peer view, `complete_direct` and the poll of the
 //!   completion, for an 8-byte WRITE (no copy): nanoseconds each, and the
 //!   allocations they make (none; the smoke run asserts it).
@@ -32,9 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, AhAttr, AttrMask, Engine, EngineConfig, Gid, Instant, MrKeys, Mtu, PeerQp,
-    PeerRegion, PeerView, QpAttr, QpCap, QpInit, QpState, QpType, RegionMemory, SendFlags, SendOp,
-    SendWr, Sge, VecMemory, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, AttrMask, DirectPlan, Engine, EngineConfig, Gid, Instant, MrKeys, Mtu,
+    PeerQp, PeerRegion, PeerView, QpAttr, QpCap, QpInit, QpState, QpType, RegionMemory, SendFlags,
+    SendOp, SendWr, Sge, VecMemory, WcStatus, WorkCompletion,
 };
 use softrdma_wire::packet::{emit_in_place, payload_offset};
 use softrdma_wire::{icrc, BthRepr, Endpoints, Headers, Opcode, PacketRepr, Psn, RethRepr};
@@ -613,8 +613,10 @@ fn direct(b: &Bench) -> ([f64; 4], u64) {
     };
     let mut wcs = Vec::with_capacity(16);
     let (e, qpn, cq) = (&mut a.e, a.qpn, a.cq);
+    // As the driver does it: the plan filled in place.
     let op = |e: &mut Engine, peer: &mut FixedPeer, wcs: &mut Vec<WorkCompletion>| {
-        let plan = e.plan_direct(qpn, &wr).unwrap();
+        let mut plan = DirectPlan::new();
+        e.plan_direct_into(qpn, &wr, &mut plan).unwrap();
         black_box(e.check_direct_target(&plan, peer).unwrap());
         e.complete_direct(&plan);
         wcs.clear();
@@ -627,8 +629,10 @@ fn direct(b: &Bench) -> ([f64; 4], u64) {
     }
     let allocs = ALLOCS.load(Ordering::Relaxed) - before;
     let plan = e.plan_direct(qpn, &wr).unwrap();
+    let mut into = DirectPlan::new();
     let t_plan = ns_per(b, || {
-        black_box(e.plan_direct(qpn, black_box(&wr)).unwrap());
+        e.plan_direct_into(qpn, black_box(&wr), &mut into).unwrap();
+        black_box(&into);
     });
     let t_check = ns_per(b, || {
         black_box(e.check_direct_target(black_box(&plan), &mut peer).unwrap());
@@ -734,7 +738,7 @@ fn main() {
         let ([plan, check, complete, all], allocs) = direct(&b);
         assert_eq!(allocs, 0, "the direct path's engine calls allocated");
         println!("Direct 8-byte WRITE, the engine's part (no copy, no shared-memory loads):");
-        println!("  {:45} {plan:8.1} ns", "plan_direct");
+        println!("  {:45} {plan:8.1} ns", "plan_direct_into");
         println!(
             "  {:45} {check:8.1} ns",
             "check_direct_target (fixed peer view)"

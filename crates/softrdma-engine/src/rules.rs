@@ -47,6 +47,7 @@ pub struct RegionView {
 /// need REMOTE_WRITE, RDMA READ needs REMOTE_READ, the atomics need
 /// REMOTE_ATOMIC; SENDs need none (an empty set): they land in a receive
 /// WQE the target posted itself.
+#[inline]
 pub const fn remote_access(op: &SendOp) -> AccessFlags {
     match op {
         SendOp::Write { .. } | SendOp::WriteWithImm { .. } => AccessFlags::REMOTE_WRITE,
@@ -61,6 +62,7 @@ pub const fn remote_access(op: &SendOp) -> AccessFlags {
 /// [`remote_access`] for a request as the responder receives it (the
 /// opcode's kind): WRITE → REMOTE_WRITE, READ request → REMOTE_READ,
 /// CmpSwap/FetchAdd → REMOTE_ATOMIC, anything else none.
+#[inline]
 pub const fn request_access(kind: OpKind) -> AccessFlags {
     match kind {
         OpKind::Write => AccessFlags::REMOTE_WRITE,
@@ -75,6 +77,7 @@ pub const fn request_access(kind: OpKind) -> AccessFlags {
 /// data) and of an atomic (the original value), so those need
 /// LOCAL_WRITE; the SGEs of SENDs and WRITEs are only read, which every
 /// region allows.
+#[inline]
 pub const fn local_access(op: &SendOp) -> AccessFlags {
     if op.is_read_or_atomic() {
         AccessFlags::LOCAL_WRITE
@@ -91,6 +94,7 @@ pub const fn local_access(op: &SendOp) -> AccessFlags {
 /// or without immediate) — no READ, no atomics, no SEND with invalidate;
 /// UD has SEND with or without immediate only. Anything else is EINVAL at
 /// post time.
+#[inline]
 pub const fn op_allowed(qp_type: QpType, op: &SendOp) -> bool {
     match qp_type {
         QpType::Rc => true,
@@ -111,6 +115,7 @@ pub const fn op_allowed(qp_type: QpType, op: &SendOp) -> bool {
 /// states and the work they permit; `ibv_post_send(3)`): RTS and SQD queue it; SQE and ERR
 /// accept it and flush it at once ([`posted_sends_flush`]); RESET, INIT
 /// and RTR refuse it (EINVAL).
+#[inline]
 pub const fn can_post_send(state: QpState) -> bool {
     matches!(
         state,
@@ -120,18 +125,21 @@ pub const fn can_post_send(state: QpState) -> bool {
 
 /// Whether a send WR accepted in `state` is flushed at once with
 /// WR_FLUSH_ERR instead of executing (SQE and ERR, IBTA ch. 10).
+#[inline]
 pub const fn posted_sends_flush(state: QpState) -> bool {
     matches!(state, QpState::Err | QpState::Sqe)
 }
 
 /// Whether `ibv_post_recv` accepts a WR in `state` (IBTA ch. 10): in
 /// every state but RESET (receives may be posted from INIT on).
+#[inline]
 pub const fn can_post_recv(state: QpState) -> bool {
     !matches!(state, QpState::Reset)
 }
 
 /// Whether a receive WR accepted in `state` is completed at once with
 /// WR_FLUSH_ERR (ERR only: SQE stops the send queue, not the receive queue).
+#[inline]
 pub const fn posted_recvs_flush(state: QpState) -> bool {
     matches!(state, QpState::Err)
 }
@@ -139,6 +147,7 @@ pub const fn posted_recvs_flush(state: QpState) -> bool {
 /// Whether the requester runs in `state`: transmits WQEs that have
 /// started and takes their responses (RTS, and SQD, which lets started
 /// WQEs finish; IBTA ch. 10, the SQ drain state).
+#[inline]
 pub const fn requester_active(state: QpState) -> bool {
     matches!(state, QpState::Rts | QpState::Sqd)
 }
@@ -146,6 +155,7 @@ pub const fn requester_active(state: QpState) -> bool {
 /// Whether the requester may *start* a new WQE in `state`: RTS only (in
 /// SQD no new WQE starts). A WR executed outside the engine
 /// starts as it executes, so the direct path requires this too.
+#[inline]
 pub const fn requester_may_start(state: QpState) -> bool {
     matches!(state, QpState::Rts)
 }
@@ -153,6 +163,7 @@ pub const fn requester_may_start(state: QpState) -> bool {
 /// Whether the responder executes incoming requests in `state` (IBTA
 /// ch. 10: from RTR on; SQD and SQE keep the receive side working): RTR,
 /// RTS, SQD, SQE. RESET, INIT and ERR drop them.
+#[inline]
 pub const fn responder_receives(state: QpState) -> bool {
     matches!(
         state,
@@ -166,6 +177,7 @@ pub const fn responder_receives(state: QpState) -> bool {
 /// the range lies inside it (the whole range must be in the region, IBTA
 /// ch. 9 and 10). Computed with checked arithmetic: a `va` below `iova`, or
 /// a range whose end overflows u64, is outside — never wrapped around.
+#[inline]
 pub const fn range_offset(iova: u64, len: u64, va: u64, n: u64) -> Option<u64> {
     let Some(off) = va.checked_sub(iova) else {
         return None;
@@ -190,6 +202,7 @@ pub const fn range_offset(iova: u64, len: u64, va: u64, n: u64) -> Option<u64> {
 /// ([`range_offset`], overflow-safe). Returns the SGE's offset in the
 /// region, or the completion status the WR fails with: LOC_PROT_ERR for
 /// each of these, as real HCAs report them.
+#[inline]
 pub fn check_local_sge(
     region: Option<&RegionView>,
     qp_pd: u32,
@@ -228,6 +241,7 @@ pub enum RemoteDenied {
 /// ([`range_offset`]). Returns the offset of `va` in the region. The
 /// responder re-checks this alone for every READ response packet and every
 /// later packet of a WRITE (the region may have gone meanwhile).
+#[inline]
 pub fn check_region(
     region: Option<&RegionView>,
     qp_pd: u32,
@@ -253,6 +267,7 @@ pub fn check_region(
 /// region rules of [`check_region`]. `region` looks the rkey up and is
 /// called only when the rule needs the region. Returns the offset of `va`
 /// in the region (0 for a zero-length access).
+#[inline]
 pub fn check_remote(
     qp_access: AccessFlags,
     qp_pd: u32,
@@ -277,6 +292,7 @@ pub fn check_remote(
 /// invalid request NAK). The rule is on the virtual address, not on its offset in the
 /// region: a region registered at an iova that is not 8-aligned has
 /// aligned atomics at unaligned offsets (memory implementations cope).
+#[inline]
 pub const fn atomic_va_aligned(va: u64) -> bool {
     va.is_multiple_of(ATOMIC_LEN)
 }
@@ -284,12 +300,14 @@ pub const fn atomic_va_aligned(va: u64) -> bool {
 /// Whether an atomic WR's SGE list is acceptable at post time
 /// (`ibv_post_send(3)`: exactly one SGE of exactly 8 bytes; EINVAL
 /// otherwise). `len` is the sum of the SGE lengths.
+#[inline]
 pub const fn atomic_sges_ok(num_sge: usize, len: u64) -> bool {
     num_sge == 1 && len == ATOMIC_LEN
 }
 
 /// Whether a starting atomic WQE's local buffer is long enough for the
 /// original value (LOC_LEN_ERR otherwise).
+#[inline]
 pub const fn atomic_local_len_ok(len: u64) -> bool {
     len >= ATOMIC_LEN
 }
@@ -298,6 +316,7 @@ pub const fn atomic_local_len_ok(len: u64) -> bool {
 
 /// Whether a starting WQE's message length is allowed (at most 2^31 bytes,
 /// the port's max message size; LOC_LEN_ERR otherwise).
+#[inline]
 pub const fn message_len_ok(len: u64) -> bool {
     len <= MAX_MSG_SIZE
 }
@@ -326,6 +345,7 @@ pub enum PostSendError {
 /// count, queue room, UD destination, atomic SGE. Returns the message
 /// length (the sum of the SGE lengths). Inline data is checked by
 /// `post_send` itself (the direct path takes no inline WRs).
+#[inline]
 pub fn check_post_send(
     qp_type: QpType,
     state: QpState,
@@ -360,12 +380,14 @@ pub fn check_post_send(
 /// Whether a send WR is signaled (`ibv_create_qp(3)` `sq_sig_all`,
 /// IBV_SEND_SIGNALED): every WR of a QP created with `sq_sig_all`, else
 /// those posted with SIGNALED.
+#[inline]
 pub const fn wr_signaled(sq_sig_all: bool, flags: SendFlags) -> bool {
     sq_sig_all || flags.contains(SendFlags::SIGNALED)
 }
 
 /// Whether a finished send WR produces a completion (IBTA ch. 10, work
 /// completions): signaled WRs always, unsignaled ones only when they fail.
+#[inline]
 pub const fn send_completes(signaled: bool, status: WcStatus) -> bool {
     signaled || !status.is_ok()
 }
@@ -373,6 +395,7 @@ pub const fn send_completes(signaled: bool, status: WcStatus) -> bool {
 /// The `byte_len` of a successful send completion: 8 for atomics (the
 /// original value returned), else the message length (saturated to u32;
 /// messages are at most 2^31 bytes).
+#[inline]
 pub const fn send_byte_len(atomic: bool, len: u64) -> u32 {
     if atomic {
         ATOMIC_LEN as u32

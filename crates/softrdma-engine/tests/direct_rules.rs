@@ -969,3 +969,71 @@ fn complete_direct_keeps_the_cq_rules() {
     assert_eq!(net.nodes[0].cq_len(cq), 1);
     assert!(events(&mut net, 0).contains(&Event::CqOverrun { cq }));
 }
+
+#[test]
+fn a_plan_filled_in_place_is_used_only_once_planned() {
+    let (mut net, a, b) = direct_pair(QpType::Rc);
+    let mut peer = truthful(&net, &b);
+    let good = wr(write_to(&b, 0), vec![sge(&a, 0, 8)]);
+    let bad = wr(write_to(&b, 0), vec![sge(&a, REGION as u64, 8)]);
+    let mut plan = DirectPlan::new();
+    let e = &mut net.nodes[0];
+    assert!(!plan.is_planned());
+    assert_eq!(
+        e.check_direct_target(&plan, &mut peer),
+        Err(NotDirect::NotPlanned)
+    );
+    e.complete_direct(&plan);
+    e.plan_direct_into(a.qpn, &good, &mut plan).unwrap();
+    assert!(plan.is_planned());
+    assert_eq!(e.check_direct_target(&plan, &mut peer), Ok(0));
+    // A failed plan leaves nothing usable behind, not the previous one.
+    assert!(e.plan_direct_into(a.qpn, &bad, &mut plan).is_err());
+    assert!(!plan.is_planned());
+    assert_eq!(
+        e.check_direct_target(&plan, &mut peer),
+        Err(NotDirect::NotPlanned)
+    );
+    e.complete_direct(&plan);
+    assert!(
+        poll(&mut net, &a).is_empty(),
+        "an unplanned plan completes nothing"
+    );
+    assert_eq!(peer.qp_asks, 1);
+}
+
+#[test]
+fn pieces_come_from_each_sges_own_region() {
+    let (mut net, a, b) = direct_pair(QpType::Rc);
+    let iova = 0x66_0000_0000;
+    let (_m, k) = mr_at(&mut net, &a, a.pd, iova, 4096, all_access());
+    let other = |off: u64, len: u32| Sge {
+        addr: iova + off,
+        length: len,
+        lkey: k.lkey,
+    };
+    let w = wr(
+        write_to(&b, 0),
+        vec![sge(&a, 16, 8), other(32, 8), sge(&a, 48, 8), other(64, 0)],
+    );
+    let p = net.nodes[0].plan_direct(a.qpn, &w).unwrap();
+    let t = VEC_MEMORY_TX_BASE;
+    // Both regions pretend the same base address, so the offsets tell.
+    assert_eq!(
+        p.pieces(),
+        &[(t + 16, 8), (t + 32, 8), (t + 48, 8), (t + 64, 0)]
+    );
+    // The third SGE reuses the first's region, and the checks still apply
+    // to each SGE on its own.
+    let w = wr(
+        write_to(&b, 0),
+        vec![sge(&a, 16, 8), other(32, 8), sge(&a, REGION as u64 - 4, 8)],
+    );
+    assert_eq!(
+        net.nodes[0].plan_direct(a.qpn, &w).err(),
+        Some(NotDirect::LocalSge {
+            index: 2,
+            status: WcStatus::LocProtErr
+        })
+    );
+}
