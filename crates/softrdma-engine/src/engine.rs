@@ -30,9 +30,7 @@ use crate::time::Instant;
 use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 mod fastpath;
-pub use fastpath::{
-    DirectOp, DirectPlan, FastQpInfo, NotDirect, PeerQp, PeerRegion, PeerView, MAX_DIRECT_SGE,
-};
+pub use fastpath::{DirectOp, DirectPlan, NotDirect, PeerQp, PeerRegion, PeerView, MAX_DIRECT_SGE};
 
 /// Largest CQ depth.
 pub const MAX_CQE: u32 = 1 << 20;

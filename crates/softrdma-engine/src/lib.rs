@@ -37,8 +37,8 @@ mod wr;
 
 pub use counters::Counters;
 pub use engine::{
-    DirectOp, DirectPlan, Engine, EngineConfig, FastQpInfo, NotDirect, PeerQp, PeerRegion,
-    PeerView, QpInit, SrcPortPolicy, SrqInit, MAX_CQE, MAX_DIRECT_SGE, MAX_QP,
+    DirectOp, DirectPlan, Engine, EngineConfig, NotDirect, PeerQp, PeerRegion, PeerView, QpInit,
+    SrcPortPolicy, SrqInit, MAX_CQE, MAX_DIRECT_SGE, MAX_QP,
 };
 pub use error::{errno, Result, VerbsError};
 pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};

@@ -234,12 +234,6 @@ pub struct MrInfo {
 }
 
 impl MrInfo {
-    /// Offset of `[va, va+len)` from the region's start, when inside it.
-    pub fn offset_of(&self, va: u64, len: u64) -> Option<u64> {
-        let off = va.checked_sub(self.iova)?;
-        (off.checked_add(len)? <= self.len).then_some(off)
-    }
-
     /// True when the bytes live in the owner's arena (else caller memory).
     pub fn in_arena(&self) -> bool {
         self.arena_off != u64::MAX
@@ -663,6 +657,14 @@ impl RegionMemory for ArenaRegion {
     }
     fn fetch_add(&self, offset: usize, add: u64) -> u64 {
         atomic_at(self.p(offset, 8)).fetch_add(add, Ordering::SeqCst)
+    }
+    fn tx_addr(&self, offset: usize) -> Option<usize> {
+        (offset <= self.len).then(|| self.p(offset, 0) as usize)
+    }
+    fn crc32(&self, crc: u32, head: &[u8], offset: usize, len: usize) -> u32 {
+        let p = self.p(offset, len);
+        // SAFETY: bounds checked; crc32_raw only loads through the pointer.
+        unsafe { softrdma_wire::icrc::crc32_raw(crc, head, p, len) }
     }
 }
 

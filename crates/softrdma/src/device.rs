@@ -21,13 +21,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, Counters, Engine, EngineConfig, Event, Instant, Mtu, QpState, QpType, SendFlags,
-    SendOp, SendWr, SrcPortPolicy, Transmit, WcStatus, WorkCompletion,
+    AccessFlags, Counters, DirectOp, DirectPlan, Engine, EngineConfig, Event, Instant, Mtu, PeerQp,
+    PeerRegion, PeerView, QpType, SendOp, SendWr, SrcPortPolicy, Transmit, MAX_DIRECT_SGE,
 };
 use softrdma_pcap::{SharedPcapWriter, Timestamp};
 use softrdma_wire::{icrc, Endpoints};
 
-use crate::arena::{atomic_at, Arena};
+use crate::arena::{atomic_at, Arena, ArenaMap, MrGuard};
 use crate::config::{auto_loopback_candidates, Bind, DeviceConfig};
 use crate::fault::FaultInjector;
 use crate::shm::ShmHub;
@@ -119,30 +119,54 @@ impl State {
 /// Routes `try_direct` keeps (one per QPN modulo this).
 const DIRECT_ROUTES: usize = 8;
 
-/// The initiator-side facts a direct operation on a QP depends on, kept
-/// between operations: looking them up again was about a tenth of a
-/// same-host WRITE's latency. Valid while the state's `routes_epoch` and the shm
-/// hub's `links_gen` are those it was made under. The target's tables
-/// are read for every operation: the peer changes them without us.
+/// Where a QP's direct operations go, kept between operations: the link
+/// to its destination and where the last rkey was found in the peer's
+/// table. Valid while the state's `routes_epoch` and the shm hub's
+/// `links_gen` are those it was made under. Every rule — the QP, its
+/// SGEs, the target's QP and region — is checked again for every operation
+/// (`Engine::plan_direct`, `Engine::check_direct_target`).
 #[derive(Clone, Copy)]
 struct DirectRoute {
     qpn: u32,
     epoch: u64,
     links_gen: u64,
-    /// The QP is RTS, RC or UC, with nothing queued in the engine.
-    qp_type: QpType,
-    pd: u32,
-    dest_qpn: u32,
     /// Index of the link to the QP's destination.
     link: usize,
-    /// The local region last used through this QP.
-    lkey: u32,
-    local: Option<LocalMr>,
     /// Where the last rkey was found in the peer's region table.
     mr_slot: usize,
 }
 
-/// A local region in the arena, for the initiator's direct copies.
+/// The peer's published tables as the engine's direct-path rules read
+/// them (`Engine::check_direct_target`). The region is the one the WR
+/// names, entered (its reader count held) by the caller before the check
+/// and kept entered through the copy, so the copy reaches the region the
+/// rules checked and a deregistration waits for it.
+struct PeerTables<'a, 'g> {
+    map: &'a ArenaMap,
+    entered: &'g MrGuard<'a>,
+}
+
+impl PeerView for PeerTables<'_, '_> {
+    fn qp(&mut self, qpn: u32) -> Option<PeerQp> {
+        let (pd, access, state) = self.map.lookup_qp(qpn)?;
+        Some(PeerQp { pd, access, state })
+    }
+
+    fn region(&mut self, rkey: u32) -> Option<PeerRegion> {
+        let i = &self.entered.info;
+        (i.rkey == rkey).then_some(PeerRegion {
+            pd: i.pd,
+            access: i.access,
+            iova: i.iova,
+            len: i.len,
+        })
+    }
+}
+
+/// A local region in the arena. Since the direct path takes local
+/// addresses from the engine (`Engine::plan_direct`), only the presence of
+/// an entry is used (by `Mr` drop, to withdraw the region from peers).
+#[allow(dead_code)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LocalMr {
     pub pd: u32,
@@ -679,25 +703,21 @@ impl Device {
     }
 
     /// Executes an RDMA WRITE, READ or atomic directly in a same-host peer's
-    /// arena when that is exactly what the engine would do: the QP is RTS
-    /// with nothing outstanding, both regions live in arenas, and the peer's
-    /// published tables grant the access. Returns false to let the engine
-    /// handle the WR instead (which also produces every error completion).
+    /// memory when that is exactly what the engine would do: the engine's
+    /// rules pass for the QP and its SGEs (`Engine::plan_direct`) and for the
+    /// target as its published tables show it (`Engine::check_direct_target`),
+    /// and the peer's region lives in its arena or in caller memory (CMA).
+    /// Returns false to let the engine handle the WR instead (which also
+    /// produces every error completion).
     pub fn try_direct(&self, qpn: u32, wr: &SendWr) -> bool {
-        /// Most SGEs a direct operation takes (longer lists go to the engine).
-        const MAX_SGE: usize = 8;
-        let (remote_addr, rkey, need) = match wr.op {
-            SendOp::Write { remote_addr, rkey } => (remote_addr, rkey, AccessFlags::REMOTE_WRITE),
-            SendOp::Read { remote_addr, rkey } => (remote_addr, rkey, AccessFlags::REMOTE_READ),
-            SendOp::CompareSwap {
-                remote_addr, rkey, ..
-            }
-            | SendOp::FetchAdd {
-                remote_addr, rkey, ..
-            } => (remote_addr, rkey, AccessFlags::REMOTE_ATOMIC),
-            _ => return false,
-        };
-        if !self.direct || wr.flags.contains(SendFlags::INLINE) || wr.sg_list.len() > MAX_SGE {
+        let one_sided = matches!(
+            wr.op,
+            SendOp::Write { .. }
+                | SendOp::Read { .. }
+                | SendOp::CompareSwap { .. }
+                | SendOp::FetchAdd { .. }
+        );
+        if !self.direct || !one_sided {
             return false;
         }
         let mut guard_st = self.lock_keeping_routes();
@@ -705,6 +725,14 @@ impl Device {
         if st.arena.is_none() || st.shm.mode == crate::shm::Transport::Udp {
             return false;
         }
+        // The initiator's rules, and where the local bytes are.
+        // (Filled in place: moving a plan just written stalled on store
+        // forwarding or took a memcpy.)
+        let mut planned = DirectPlan::new();
+        if st.engine.plan_direct_into(qpn, wr, &mut planned).is_err() {
+            return false;
+        }
+        let plan = &planned;
         let slot = qpn as usize % DIRECT_ROUTES;
         let mut route = match st.routes[slot] {
             Some(r)
@@ -714,70 +742,35 @@ impl Device {
             {
                 r
             }
-            _ => match Self::look_up_route(st, qpn) {
+            _ => match Self::look_up_route(st, qpn, plan.dest()) {
                 Some(r) => r,
                 None => return false,
             },
         };
-        if route.qp_type == QpType::Uc && need != AccessFlags::REMOTE_WRITE {
-            return false;
-        }
-        // Local SGEs: all in this device's arena, in the QP's PD, with the rights needed.
-        let local_write = need != AccessFlags::REMOTE_WRITE;
-        let mut local_buf = [(0usize, 0usize); MAX_SGE];
-        let mut total = 0u64;
-        for (slot, sge) in local_buf.iter_mut().zip(&wr.sg_list) {
-            let m = match route.local {
-                Some(m) if route.lkey == sge.lkey => m,
-                _ => match st.local_mrs.get(&sge.lkey) {
-                    Some(&m) => {
-                        (route.lkey, route.local) = (sge.lkey, Some(m));
-                        m
-                    }
-                    None => return false,
-                },
-            };
-            let Some(off) = sge.addr.checked_sub(m.iova) else {
-                return false;
-            };
-            if m.pd != route.pd
-                || off + u64::from(sge.length) > m.len
-                || (local_write && !m.access.contains(AccessFlags::LOCAL_WRITE))
-            {
-                return false;
-            }
-            *slot = (m.base + off as usize, sge.length as usize);
-            total += u64::from(sge.length);
-        }
-        let local = &local_buf[..wr.sg_list.len()];
-        let atomic = need == AccessFlags::REMOTE_ATOMIC;
-        if atomic && (total != 8 || remote_addr % 8 != 0) {
-            return false;
-        }
         let Some(peer) = st.shm.arena_at(route.link) else {
             return false;
         };
-        // The target QP and region, as the peer published them.
-        let Some((tpd, tacc, tstate)) = peer.lookup_qp(route.dest_qpn) else {
-            return false;
-        };
-        if !matches!(tstate, QpState::Rtr | QpState::Rts) || !tacc.contains(need) {
-            return false;
-        }
-        let Some(guard) = peer.enter_mr(rkey, &mut route.mr_slot) else {
-            st.routes[slot] = Some(route);
-            return false;
-        };
+        // The region the WR names, entered (reader count) until the copy is
+        // done, then the target's rules against the peer's tables. (The
+        // guard stays where `enter_mr` put it: moving it out of the Option
+        // stalled on store forwarding.)
+        let entered = peer.enter_mr(plan.rkey(), &mut route.mr_slot);
         st.routes[slot] = Some(route);
-        if guard.info.pd != tpd || !guard.info.access.contains(need) {
-            return false;
-        }
-        let Some(roff) = guard.info.offset_of(remote_addr, total) else {
+        let Some(guard) = &entered else {
             return false;
         };
-        // CPU atomics need the word 8-aligned in both mappings (a region
-        // registered at an iova of another alignment goes to the engine).
-        if atomic && ((guard.info.arena_off.wrapping_add(roff)) % 8 != 0 || local[0].0 % 8 != 0) {
+        let mut tables = PeerTables {
+            map: peer,
+            entered: guard,
+        };
+        let Ok(roff) = st.engine.check_direct_target(plan, &mut tables) else {
+            return false;
+        };
+        let (local, total) = (plan.pieces(), plan.len());
+        // CPU atomics need the word 8-aligned in the peer's mapping too (the
+        // engine checked the address and our word): a region registered at an
+        // iova of another alignment goes to the engine.
+        if plan.op().is_atomic() && !guard.info.arena_off.wrapping_add(roff).is_multiple_of(8) {
             return false;
         }
         let lp = |a: usize| a as *mut u8;
@@ -791,7 +784,7 @@ impl Device {
             let mut iov_buf = [libc::iovec {
                 iov_base: std::ptr::null_mut(),
                 iov_len: 0,
-            }; MAX_SGE];
+            }; MAX_DIRECT_SGE];
             for (v, &(a, n)) in iov_buf.iter_mut().zip(local) {
                 v.iov_base = lp(a).cast();
                 v.iov_len = n;
@@ -799,14 +792,14 @@ impl Device {
             let iovs = &iov_buf[..local.len()];
             let pid = guard.info.pid as libc::pid_t;
             // SAFETY: the local iovecs lie inside our own registered regions
-            // (checked above); the remote range lies inside the peer's
-            // registered region per its table; the kernel validates the rest.
+            // (the engine checked them); the remote range lies inside the
+            // peer's registered region per its table; the kernel validates the rest.
             let done = unsafe {
-                match wr.op {
-                    SendOp::Write { .. } => {
+                match plan.op() {
+                    DirectOp::Write => {
                         libc::process_vm_writev(pid, iovs.as_ptr(), iovs.len() as _, &remote, 1, 0)
                     }
-                    SendOp::Read { .. } => {
+                    DirectOp::Read => {
                         libc::process_vm_readv(pid, iovs.as_ptr(), iovs.len() as _, &remote, 1, 0)
                     }
                     _ => return false,
@@ -817,18 +810,18 @@ impl Device {
             }
         } else {
             let rp = |o: u64| peer.ptr((guard.info.arena_off + o) as usize);
-            match wr.op {
-                SendOp::Write { .. } => {
+            match plan.op() {
+                DirectOp::Write => {
                     let mut r = roff;
                     for &(lo, n) in local {
                         // SAFETY: both ranges were bounds-checked against their
-                        // regions above; the source is ours, the target the
-                        // peer's arena, distinct mappings.
+                        // regions by the engine's rules; the source is ours, the
+                        // target the peer's arena, distinct mappings.
                         unsafe { std::ptr::copy_nonoverlapping(lp(lo), rp(r), n) };
                         r += n as u64;
                     }
                 }
-                SendOp::Read { .. } => {
+                DirectOp::Read => {
                     let mut r = roff;
                     for &(lo, n) in local {
                         // SAFETY: as above, with the roles swapped.
@@ -836,7 +829,7 @@ impl Device {
                         r += n as u64;
                     }
                 }
-                SendOp::CompareSwap { compare, swap, .. } => {
+                DirectOp::CompareSwap { compare, swap } => {
                     let old = match atomic_at(rp(roff)).compare_exchange(
                         compare,
                         swap,
@@ -847,46 +840,29 @@ impl Device {
                     };
                     atomic_at(lp(local[0].0)).store(old, Ordering::Release);
                 }
-                SendOp::FetchAdd { add, .. } => {
+                DirectOp::FetchAdd { add } => {
                     let old = atomic_at(rp(roff)).fetch_add(add, Ordering::SeqCst);
                     atomic_at(lp(local[0].0)).store(old, Ordering::Release);
                 }
-                _ => return false,
             }
         }
-        drop(guard);
-        let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
-        wc.byte_len = total as u32;
+        drop(entered);
         st.driver.direct_ops += 1;
-        st.engine.complete_executed(qpn, wr.flags, wc);
+        st.engine.complete_direct(plan);
         // An armed CQ's completion event goes out now, not at the next progress.
         self.route_events(st);
         true
     }
 
-    /// The route of a direct operation on QP `qpn`, if it can take one:
-    /// RTS with nothing queued in the engine, RC or UC, its destination a
-    /// same-host peer with an arena.
-    fn look_up_route(st: &mut State, qpn: u32) -> Option<DirectRoute> {
-        // Fields read in place: moving the returned struct out of its
-        // Option stalled on store forwarding.
-        let qi = st.engine.fast_qp_info(qpn);
-        let info = qi.as_ref()?;
-        if info.state != QpState::Rts || !info.sq_empty || info.qp_type == QpType::Ud {
-            return None;
-        }
-        let (qp_type, pd, dest_qpn) = (info.qp_type, info.pd, info.dest_qpn);
-        let link = st.shm.peer_link(info.dest?)?;
+    /// The route of a direct operation on QP `qpn`, whose destination is
+    /// `dest`, if it can take one: `dest` is a same-host peer with an arena.
+    fn look_up_route(st: &mut State, qpn: u32, dest: SocketAddr) -> Option<DirectRoute> {
+        let link = st.shm.peer_link(dest)?;
         Some(DirectRoute {
             qpn,
             epoch: st.routes_epoch,
             links_gen: st.shm.links_gen(),
-            qp_type,
-            pd,
-            dest_qpn,
             link,
-            lkey: 0,
-            local: None,
             mr_slot: usize::MAX,
         })
     }
@@ -895,10 +871,10 @@ impl Device {
     pub fn publish_qp(&self, qpn: u32) {
         let st = self.lock();
         let Some(a) = &st.arena else { return };
-        match st.engine.fast_qp_info(qpn) {
-            Some(i) if i.qp_type != QpType::Ud => {
-                a.map.publish_qp(qpn, Some((i.pd, i.access, i.state)))
-            }
+        match st.engine.query_qp(qpn) {
+            Ok((attr, init)) if init.qp_type != QpType::Ud => a
+                .map
+                .publish_qp(qpn, Some((init.pd, attr.qp_access_flags, attr.qp_state))),
             _ => a.map.publish_qp(qpn, None),
         }
     }
