@@ -25,12 +25,13 @@ use crate::qp_attr::{
 };
 use crate::requester::{transport_of, Transmit, TxCtx};
 use crate::resources::{Ah, Cq, Event, MrKeys, Notify, RecvWqe, Resources, Srq};
+use crate::rules::{self, PostSendError};
 use crate::time::Instant;
-use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 mod fastpath;
 mod grant;
-pub use fastpath::FastQpInfo;
+pub use fastpath::{DirectOp, DirectPlan, NotDirect, PeerQp, PeerRegion, PeerView, MAX_DIRECT_SGE};
 pub use grant::{GrantFacts, GrantRefusal};
 
 /// Largest CQ depth.
@@ -674,7 +675,7 @@ impl Engine {
         // Draining while WQEs that started before SQD are still outstanding;
         // WQEs that never started stay queued after the drain.
         attr.sq_draining = q.state == QpState::Sqd && q.req.sq.iter().any(|w| w.assigned);
-        if q.state == QpState::Rts || q.state == QpState::Sqd {
+        if rules::requester_active(q.state) {
             attr.sq_psn = q.req.psn;
         }
         Ok((
@@ -791,61 +792,8 @@ impl Engine {
             kind: "QP",
             handle: qpn,
         })?;
-        match qp.state {
-            QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe => {}
-            s => {
-                return Err(VerbsError::inval(format!(
-                    "post_send: QP {qpn:#x} is in state {s}; sends need RTS (or SQD)"
-                )))
-            }
-        }
-        let op_ok = match qp.qp_type {
-            QpType::Rc => true,
-            QpType::Uc => matches!(
-                wr.op,
-                SendOp::Send
-                    | SendOp::SendWithImm { .. }
-                    | SendOp::Write { .. }
-                    | SendOp::WriteWithImm { .. }
-            ),
-            QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
-        };
-        if !op_ok {
-            return Err(VerbsError::inval(format!(
-                "post_send: opcode {} is not supported on a {} QP",
-                wr.op.name(),
-                qp.qp_type
-            )));
-        }
-        if wr.sg_list.len() > qp.cap.max_send_sge as usize {
-            return Err(VerbsError::inval(format!(
-                "post_send: num_sge {} exceeds the QP's max_send_sge {}",
-                wr.sg_list.len(),
-                qp.cap.max_send_sge
-            )));
-        }
-        if qp.req.sq.len() >= qp.cap.max_send_wr as usize {
-            return Err(VerbsError::NoMemory(format!(
-                "post_send: send queue of QP {qpn:#x} is full ({} WRs)",
-                qp.cap.max_send_wr
-            )));
-        }
-        if qp.qp_type == QpType::Ud && wr.ud.is_none() {
-            return Err(VerbsError::inval(
-                "post_send: a UD send needs wr.ud (ah, remote_qpn, remote_qkey)",
-            ));
-        }
-        let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
-        if let SendOp::CompareSwap { remote_addr, .. } | SendOp::FetchAdd { remote_addr, .. } =
-            wr.op
-        {
-            if wr.sg_list.len() != 1 || len != 8 {
-                return Err(VerbsError::inval(
-                    "post_send: atomics need exactly one 8-byte SGE",
-                ));
-            }
-            let _ = remote_addr;
-        }
+        let len = rules::check_post_send(qp.qp_type, qp.state, &qp.cap, qp.req.sq.len(), wr)
+            .map_err(|e| post_send_error(e, qpn, qp, wr))?;
         let inline = if wr.flags.contains(crate::wr::SendFlags::INLINE)
             && !wr.op.is_read_or_atomic()
         {
@@ -927,9 +875,10 @@ impl Engine {
                 "post_recv: QP {qpn:#x} uses an SRQ; post to the SRQ"
             )));
         }
-        if qp.state == QpState::Reset {
+        if !rules::can_post_recv(qp.state) {
             return Err(VerbsError::inval(format!(
-                "post_recv: QP {qpn:#x} is in state RESET"
+                "post_recv: QP {qpn:#x} is in state {}",
+                qp.state
             )));
         }
         if wr.sg_list.len() > qp.cap.max_recv_sge as usize {
@@ -945,7 +894,7 @@ impl Engine {
                 qp.cap.max_recv_wr
             )));
         }
-        if qp.state == QpState::Err {
+        if rules::posted_recvs_flush(qp.state) {
             let wc = WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qpn);
             let cq = qp.recv_cq;
             self.res.complete(cq, wc);
@@ -1228,6 +1177,36 @@ pub(crate) fn pkey_matches(a: u16, b: u16) -> bool {
     key != 0 && key == b & 0x7FFF && (a | b) & 0x8000 != 0
 }
 
+/// The error `post_send` returns for a WR that [`rules::check_post_send`] refused.
+fn post_send_error(e: PostSendError, qpn: u32, qp: &Qp, wr: &SendWr) -> VerbsError {
+    match e {
+        PostSendError::State => VerbsError::inval(format!(
+            "post_send: QP {qpn:#x} is in state {}; sends need RTS (or SQD)",
+            qp.state
+        )),
+        PostSendError::OpNotSupported => VerbsError::inval(format!(
+            "post_send: opcode {} is not supported on a {} QP",
+            wr.op.name(),
+            qp.qp_type
+        )),
+        PostSendError::TooManySges => VerbsError::inval(format!(
+            "post_send: num_sge {} exceeds the QP's max_send_sge {}",
+            wr.sg_list.len(),
+            qp.cap.max_send_sge
+        )),
+        PostSendError::QueueFull => VerbsError::NoMemory(format!(
+            "post_send: send queue of QP {qpn:#x} is full ({} WRs)",
+            qp.cap.max_send_wr
+        )),
+        PostSendError::UdWithoutDest => {
+            VerbsError::inval("post_send: a UD send needs wr.ud (ah, remote_qpn, remote_qkey)")
+        }
+        PostSendError::AtomicSges => {
+            VerbsError::inval("post_send: atomics need exactly one 8-byte SGE")
+        }
+    }
+}
+
 /// `Engine::after` for a QP already at hand (sparing the lookup by QPN).
 fn settle(
     qp: &mut Qp,
@@ -1278,7 +1257,7 @@ fn enqueue_send(
         inline,
         len,
         flags: wr.flags,
-        signaled: qp.sq_sig_all || wr.flags.contains(crate::wr::SendFlags::SIGNALED),
+        signaled: rules::wr_signaled(qp.sq_sig_all, wr.flags),
         ud: wr.ud.map(|u| (u.ah, u.remote_qpn, u.remote_qkey)),
         assigned: false,
         first_psn: Psn::new(0),
@@ -1286,7 +1265,7 @@ fn enqueue_send(
         read_done: 0,
     };
     qp.req.sq.push_back(w);
-    if matches!(qp.state, QpState::Err | QpState::Sqe) {
+    if rules::posted_sends_flush(qp.state) {
         // Real HCAs accept the post and flush it at once.
         qp.flush_sq(res);
     }

@@ -30,14 +30,15 @@ mod requester;
 mod resources;
 mod responder;
 mod rng;
+pub mod rules;
 pub mod sim;
 mod time;
 mod wr;
 
 pub use counters::Counters;
 pub use engine::{
-    Engine, EngineConfig, FastQpInfo, GrantFacts, GrantRefusal, QpInit, SrcPortPolicy, SrqInit,
-    MAX_CQE, MAX_QP,
+    DirectOp, DirectPlan, Engine, EngineConfig, GrantFacts, GrantRefusal, NotDirect, PeerQp,
+    PeerRegion, PeerView, QpInit, SrcPortPolicy, SrqInit, MAX_CQE, MAX_DIRECT_SGE, MAX_QP,
 };
 pub use error::{errno, Result, VerbsError};
 pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};
@@ -45,10 +46,11 @@ pub use qp_attr::{
     AccessFlags, AhAttr, AttrLimits, AttrMask, Gid, ModifyQpError, Mtu, QpAttr, QpCap, QpState,
     QpType,
 };
-pub use requester::{Transmit, TxPayload, MAX_MSG_SIZE};
+pub use requester::{Transmit, TxPayload};
 pub use resources::{Event, MrKeys};
 pub use responder::GRH_LEN;
 pub use rng::Rng;
+pub use rules::MAX_MSG_SIZE;
 pub use time::{local_ack_timeout, Instant};
 pub use wr::{
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,

@@ -14,6 +14,7 @@ use softrdma_wire::{Msn, Psn, Syndrome};
 use crate::counters::Counters;
 use crate::qp_attr::{QpAttr, QpCap, QpState, QpType};
 use crate::resources::{Event, RecvWqe, Resources};
+use crate::rules;
 use crate::time::Instant;
 use crate::wr::{SendFlags, SendOp, Sge, WcOpcode, WcStatus, WorkCompletion};
 
@@ -255,7 +256,6 @@ impl Qp {
         earlier(earlier(self.req.ack_deadline, self.req.rnr_until), hold)
     }
 
-    /// States in which incoming requests are executed.
     /// The P_Key this QP puts in every packet it sends and checks every
     /// packet it receives against: the table entry of its P_Key index (the
     /// table has one entry; `modify_qp` keeps the index below the device's
@@ -268,20 +268,15 @@ impl Qp {
             .unwrap_or(PKEY_TABLE[0])
     }
 
+    /// Whether incoming requests are executed ([`rules::responder_receives`]).
     pub fn can_receive(&self) -> bool {
-        matches!(
-            self.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        )
+        rules::responder_receives(self.state)
     }
 
     pub fn wc_for_send(&self, w: &SendWqe, status: WcStatus) -> WorkCompletion {
         let mut wc = WorkCompletion::new(w.wr_id, status, w.op.wc_opcode(), self.qpn);
         if status.is_ok() {
-            wc.byte_len = match w.op {
-                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 8,
-                _ => w.len.min(u64::from(u32::MAX)) as u32,
-            };
+            wc.byte_len = rules::send_byte_len(w.op.is_atomic(), w.len);
         }
         wc
     }
@@ -297,7 +292,7 @@ impl Qp {
         } else {
             self.req.next_offset = 0;
         }
-        if w.signaled || !status.is_ok() {
+        if rules::send_completes(w.signaled, status) {
             let wc = self.wc_for_send(&w, status);
             res.complete(self.send_cq, wc);
         }

@@ -14,13 +14,11 @@ use softrdma_wire::{
 };
 
 use crate::qp::{Qp, SendWqe};
-use crate::qp_attr::{QpState, QpType};
+use crate::qp_attr::QpType;
 use crate::resources::Resources;
+use crate::rules;
 use crate::time::{local_ack_timeout, Instant};
 use crate::wr::{SendFlags, SendOp, WcStatus};
-
-/// Largest message a WQE may carry (2^31 bytes, as on real HCAs).
-pub const MAX_MSG_SIZE: u64 = 1 << 31;
 
 /// What `poll_transmit` hands the driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,7 +166,7 @@ impl Qp {
     /// Checks a WQE when it first starts executing, the way an HCA does: bad
     /// local keys or lengths become error completions, not post failures.
     fn validate_wqe(&self, res: &Resources, w: &SendWqe) -> Result<(), WcStatus> {
-        if w.len > MAX_MSG_SIZE {
+        if !rules::message_len_ok(w.len) {
             return Err(WcStatus::LocLenErr);
         }
         if self.qp_type == QpType::Ud {
@@ -182,10 +180,9 @@ impl Qp {
             }
         }
         if w.inline.is_none() {
-            let write = w.op.is_read_or_atomic();
-            res.check_sges(&w.sges, self.pd, write)?;
+            res.check_sges(&w.sges, self.pd, rules::local_access(&w.op))?;
         }
-        if w.op.is_atomic() && w.len < 8 {
+        if w.op.is_atomic() && !rules::atomic_local_len_ok(w.len) {
             return Err(WcStatus::LocLenErr);
         }
         Ok(())
@@ -197,7 +194,7 @@ impl Qp {
         res: &mut Resources,
         ctx: &mut TxCtx<'_>,
     ) -> Option<Transmit> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+        if !rules::requester_active(self.state) {
             return None;
         }
         if let Some(t) = self.req.rnr_until {
@@ -215,7 +212,7 @@ impl Qp {
         }
         if !w.assigned {
             // A WQE that has not started: drain, fence, read/atomic limit and credits apply.
-            if self.state == QpState::Sqd {
+            if !rules::requester_may_start(self.state) {
                 return None;
             }
             if w.flags.contains(SendFlags::FENCE) && self.rd_atomic_outstanding() > 0 {
@@ -469,7 +466,7 @@ impl Qp {
     }
 
     fn is_active(&self) -> bool {
-        matches!(self.state, QpState::Rts | QpState::Sqd)
+        rules::requester_active(self.state)
     }
 
     /// Completes the head WQEs that an acknowledgement of every PSN up to and

@@ -14,6 +14,7 @@ use crate::error::{Result, VerbsError};
 use crate::memory::RegionMemory;
 use crate::qp_attr::{AccessFlags, AhAttr};
 use crate::rng::{Purpose, SecretRng};
+use crate::rules::{self, RegionView};
 use crate::wr::{Sge, WcStatus, WorkCompletion};
 
 /// An asynchronous event, as `ibv_get_async_event` and completion channels report them.
@@ -47,11 +48,14 @@ pub(crate) struct Mr {
 }
 
 impl Mr {
-    /// Offset of `[va, va + len)` in this region, when it lies inside it.
-    pub fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
-        let off = va.checked_sub(self.iova)?;
-        let end = off.checked_add(len)?;
-        (end <= self.len).then_some(off as usize)
+    /// The region as the rules see it.
+    pub fn view(&self) -> RegionView {
+        RegionView {
+            pd: self.pd,
+            access: self.access,
+            iova: self.iova,
+            len: self.len,
+        }
     }
 }
 
@@ -248,8 +252,15 @@ impl Resources {
         }
     }
 
+    /// The region a remote key names, if any.
+    pub fn mr_by_rkey(&self, rkey: u32) -> Option<&Mr> {
+        let lkey = self.rkeys.get(&rkey)?;
+        self.mrs.get(lkey)
+    }
+
     /// Finds the region behind a remote key for `[va, va + len)` with `access`,
-    /// in protection domain `pd`. Zero-length accesses need no valid key.
+    /// in protection domain `pd` ([`rules::check_region`]; the QP's own
+    /// rights and the zero-length rule are [`rules::check_remote`]'s).
     pub fn remote_mr(
         &self,
         rkey: u32,
@@ -258,30 +269,24 @@ impl Resources {
         len: u64,
         access: AccessFlags,
     ) -> Option<(&Mr, usize)> {
-        let lkey = self.rkeys.get(&rkey)?;
-        let mr = self.mrs.get(lkey)?;
-        if mr.pd != pd || !mr.access.contains(access) {
-            return None;
-        }
-        let off = mr.offset_of(va, len)?;
-        Some((mr, off))
+        let mr = self.mr_by_rkey(rkey)?;
+        let off = rules::check_region(Some(&mr.view()), pd, access, va, len).ok()?;
+        Some((mr, off as usize))
     }
 
-    fn local_mr(&self, sge: &Sge, pd: u32, write: bool) -> SgeResult<(&Mr, usize)> {
-        let mr = self.mrs.get(&sge.lkey).ok_or(WcStatus::LocProtErr)?;
-        if mr.pd != pd || (write && !mr.access.contains(AccessFlags::LOCAL_WRITE)) {
-            return Err(WcStatus::LocProtErr);
-        }
-        let off = mr
-            .offset_of(sge.addr, u64::from(sge.length))
-            .ok_or(WcStatus::LocProtErr)?;
-        Ok((mr, off))
+    /// The region and offset of a local SGE that passes
+    /// [`rules::check_local_sge`] with the right `need`.
+    fn local_mr(&self, sge: &Sge, pd: u32, need: AccessFlags) -> SgeResult<(&Mr, usize)> {
+        let mr = self.mrs.get(&sge.lkey);
+        let off = rules::check_local_sge(mr.map(Mr::view).as_ref(), pd, sge, need)?;
+        let mr = mr.ok_or(WcStatus::LocProtErr)?;
+        Ok((mr, off as usize))
     }
 
-    /// Checks every SGE of a list for access (without touching memory).
-    pub fn check_sges(&self, sges: &[Sge], pd: u32, write: bool) -> SgeResult<()> {
+    /// Checks every SGE of a list for access `need` (without touching memory).
+    pub fn check_sges(&self, sges: &[Sge], pd: u32, need: AccessFlags) -> SgeResult<()> {
         for s in sges {
-            self.local_mr(s, pd, write)?;
+            self.local_mr(s, pd, need)?;
         }
         Ok(())
     }
@@ -298,7 +303,7 @@ impl Resources {
                 offset -= l;
                 continue;
             }
-            let (mr, base) = self.local_mr(s, pd, false)?;
+            let (mr, base) = self.local_mr(s, pd, AccessFlags::empty())?;
             let n = ((l - offset) as usize).min(dst.len() - done);
             mr.mem
                 .read(base + offset as usize, &mut dst[done..done + n]);
@@ -333,7 +338,7 @@ impl Resources {
             if offset + len as u64 > l {
                 return None;
             }
-            let (mr, base) = self.local_mr(s, pd, false).ok()?;
+            let (mr, base) = self.local_mr(s, pd, AccessFlags::empty()).ok()?;
             let at = base + offset as usize;
             let addr = mr.mem.tx_addr(at)?;
             return Some(crate::requester::ZcPiece {
@@ -357,7 +362,7 @@ impl Resources {
                 offset -= l;
                 continue;
             }
-            let (mr, base) = self.local_mr(s, pd, true)?;
+            let (mr, base) = self.local_mr(s, pd, AccessFlags::LOCAL_WRITE)?;
             let n = ((l - offset) as usize).min(src.len() - done);
             mr.mem.write(base + offset as usize, &src[done..done + n]);
             done += n;

@@ -15,7 +15,8 @@ use softrdma_wire::{
 use crate::qp::{AckHold, AtomicResource, InMsg, Qp, ReadJob, RespOut};
 use crate::qp_attr::{AccessFlags, Gid, QpType};
 use crate::requester::{Transmit, TxCtx};
-use crate::resources::{RecvWqe, Resources};
+use crate::resources::{Mr, RecvWqe, Resources};
+use crate::rules::{self, RemoteDenied};
 use crate::time::Instant;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
@@ -156,7 +157,7 @@ impl Qp {
                         reth.rkey,
                         reth.va,
                         u64::from(reth.dma_len),
-                        AccessFlags::REMOTE_READ,
+                        rules::request_access(OpKind::ReadRequest),
                     ) {
                         let psn = pkt.bth.psn;
                         let len = u64::from(reth.dma_len);
@@ -212,6 +213,26 @@ impl Qp {
         }
     }
 
+    /// The remote access check of a request on this QP
+    /// ([`rules::check_remote`]: this QP's rights and PD, then the region
+    /// the rkey names): the region and the offset of `va` in it, or `None`
+    /// for a zero-length access (which needs no region).
+    fn remote_target<'r>(
+        &self,
+        res: &'r Resources,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<Option<(&'r Mr, usize)>, RemoteDenied> {
+        let mut found = None;
+        let off = rules::check_remote(self.attr.qp_access_flags, self.pd, need, va, len, || {
+            found = res.mr_by_rkey(rkey);
+            found.map(Mr::view)
+        })?;
+        Ok(found.map(|mr| (mr, off as usize)))
+    }
+
     fn check_remote(
         &self,
         res: &Resources,
@@ -220,29 +241,16 @@ impl Qp {
         len: u64,
         access: AccessFlags,
     ) -> bool {
-        if !self.attr.qp_access_flags.contains(access) {
-            return false;
-        }
-        len == 0 || res.remote_mr(rkey, self.pd, va, len, access).is_some()
+        self.remote_target(res, rkey, va, len, access).is_ok()
     }
 
     fn write_remote(&self, res: &Resources, rkey: u32, va: u64, data: &[u8]) -> bool {
         if data.is_empty() {
             return true;
         }
-        match res.remote_mr(
-            rkey,
-            self.pd,
-            va,
-            data.len() as u64,
-            AccessFlags::REMOTE_WRITE,
-        ) {
-            Some((mr, off))
-                if self
-                    .attr
-                    .qp_access_flags
-                    .contains(AccessFlags::REMOTE_WRITE) =>
-            {
+        let need = rules::request_access(OpKind::Write);
+        match self.remote_target(res, rkey, va, data.len() as u64, need) {
+            Ok(Some((mr, off))) => {
                 mr.mem.write(off, data);
                 true
             }
@@ -339,27 +347,17 @@ impl Qp {
                             return Err(Fail::Nak(NakCode::InvalidRequest));
                         };
                         let len = u64::from(reth.dma_len);
+                        let access = rules::request_access(OpKind::Write);
                         if len == 0 || pkt.headers.imm().is_some() {
-                            if !self.check_remote(
-                                res,
-                                reth.rkey,
-                                reth.va,
-                                len,
-                                AccessFlags::REMOTE_WRITE,
-                            ) {
+                            if !self.check_remote(res, reth.rkey, reth.va, len, access) {
                                 return Err(self.remote_fail(NakCode::RemoteAccessError));
                             }
                         } else {
                             // No receive WQE to wait for: one key lookup checks
                             // the whole message and writes this first packet,
                             // after the same checks in the same order.
-                            let access = AccessFlags::REMOTE_WRITE;
-                            let found = if self.attr.qp_access_flags.contains(access) {
-                                res.remote_mr(reth.rkey, self.pd, reth.va, len, access)
-                            } else {
-                                None
-                            };
-                            let Some((mr, off)) = found else {
+                            let found = self.remote_target(res, reth.rkey, reth.va, len, access);
+                            let Ok(Some((mr, off))) = found else {
                                 return Err(self.remote_fail(NakCode::RemoteAccessError));
                             };
                             if n > len || (pos.ends_message() && n != len) {
@@ -436,7 +434,8 @@ impl Qp {
                 if pending >= usize::from(self.attr.max_dest_rd_atomic.max(1)) {
                     return Err(Fail::Nak(NakCode::InvalidRequest));
                 }
-                if !self.check_remote(res, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ) {
+                let access = rules::request_access(OpKind::ReadRequest);
+                if !self.check_remote(res, reth.rkey, reth.va, len, access) {
                     return Err(Fail::Nak(NakCode::RemoteAccessError));
                 }
                 self.resp.msn = self.resp.msn.next();
@@ -460,18 +459,12 @@ impl Qp {
                 let Headers::Atomic(a) = pkt.headers else {
                     return Err(Fail::Nak(NakCode::InvalidRequest));
                 };
-                if a.va % 8 != 0 {
+                if !rules::atomic_va_aligned(a.va) {
                     return Err(Fail::Nak(NakCode::InvalidRequest));
                 }
-                if !self
-                    .attr
-                    .qp_access_flags
-                    .contains(AccessFlags::REMOTE_ATOMIC)
-                {
-                    return Err(Fail::Nak(NakCode::RemoteAccessError));
-                }
-                let Some((mr, off)) =
-                    res.remote_mr(a.rkey, self.pd, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+                let access = rules::request_access(info.kind);
+                let Ok(Some((mr, off))) =
+                    self.remote_target(res, a.rkey, a.va, rules::ATOMIC_LEN, access)
                 else {
                     return Err(Fail::Nak(NakCode::RemoteAccessError));
                 };
@@ -707,7 +700,8 @@ impl Qp {
                     let region = if seg == 0 {
                         None
                     } else {
-                        match res.remote_mr(rkey, self.pd, va, seg, AccessFlags::REMOTE_READ) {
+                        let access = rules::request_access(OpKind::ReadRequest);
+                        match res.remote_mr(rkey, self.pd, va, seg, access) {
                             Some((mr, o)) => Some((mr.mem.clone(), o)),
                             None => {
                                 self.resp.out.pop_front();

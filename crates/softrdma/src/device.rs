@@ -21,8 +21,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, Counters, Engine, EngineConfig, Event, Instant, Mtu, QpState, QpType, SendFlags,
-    SendOp, SendWr, SrcPortPolicy, Transmit, WcStatus, WorkCompletion,
+    AccessFlags, Counters, DirectOp, DirectPlan, Engine, EngineConfig, Event, Instant, Mtu, PeerQp,
+    PeerRegion, PeerView, QpState, SendOp, SendWr, SrcPortPolicy, Transmit,
 };
 use softrdma_pcap::{SharedPcapWriter, Timestamp};
 use softrdma_wire::{icrc, Endpoints};
@@ -94,9 +94,6 @@ pub(crate) struct State {
     pub shm: ShmHub,
     /// Regions of this device a same-host peer may be granted, by rkey.
     pub regions: crate::keymap::KeyMap<u32, SharedRegion>,
-    /// Regions of this device with a process address, by lkey, for the
-    /// initiator's own side of direct operations.
-    pub local_mrs: crate::keymap::KeyMap<u32, LocalMr>,
     /// Inline progress calls so far, and how many UDP reads in a row found nothing.
     polls: u32,
     udp_idle: u32,
@@ -122,25 +119,17 @@ impl State {
 /// Routes `try_direct` keeps (one per QPN modulo this).
 const DIRECT_ROUTES: usize = 8;
 
-/// The initiator-side facts a direct operation on a QP depends on, kept
-/// between operations: looking them up again was about a tenth of a
-/// same-host WRITE's latency. Valid while the state's `routes_epoch` and the shm
-/// hub's `links_gen` are those it was made under. The target's tables
-/// are read for every operation: the peer changes them without us.
+/// Where a QP's direct operations go, kept between operations: the link
+/// to its destination. Valid while the state's `routes_epoch` and the shm
+/// hub's `links_gen` are those it was made under. Everything else —
+/// the initiator's rules and the grant — is checked on every operation.
 #[derive(Clone, Copy)]
 struct DirectRoute {
     qpn: u32,
     epoch: u64,
     links_gen: u64,
-    /// The QP is RTS, RC or UC, with nothing queued in the engine.
-    qp_type: QpType,
-    pd: u32,
-    dest_qpn: u32,
     /// Index of the link to the QP's destination.
     link: usize,
-    /// The local region last used through this QP.
-    lkey: u32,
-    local: Option<LocalMr>,
 }
 
 /// A region of this device in a segment of its own (`segment.rs`), which
@@ -150,17 +139,6 @@ pub(crate) struct SharedRegion {
     pub seg: Arc<Segment>,
     /// Where the byte at the region's iova is in the segment.
     pub offset: u64,
-}
-
-/// A local region with a process address, for the initiator's direct copies.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LocalMr {
-    pub pd: u32,
-    pub iova: u64,
-    pub len: u64,
-    /// Process address of the byte at `iova`.
-    pub base: usize,
-    pub access: AccessFlags,
 }
 
 /// One open device.
@@ -305,7 +283,6 @@ impl Device {
                 driver: DriverCounters::default(),
                 shm,
                 regions: Default::default(),
-                local_mrs: Default::default(),
                 polls: 0,
                 udp_idle: 0,
                 app_polls: 0,
@@ -718,26 +695,27 @@ impl Device {
     /// grant and go through the engine). Returns false to let the engine
     /// handle the WR instead (which also produces every error completion).
     pub fn try_direct(&self, qpn: u32, wr: &SendWr) -> bool {
-        /// Most SGEs a direct operation takes (longer lists go to the engine).
-        const MAX_SGE: usize = 8;
-        let (remote_addr, rkey, need) = match wr.op {
-            SendOp::Write { remote_addr, rkey } => (remote_addr, rkey, AccessFlags::REMOTE_WRITE),
-            SendOp::Read { remote_addr, rkey } => (remote_addr, rkey, AccessFlags::REMOTE_READ),
-            SendOp::CompareSwap {
-                remote_addr, rkey, ..
-            }
-            | SendOp::FetchAdd {
-                remote_addr, rkey, ..
-            } => (remote_addr, rkey, AccessFlags::REMOTE_ATOMIC),
-            _ => return false,
-        };
-        if !self.direct || wr.flags.contains(SendFlags::INLINE) || wr.sg_list.len() > MAX_SGE {
+        let one_sided = matches!(
+            wr.op,
+            SendOp::Write { .. }
+                | SendOp::Read { .. }
+                | SendOp::CompareSwap { .. }
+                | SendOp::FetchAdd { .. }
+        );
+        if !self.direct || !one_sided {
             return false;
         }
         let mut guard_st = self.lock_keeping_routes();
         let st = &mut *guard_st;
+        // The initiator's rules, and where the local bytes are (filled in
+        // place: moving a plan just written stalled on store forwarding).
+        let mut planned = DirectPlan::new();
+        if st.engine.plan_direct_into(qpn, wr, &mut planned).is_err() {
+            return false;
+        }
+        let plan = &planned;
         let slot = qpn as usize % DIRECT_ROUTES;
-        let mut route = match st.routes[slot] {
+        let route = match st.routes[slot] {
             Some(r)
                 if r.qpn == qpn
                     && r.epoch == st.routes_epoch
@@ -745,61 +723,17 @@ impl Device {
             {
                 r
             }
-            _ => match Self::look_up_route(st, qpn) {
+            _ => match Self::look_up_route(st, qpn, plan.dest()) {
                 Some(r) => r,
                 None => return false,
             },
         };
-        if route.qp_type == QpType::Uc && need != AccessFlags::REMOTE_WRITE {
-            return false;
-        }
-        // Local SGEs: all in regions of this device with an address, in the
-        // QP's PD, inside them (overflow-safe), with the rights needed.
-        let local_write = need != AccessFlags::REMOTE_WRITE;
-        let mut local_buf = [(0usize, 0usize); MAX_SGE];
-        let mut total = 0u64;
-        for (slot, sge) in local_buf.iter_mut().zip(&wr.sg_list) {
-            let m = match route.local {
-                Some(m) if route.lkey == sge.lkey => m,
-                _ => match st.local_mrs.get(&sge.lkey) {
-                    Some(&m) => {
-                        (route.lkey, route.local) = (sge.lkey, Some(m));
-                        m
-                    }
-                    None => return false,
-                },
-            };
-            let len = u64::from(sge.length);
-            let inside = sge
-                .addr
-                .checked_sub(m.iova)
-                .filter(|off| off.checked_add(len).is_some_and(|end| end <= m.len));
-            let Some(off) = inside else {
-                return false;
-            };
-            if m.pd != route.pd || (local_write && !m.access.contains(AccessFlags::LOCAL_WRITE)) {
-                return false;
-            }
-            *slot = (m.base + off as usize, sge.length as usize);
-            total += len;
-        }
-        let local = &local_buf[..wr.sg_list.len()];
-        let atomic = need == AccessFlags::REMOTE_ATOMIC;
-        if atomic && (total != 8 || remote_addr % 8 != 0) {
-            return false;
-        }
         st.routes[slot] = Some(route);
+        let (rkey, dest_qpn) = (plan.rkey(), plan.dest_qpn());
         // At most two tries: the second after asking for a missing grant.
         for attempt in 0..2 {
-            let done = match st.shm.enter(route.link, rkey, route.dest_qpn) {
-                Ok(inside) => Ok(execute_direct(
-                    &inside,
-                    wr,
-                    local,
-                    total,
-                    route.dest_qpn,
-                    need,
-                )),
+            let done = match st.shm.enter(route.link, rkey, dest_qpn) {
+                Ok(inside) => Ok(execute_direct(&st.engine, &inside, plan)),
                 Err(e) => Err(e),
             };
             match done {
@@ -809,8 +743,8 @@ impl Device {
                     let req = crate::linkmsg::GrantRequest {
                         rkey,
                         requester_qpn: qpn,
-                        target_qpn: route.dest_qpn,
-                        access: need.bits(),
+                        target_qpn: dest_qpn,
+                        access: plan.access().bits(),
                     };
                     if !st.shm.ask_grant(route.link, req)
                         || !Self::await_grant(st, &req, route.link)
@@ -820,15 +754,13 @@ impl Device {
                 }
                 Err(crate::grant::NotGranted::Missing) => return false,
                 Err(crate::grant::NotGranted::Revoked) => {
-                    st.shm.forget_grant(route.link, rkey, route.dest_qpn);
+                    st.shm.forget_grant(route.link, rkey, dest_qpn);
                     return false;
                 }
             }
         }
-        let mut wc = WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.wc_opcode(), qpn);
-        wc.byte_len = total as u32;
         st.driver.direct_ops += 1;
-        st.engine.complete_executed(qpn, wr.flags, wc);
+        st.engine.complete_direct(plan);
         // An armed CQ's completion event goes out now, not at the next progress.
         self.route_events(st);
         true
@@ -928,29 +860,15 @@ impl Device {
         }
     }
 
-    /// The route of a direct operation on QP `qpn`, if it can take one:
-    /// RTS with nothing queued in the engine, RC or UC, its destination a
-    /// same-host peer with an arena.
-    fn look_up_route(st: &mut State, qpn: u32) -> Option<DirectRoute> {
-        // Fields read in place: moving the returned struct out of its
-        // Option stalled on store forwarding.
-        let qi = st.engine.fast_qp_info(qpn);
-        let info = qi.as_ref()?;
-        if info.state != QpState::Rts || !info.sq_empty || info.qp_type == QpType::Ud {
-            return None;
-        }
-        let (qp_type, pd, dest_qpn) = (info.qp_type, info.pd, info.dest_qpn);
-        let link = st.shm.peer_link(info.dest?)?;
+    /// The route of a direct operation on QP `qpn`, whose destination is
+    /// `dest`, if it can take one: a same-host peer whose link is up.
+    fn look_up_route(st: &mut State, qpn: u32, dest: SocketAddr) -> Option<DirectRoute> {
+        let link = st.shm.peer_link(dest)?;
         Some(DirectRoute {
             qpn,
             epoch: st.routes_epoch,
             links_gen: st.shm.links_gen(),
-            qp_type,
-            pd,
-            dest_qpn,
             link,
-            lkey: 0,
-            local: None,
         })
     }
 
@@ -1046,53 +964,57 @@ impl Device {
     }
 }
 
-/// Executes a direct WRITE, READ or atomic inside a granted region, after
-/// the target's checks against what it granted: this QP pair, the right on
-/// both the QP and the region, the range inside the region. False when a
-/// check fails (the engine then handles the WR).
-fn execute_direct(
-    inside: &crate::grant::Inside<'_>,
-    wr: &SendWr,
-    local: &[(usize, usize)],
-    total: u64,
-    dest_qpn: u32,
-    need: AccessFlags,
-) -> bool {
-    let remote_addr = match wr.op {
-        SendOp::Write { remote_addr, .. }
-        | SendOp::Read { remote_addr, .. }
-        | SendOp::CompareSwap { remote_addr, .. }
-        | SendOp::FetchAdd { remote_addr, .. } => remote_addr,
-        _ => return false,
-    };
-    let g = &inside.grant.grant;
-    if g.target_qpn != dest_qpn
-        || !AccessFlags(g.access).contains(need)
-        || !AccessFlags(g.qp_access).contains(need)
-    {
-        return false;
+/// What the target granted, as the engine's rules read a peer: the QP
+/// the grant is for (its state taking requests while the grant stands:
+/// it is revoked when that changes) and the region.
+struct GrantView<'a>(&'a crate::linkmsg::Grant);
+
+impl PeerView for GrantView<'_> {
+    fn qp(&mut self, qpn: u32) -> Option<PeerQp> {
+        (qpn == self.0.target_qpn).then_some(PeerQp {
+            pd: self.0.pd,
+            access: AccessFlags(self.0.qp_access),
+            state: QpState::Rts,
+        })
     }
-    let Some(rp) = remote_addr
-        .checked_sub(g.iova)
-        .and_then(|off| inside.grant.ptr(off, total))
-    else {
+    fn region(&mut self, rkey: u32) -> Option<PeerRegion> {
+        (rkey == self.0.rkey).then_some(PeerRegion {
+            pd: self.0.pd,
+            access: AccessFlags(self.0.access),
+            iova: self.0.iova,
+            len: self.0.len,
+        })
+    }
+}
+
+/// Executes a planned WRITE, READ or atomic inside a granted region: the
+/// target's rules (`Engine::check_direct_target`) against what it
+/// granted, then the copy or the CPU atomic. False when a rule refuses
+/// (the engine then handles the WR and gives its completion).
+fn execute_direct(engine: &Engine, inside: &crate::grant::Inside<'_>, plan: &DirectPlan) -> bool {
+    let Ok(roff) = engine.check_direct_target(plan, &mut GrantView(&inside.grant.grant)) else {
         return false;
     };
+    let Some(rp) = inside.grant.ptr(roff, plan.len()) else {
+        return false;
+    };
+    let local = plan.pieces();
     let lp = |a: usize| a as *mut u8;
-    match wr.op {
-        SendOp::Write { .. } => {
+    match plan.op() {
+        DirectOp::Write => {
             let mut r = rp;
             for &(lo, n) in local {
-                // SAFETY: the source lies in our own registered region,
-                // the target in the granted mapping (both checked
-                // above); distinct mappings.
+                // SAFETY: the source lies in our own registered region (the
+                // engine's local SGE rule), the target in the granted
+                // mapping (the target's rule and `ptr` above); distinct
+                // mappings.
                 unsafe {
                     std::ptr::copy_nonoverlapping(lp(lo), r, n);
                     r = r.add(n);
                 }
             }
         }
-        SendOp::Read { .. } => {
+        DirectOp::Read => {
             let mut r = rp;
             for &(lo, n) in local {
                 // SAFETY: as above, with the roles swapped.
@@ -1102,7 +1024,7 @@ fn execute_direct(
                 }
             }
         }
-        SendOp::CompareSwap { compare, swap, .. } => {
+        DirectOp::CompareSwap { compare, swap } => {
             // CPU atomics need the word 8-aligned in both mappings.
             let (Some(t), Some(l)) = (atomic_at(rp), atomic_at(lp(local[0].0))) else {
                 return false;
@@ -1112,13 +1034,12 @@ fn execute_direct(
             };
             l.store(old, Ordering::Release);
         }
-        SendOp::FetchAdd { add, .. } => {
+        DirectOp::FetchAdd { add } => {
             let (Some(t), Some(l)) = (atomic_at(rp), atomic_at(lp(local[0].0))) else {
                 return false;
             };
             l.store(t.fetch_add(add, Ordering::SeqCst), Ordering::Release);
         }
-        _ => return false,
     }
     true
 }

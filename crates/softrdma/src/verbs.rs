@@ -16,8 +16,8 @@ use softrdma_engine::{
 use softrdma_wire::Psn;
 
 use crate::config::{devices, DeviceConfig};
+use crate::device::SharedRegion;
 use crate::device::{ChannelShared, Device, DriverCounters, Lifetime};
-use crate::device::{LocalMr, SharedRegion};
 use crate::region::{OwnedRegion, RawRegion};
 use crate::segment::{Segment, SegmentRegion};
 use crate::sys::{self, EventFd};
@@ -384,8 +384,6 @@ impl Context {
 /// Where a registered region lives, for [`Pd::share`].
 #[derive(Clone)]
 struct Shared {
-    iova: u64,
-    len: usize,
     /// Process address of the byte at `iova`.
     base: usize,
     /// The region's own segment, when same-host peers may be granted it.
@@ -440,12 +438,10 @@ impl Pd {
                 });
                 let mr = self.register(mem, addr, len, access)?;
                 let shared = Shared {
-                    iova: addr,
-                    len,
                     base: addr as usize,
                     seg: Some(seg),
                 };
-                self.share(&mr, access, shared);
+                self.share(&mr, shared);
                 return Ok(mr);
             }
         }
@@ -454,12 +450,10 @@ impl Pd {
         let mem: Arc<dyn RegionMemory> = region;
         let mr = self.register(mem, addr, len, access)?;
         let shared = Shared {
-            iova: addr,
-            len,
             base: addr as usize,
             seg: None,
         };
-        self.share(&mr, access, shared);
+        self.share(&mr, shared);
         Ok(mr)
     }
 
@@ -483,12 +477,10 @@ impl Pd {
         let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
         let mr = self.register(mem, iova, len, access)?;
         let shared = Shared {
-            iova,
-            len,
             base: ptr as usize,
             seg: None,
         };
-        self.share(&mr, access, shared);
+        self.share(&mr, shared);
         Ok(mr)
     }
 
@@ -533,30 +525,17 @@ impl Pd {
         let mut mr = self.register(mem, iova, len, access)?;
         mr.adopted = Some(seg.clone());
         let shared = Shared {
-            iova,
-            len,
             base: ptr as usize,
             seg: Some(seg),
         };
-        self.share(&mr, access, shared);
+        self.share(&mr, shared);
         Ok(mr)
     }
 
-    /// Records `mr` for this device's direct path and, when it has a
-    /// segment, as a region same-host peers may be granted.
-    fn share(&self, mr: &Mr, access: AccessFlags, at: Shared) {
-        let pd = self.handle;
+    /// Records `mr`, when it has a segment, as a region same-host peers
+    /// may be granted.
+    fn share(&self, mr: &Mr, at: Shared) {
         let mut st = self.ctx.dev.lock();
-        st.local_mrs.insert(
-            mr.lkey,
-            LocalMr {
-                pd,
-                iova: at.iova,
-                len: at.len as u64,
-                base: at.base,
-                access,
-            },
-        );
         if let Some(seg) = at.seg {
             // The region's bytes start at `base`, in the segment at the
             // same distance from its start.
@@ -688,7 +667,6 @@ impl Drop for Mr {
         // mapping then reaches nothing, whatever it does.
         {
             let mut st = self.ctx.dev.lock();
-            st.local_mrs.remove(&k);
             if st.regions.remove(&rkey).is_some() {
                 st.shm.revoke(|_, g| g.rkey == rkey);
             }

@@ -1,6 +1,8 @@
 //! The same-host path: direct one-sided operations by the initiator, SEND
 //! through shared-memory rings, and every way of reaching memory one must
-//! not, each rejected with the status hardware gives and the target untouched.
+//! not, each rejected with the status hardware gives and the target
+//! untouched — over UDP and shared memory alike, through the engine's one
+//! rule book.
 
 use std::time::Duration;
 
@@ -214,71 +216,89 @@ fn expect_write_error(p: &Pair, sge: Sge, mb: &Mr, remote_addr: u64, rkey: u32, 
 
 #[test]
 fn wrong_rkey_is_rejected() {
-    let p = pair(Transport::Shm, all());
-    let ma = p.pa.alloc_mr(4096, all()).unwrap();
-    ma.write(0, &[0xAB; 4096]).unwrap();
-    let mb = p.pb.alloc_mr(4096, all()).unwrap();
-    expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey() ^ 0x5A5A, 64);
+    // The same violation over both transports: one rule book.
+    for transport in [Transport::Udp, Transport::Shm] {
+        let p = pair(transport, all());
+        let ma = p.pa.alloc_mr(4096, all()).unwrap();
+        ma.write(0, &[0xAB; 4096]).unwrap();
+        let mb = p.pb.alloc_mr(4096, all()).unwrap();
+        expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey() ^ 0x5A5A, 64);
+    }
 }
 
 #[test]
 fn out_of_bounds_is_rejected() {
-    let p = pair(Transport::Shm, all());
-    let ma = p.pa.alloc_mr(8192, all()).unwrap();
-    ma.write(0, &[0xAB; 8192]).unwrap();
-    let mb = p.pb.alloc_mr(4096, all()).unwrap();
-    expect_access_error(&p, &ma, &mb, mb.addr() + 4000, mb.rkey(), 200);
+    // The same violation over both transports: one rule book.
+    for transport in [Transport::Udp, Transport::Shm] {
+        let p = pair(transport, all());
+        let ma = p.pa.alloc_mr(8192, all()).unwrap();
+        ma.write(0, &[0xAB; 8192]).unwrap();
+        let mb = p.pb.alloc_mr(4096, all()).unwrap();
+        expect_access_error(&p, &ma, &mb, mb.addr() + 4000, mb.rkey(), 200);
+    }
 }
 
 #[test]
 fn missing_region_access_flag_is_rejected() {
-    let p = pair(Transport::Shm, all());
-    let ma = p.pa.alloc_mr(4096, all()).unwrap();
-    ma.write(0, &[0xAB; 4096]).unwrap();
-    let mb =
-        p.pb.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
-            .unwrap();
-    expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey(), 64);
+    // The same violation over both transports: one rule book.
+    for transport in [Transport::Udp, Transport::Shm] {
+        let p = pair(transport, all());
+        let ma = p.pa.alloc_mr(4096, all()).unwrap();
+        ma.write(0, &[0xAB; 4096]).unwrap();
+        let mb =
+            p.pb.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+                .unwrap();
+        expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey(), 64);
+    }
 }
 
 #[test]
 fn missing_qp_access_flag_is_rejected() {
-    let p = pair(
-        Transport::Shm,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
-    );
-    let ma = p.pa.alloc_mr(4096, all()).unwrap();
-    ma.write(0, &[0xAB; 4096]).unwrap();
-    let mb = p.pb.alloc_mr(4096, all()).unwrap();
-    expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey(), 64);
+    // The same violation over both transports: one rule book.
+    for transport in [Transport::Udp, Transport::Shm] {
+        let p = pair(
+            transport,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        );
+        let ma = p.pa.alloc_mr(4096, all()).unwrap();
+        ma.write(0, &[0xAB; 4096]).unwrap();
+        let mb = p.pb.alloc_mr(4096, all()).unwrap();
+        expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey(), 64);
+    }
 }
 
 #[test]
 fn other_protection_domain_is_rejected() {
-    let p = pair(Transport::Shm, all());
-    let ma = p.pa.alloc_mr(4096, all()).unwrap();
-    ma.write(0, &[0xAB; 4096]).unwrap();
-    let other_pd = p.b.alloc_pd().unwrap();
-    let mb = other_pd.alloc_mr(4096, all()).unwrap();
-    expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey(), 64);
+    // The same violation over both transports: one rule book.
+    for transport in [Transport::Udp, Transport::Shm] {
+        let p = pair(transport, all());
+        let ma = p.pa.alloc_mr(4096, all()).unwrap();
+        ma.write(0, &[0xAB; 4096]).unwrap();
+        let other_pd = p.b.alloc_pd().unwrap();
+        let mb = other_pd.alloc_mr(4096, all()).unwrap();
+        expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey(), 64);
+    }
 }
 
 /// The target deregisters a region the initiator has just written to
 /// directly: the next WRITE with its rkey fails and touches nothing.
 #[test]
 fn deregistered_region_is_rejected() {
-    let p = pair(Transport::Shm, all());
-    let ma = p.pa.alloc_mr(4096, all()).unwrap();
-    ma.write(0, &[0xAB; 4096]).unwrap();
-    let keep = p.pb.alloc_mr(4096, all()).unwrap();
-    let mb = p.pb.alloc_mr(4096, all()).unwrap();
-    let (addr, rkey) = (mb.addr(), mb.rkey());
-    for i in 0..2 {
-        let wc = write_once(&p, &ma, i, addr, rkey, 64);
-        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    // The same violation over both transports: one rule book.
+    for transport in [Transport::Udp, Transport::Shm] {
+        let p = pair(transport, all());
+        let ma = p.pa.alloc_mr(4096, all()).unwrap();
+        ma.write(0, &[0xAB; 4096]).unwrap();
+        let keep = p.pb.alloc_mr(4096, all()).unwrap();
+        let mb = p.pb.alloc_mr(4096, all()).unwrap();
+        let (addr, rkey) = (mb.addr(), mb.rkey());
+        for i in 0..2 {
+            let wc = write_once(&p, &ma, i, addr, rkey, 64);
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        }
+        drop(mb);
+        expect_access_error(&p, &ma, &keep, addr, rkey, 64);
     }
-    drop(mb);
-    expect_access_error(&p, &ma, &keep, addr, rkey, 64);
 }
 
 /// A WRITE of `len` bytes from `ma` at 0 to `remote_addr` through `qp`

@@ -1,0 +1,590 @@
+//! The verbs rules, in one place.
+//!
+//! Every check the engine makes before it touches memory or accepts work —
+//! which rights an operation needs, which operations a QP type has, what a
+//! QP may do in each state, whether a local SGE or a remote range is
+//! allowed — is one small pure function here. The engine's own paths
+//! (`post_send`, the requester's checks when a WQE starts, the responder)
+//! and the same-host direct path ([`crate::Engine::plan_direct`],
+//! [`crate::Engine::check_direct_target`]) call these functions and
+//! nothing else, so a driver that executes an operation itself applies
+//! exactly the rules the wire path applies.
+//!
+//! "IBTA" is the InfiniBand Architecture Specification, Volume 1, cited by
+//! chapter (9: transport layer, 10: software transport verbs, 11: verbs
+//! interface), and the man pages are libibverbs'; where the engine differs
+//! from either, the function's comment says so. `docs/engine.md` ("Rules")
+//! lists every function with its callers.
+
+use softrdma_wire::OpKind;
+
+use crate::qp_attr::{AccessFlags, QpCap, QpState, QpType};
+use crate::wr::{SendFlags, SendOp, SendWr, Sge, WcStatus};
+
+/// Largest message a WQE may carry (2^31 bytes, as on real HCAs).
+pub const MAX_MSG_SIZE: u64 = 1 << 31;
+
+/// Bytes an atomic operates on.
+pub const ATOMIC_LEN: u64 = 8;
+
+/// A memory region as the rules see it: its protection domain, access
+/// flags, virtual address and length. The engine makes one from each of
+/// its own regions; the direct path gets one from a peer's published
+/// table ([`crate::PeerRegion`] is this type), where every value is
+/// untrusted — the rules only compare and do checked arithmetic on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionView {
+    pub pd: u32,
+    pub access: AccessFlags,
+    pub iova: u64,
+    pub len: u64,
+}
+
+// ----- which rights an operation needs -----
+
+/// The right the *target* must grant for a send WR's operation (IBTA
+/// ch. 9 and 10, `ibv_post_send(3)`, `ibv_modify_qp(3)` access flags): RDMA WRITE and WRITE with immediate
+/// need REMOTE_WRITE, RDMA READ needs REMOTE_READ, the atomics need
+/// REMOTE_ATOMIC; SENDs need none (an empty set): they land in a receive
+/// WQE the target posted itself.
+#[inline]
+pub const fn remote_access(op: &SendOp) -> AccessFlags {
+    match op {
+        SendOp::Write { .. } | SendOp::WriteWithImm { .. } => AccessFlags::REMOTE_WRITE,
+        SendOp::Read { .. } => AccessFlags::REMOTE_READ,
+        SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => AccessFlags::REMOTE_ATOMIC,
+        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
+            AccessFlags::empty()
+        }
+    }
+}
+
+/// [`remote_access`] for a request as the responder receives it (the
+/// opcode's kind): WRITE → REMOTE_WRITE, READ request → REMOTE_READ,
+/// CmpSwap/FetchAdd → REMOTE_ATOMIC, anything else none.
+#[inline]
+pub const fn request_access(kind: OpKind) -> AccessFlags {
+    match kind {
+        OpKind::Write => AccessFlags::REMOTE_WRITE,
+        OpKind::ReadRequest => AccessFlags::REMOTE_READ,
+        OpKind::CompareSwap | OpKind::FetchAdd => AccessFlags::REMOTE_ATOMIC,
+        _ => AccessFlags::empty(),
+    }
+}
+
+/// The right the *local* regions of a send WR's SGEs must grant (IBTA
+/// ch. 10 memory access rights, `ibv_reg_mr(3)`): the HCA writes into the SGEs of a READ (the
+/// data) and of an atomic (the original value), so those need
+/// LOCAL_WRITE; the SGEs of SENDs and WRITEs are only read, which every
+/// region allows.
+#[inline]
+pub const fn local_access(op: &SendOp) -> AccessFlags {
+    if op.is_read_or_atomic() {
+        AccessFlags::LOCAL_WRITE
+    } else {
+        AccessFlags::empty()
+    }
+}
+
+// ----- which operations a QP type has -----
+
+/// Whether a QP of `qp_type` has the operation at all (IBTA ch. 9, the
+/// operations each transport service supports; `ibv_post_send(3)`): RC has
+/// every one; UC has SEND (with or without immediate) and RDMA WRITE (with
+/// or without immediate) — no READ, no atomics, no SEND with invalidate;
+/// UD has SEND with or without immediate only. Anything else is EINVAL at
+/// post time.
+#[inline]
+pub const fn op_allowed(qp_type: QpType, op: &SendOp) -> bool {
+    match qp_type {
+        QpType::Rc => true,
+        QpType::Uc => matches!(
+            op,
+            SendOp::Send
+                | SendOp::SendWithImm { .. }
+                | SendOp::Write { .. }
+                | SendOp::WriteWithImm { .. }
+        ),
+        QpType::Ud => matches!(op, SendOp::Send | SendOp::SendWithImm { .. }),
+    }
+}
+
+// ----- what a QP may do in each state -----
+
+/// Whether `ibv_post_send` accepts a WR in `state` (IBTA ch. 10, the QP
+/// states and the work they permit; `ibv_post_send(3)`): RTS and SQD queue it; SQE and ERR
+/// accept it and flush it at once ([`posted_sends_flush`]); RESET, INIT
+/// and RTR refuse it (EINVAL).
+#[inline]
+pub const fn can_post_send(state: QpState) -> bool {
+    matches!(
+        state,
+        QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe
+    )
+}
+
+/// Whether a send WR accepted in `state` is flushed at once with
+/// WR_FLUSH_ERR instead of executing (SQE and ERR, IBTA ch. 10).
+#[inline]
+pub const fn posted_sends_flush(state: QpState) -> bool {
+    matches!(state, QpState::Err | QpState::Sqe)
+}
+
+/// Whether `ibv_post_recv` accepts a WR in `state` (IBTA ch. 10): in
+/// every state but RESET (receives may be posted from INIT on).
+#[inline]
+pub const fn can_post_recv(state: QpState) -> bool {
+    !matches!(state, QpState::Reset)
+}
+
+/// Whether a receive WR accepted in `state` is completed at once with
+/// WR_FLUSH_ERR (ERR only: SQE stops the send queue, not the receive queue).
+#[inline]
+pub const fn posted_recvs_flush(state: QpState) -> bool {
+    matches!(state, QpState::Err)
+}
+
+/// Whether the requester runs in `state`: transmits WQEs that have
+/// started and takes their responses (RTS, and SQD, which lets started
+/// WQEs finish; IBTA ch. 10, the SQ drain state).
+#[inline]
+pub const fn requester_active(state: QpState) -> bool {
+    matches!(state, QpState::Rts | QpState::Sqd)
+}
+
+/// Whether the requester may *start* a new WQE in `state`: RTS only (in
+/// SQD no new WQE starts). A WR executed outside the engine
+/// starts as it executes, so the direct path requires this too.
+#[inline]
+pub const fn requester_may_start(state: QpState) -> bool {
+    matches!(state, QpState::Rts)
+}
+
+/// Whether the responder executes incoming requests in `state` (IBTA
+/// ch. 10: from RTR on; SQD and SQE keep the receive side working): RTR,
+/// RTS, SQD, SQE. RESET, INIT and ERR drop them.
+#[inline]
+pub const fn responder_receives(state: QpState) -> bool {
+    matches!(
+        state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    )
+}
+
+// ----- ranges -----
+
+/// The offset of `[va, va + n)` in a region of `len` bytes at `iova`, when
+/// the range lies inside it (the whole range must be in the region, IBTA
+/// ch. 9 and 10). Computed with checked arithmetic: a `va` below `iova`, or
+/// a range whose end overflows u64, is outside — never wrapped around.
+#[inline]
+pub const fn range_offset(iova: u64, len: u64, va: u64, n: u64) -> Option<u64> {
+    let Some(off) = va.checked_sub(iova) else {
+        return None;
+    };
+    let Some(end) = off.checked_add(n) else {
+        return None;
+    };
+    if end <= len {
+        Some(off)
+    } else {
+        None
+    }
+}
+
+// ----- local SGEs -----
+
+/// The local SGE check (IBTA ch. 10, L_Key checks; `ibv_post_send(3)`): the lkey
+/// names a region of this engine (`region`, None when the lookup found
+/// nothing), the region is in the QP's protection domain `qp_pd`, it
+/// grants `need` (LOCAL_WRITE where the engine writes,
+/// [`local_access`]), and `[addr, addr + length)` lies inside it
+/// ([`range_offset`], overflow-safe). Returns the SGE's offset in the
+/// region, or the completion status the WR fails with: LOC_PROT_ERR for
+/// each of these, as real HCAs report them.
+#[inline]
+pub fn check_local_sge(
+    region: Option<&RegionView>,
+    qp_pd: u32,
+    sge: &Sge,
+    need: AccessFlags,
+) -> Result<u64, WcStatus> {
+    let r = region.ok_or(WcStatus::LocProtErr)?;
+    if r.pd != qp_pd || !r.access.contains(need) {
+        return Err(WcStatus::LocProtErr);
+    }
+    range_offset(r.iova, r.len, sge.addr, u64::from(sge.length)).ok_or(WcStatus::LocProtErr)
+}
+
+// ----- remote access -----
+
+/// Why a remote access is refused. The responder answers every one with a
+/// remote access error NAK (RC; UC drops the packet); the direct path
+/// reports it in [`crate::NotDirect::Target`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RemoteDenied {
+    /// The target QP's access flags lack the right.
+    QpAccess,
+    /// No valid region has the rkey.
+    NoRegion,
+    /// The region is in another protection domain than the target QP.
+    Pd,
+    /// The region's access flags lack the right.
+    RegionAccess,
+    /// `[va, va + len)` is not inside the region (overflow included).
+    Range,
+}
+
+/// The region half of the remote access check (IBTA ch. 9, R_Key checks):
+/// the rkey found a region (`region`), it is in the target QP's protection
+/// domain `qp_pd`, it grants `need`, and `[va, va + len)` lies inside it
+/// ([`range_offset`]). Returns the offset of `va` in the region. The
+/// responder re-checks this alone for every READ response packet and every
+/// later packet of a WRITE (the region may have gone meanwhile).
+#[inline]
+pub fn check_region(
+    region: Option<&RegionView>,
+    qp_pd: u32,
+    need: AccessFlags,
+    va: u64,
+    len: u64,
+) -> Result<u64, RemoteDenied> {
+    let r = region.ok_or(RemoteDenied::NoRegion)?;
+    if r.pd != qp_pd {
+        return Err(RemoteDenied::Pd);
+    }
+    if !r.access.contains(need) {
+        return Err(RemoteDenied::RegionAccess);
+    }
+    range_offset(r.iova, r.len, va, len).ok_or(RemoteDenied::Range)
+}
+
+/// The whole remote access check of a request, as the responder makes it
+/// when a WRITE, READ or atomic starts (IBTA ch. 9):
+/// the target QP's access flags `qp_access` contain `need`; a zero-length
+/// access needs nothing more — no valid rkey, no region (a zero-length
+/// RDMA operation does not check its R_Key and virtual address); otherwise the
+/// region rules of [`check_region`]. `region` looks the rkey up and is
+/// called only when the rule needs the region. Returns the offset of `va`
+/// in the region (0 for a zero-length access).
+#[inline]
+pub fn check_remote(
+    qp_access: AccessFlags,
+    qp_pd: u32,
+    need: AccessFlags,
+    va: u64,
+    len: u64,
+    region: impl FnOnce() -> Option<RegionView>,
+) -> Result<u64, RemoteDenied> {
+    if !qp_access.contains(need) {
+        return Err(RemoteDenied::QpAccess);
+    }
+    if len == 0 {
+        return Ok(0);
+    }
+    check_region(region().as_ref(), qp_pd, need, va, len)
+}
+
+// ----- atomics -----
+
+/// Whether an atomic's target address is allowed (IBTA ch. 9, atomic
+/// operations: the virtual address must be 8-byte aligned; otherwise an
+/// invalid request NAK). The rule is on the virtual address, not on its offset in the
+/// region: a region registered at an iova that is not 8-aligned has
+/// aligned atomics at unaligned offsets (memory implementations cope).
+#[inline]
+pub const fn atomic_va_aligned(va: u64) -> bool {
+    va.is_multiple_of(ATOMIC_LEN)
+}
+
+/// Whether an atomic WR's SGE list is acceptable at post time
+/// (`ibv_post_send(3)`: exactly one SGE of exactly 8 bytes; EINVAL
+/// otherwise). `len` is the sum of the SGE lengths.
+#[inline]
+pub const fn atomic_sges_ok(num_sge: usize, len: u64) -> bool {
+    num_sge == 1 && len == ATOMIC_LEN
+}
+
+/// Whether a starting atomic WQE's local buffer is long enough for the
+/// original value (LOC_LEN_ERR otherwise).
+#[inline]
+pub const fn atomic_local_len_ok(len: u64) -> bool {
+    len >= ATOMIC_LEN
+}
+
+// ----- messages -----
+
+/// Whether a starting WQE's message length is allowed (at most 2^31 bytes,
+/// the port's max message size; LOC_LEN_ERR otherwise).
+#[inline]
+pub const fn message_len_ok(len: u64) -> bool {
+    len <= MAX_MSG_SIZE
+}
+
+// ----- posting -----
+
+/// Why `ibv_post_send` refuses a WR (before anything is queued).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PostSendError {
+    /// The QP's state does not take sends ([`can_post_send`]): EINVAL.
+    State,
+    /// The QP type does not have the operation ([`op_allowed`]): EINVAL.
+    OpNotSupported,
+    /// More SGEs than the QP's `max_send_sge`: EINVAL.
+    TooManySges,
+    /// The send queue holds `max_send_wr` WRs already: ENOMEM.
+    QueueFull,
+    /// A UD WR without a destination (`wr.ud`): EINVAL.
+    UdWithoutDest,
+    /// An atomic without exactly one 8-byte SGE ([`atomic_sges_ok`]): EINVAL.
+    AtomicSges,
+}
+
+/// The checks of `ibv_post_send` that do not depend on memory contents, in
+/// the order the engine makes them: state, operation for the QP type, SGE
+/// count, queue room, UD destination, atomic SGE. Returns the message
+/// length (the sum of the SGE lengths). Inline data is checked by
+/// `post_send` itself (the direct path takes no inline WRs).
+#[inline]
+pub fn check_post_send(
+    qp_type: QpType,
+    state: QpState,
+    cap: &QpCap,
+    sq_len: usize,
+    wr: &SendWr,
+) -> Result<u64, PostSendError> {
+    if !can_post_send(state) {
+        return Err(PostSendError::State);
+    }
+    if !op_allowed(qp_type, &wr.op) {
+        return Err(PostSendError::OpNotSupported);
+    }
+    if wr.sg_list.len() > cap.max_send_sge as usize {
+        return Err(PostSendError::TooManySges);
+    }
+    if sq_len >= cap.max_send_wr as usize {
+        return Err(PostSendError::QueueFull);
+    }
+    if qp_type == QpType::Ud && wr.ud.is_none() {
+        return Err(PostSendError::UdWithoutDest);
+    }
+    let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+    if wr.op.is_atomic() && !atomic_sges_ok(wr.sg_list.len(), len) {
+        return Err(PostSendError::AtomicSges);
+    }
+    Ok(len)
+}
+
+// ----- completions -----
+
+/// Whether a send WR is signaled (`ibv_create_qp(3)` `sq_sig_all`,
+/// IBV_SEND_SIGNALED): every WR of a QP created with `sq_sig_all`, else
+/// those posted with SIGNALED.
+#[inline]
+pub const fn wr_signaled(sq_sig_all: bool, flags: SendFlags) -> bool {
+    sq_sig_all || flags.contains(SendFlags::SIGNALED)
+}
+
+/// Whether a finished send WR produces a completion (IBTA ch. 10, work
+/// completions): signaled WRs always, unsignaled ones only when they fail.
+#[inline]
+pub const fn send_completes(signaled: bool, status: WcStatus) -> bool {
+    signaled || !status.is_ok()
+}
+
+/// The `byte_len` of a successful send completion: 8 for atomics (the
+/// original value returned), else the message length (saturated to u32;
+/// messages are at most 2^31 bytes).
+#[inline]
+pub const fn send_byte_len(atomic: bool, len: u64) -> u32 {
+    if atomic {
+        ATOMIC_LEN as u32
+    } else if len > u32::MAX as u64 {
+        u32::MAX
+    } else {
+        len as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(iova: u64, len: u64, access: AccessFlags) -> RegionView {
+        RegionView {
+            pd: 1,
+            access,
+            iova,
+            len,
+        }
+    }
+
+    #[test]
+    fn range_offset_is_overflow_safe_at_both_ends() {
+        assert_eq!(range_offset(0, 4096, 0, 4096), Some(0));
+        assert_eq!(range_offset(0, 4096, 4096, 0), Some(4096));
+        assert_eq!(range_offset(0, 4096, 4095, 2), None);
+        // The wrap-around: u64::MAX - 7 + 16 overflows.
+        assert_eq!(range_offset(0, 4096, u64::MAX - 7, 16), None);
+        // Below the region.
+        assert_eq!(range_offset(0x1000, 4096, 0xFF8, 8), None);
+        // A region ending at 2^64.
+        let iova = u64::MAX - 4095;
+        assert_eq!(range_offset(iova, 4096, u64::MAX - 7, 8), Some(4088));
+        assert_eq!(range_offset(iova, 4096, u64::MAX - 7, 9), None);
+    }
+
+    #[test]
+    fn local_sge_rule() {
+        let r = region(0, 4096, AccessFlags::LOCAL_WRITE);
+        let sge = |addr, length| Sge {
+            addr,
+            length,
+            lkey: 7,
+        };
+        let w = AccessFlags::LOCAL_WRITE;
+        assert_eq!(check_local_sge(Some(&r), 1, &sge(8, 8), w), Ok(8));
+        assert_eq!(
+            check_local_sge(Some(&r), 1, &sge(u64::MAX - 7, 16), AccessFlags::empty()),
+            Err(WcStatus::LocProtErr)
+        );
+        assert_eq!(
+            check_local_sge(None, 1, &sge(8, 8), w),
+            Err(WcStatus::LocProtErr)
+        );
+        assert_eq!(
+            check_local_sge(Some(&r), 2, &sge(8, 8), w),
+            Err(WcStatus::LocProtErr)
+        );
+        let ro = region(0, 4096, AccessFlags::empty());
+        assert_eq!(
+            check_local_sge(Some(&ro), 1, &sge(8, 8), w),
+            Err(WcStatus::LocProtErr)
+        );
+        assert_eq!(
+            check_local_sge(Some(&ro), 1, &sge(8, 8), AccessFlags::empty()),
+            Ok(8)
+        );
+    }
+
+    #[test]
+    fn remote_rule_order_and_zero_length() {
+        let all = AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE;
+        let r = region(0x1000, 64, all);
+        let w = AccessFlags::REMOTE_WRITE;
+        let never = || -> Option<RegionView> { panic!("looked up a region it does not need") };
+        assert_eq!(
+            check_remote(AccessFlags::empty(), 1, w, 0x1000, 8, never),
+            Err(RemoteDenied::QpAccess)
+        );
+        // Zero length: only the QP's right.
+        assert_eq!(check_remote(w, 1, w, 0, 0, never), Ok(0));
+        assert_eq!(
+            check_remote(w, 1, w, 0x1000, 8, || None),
+            Err(RemoteDenied::NoRegion)
+        );
+        assert_eq!(
+            check_remote(w, 2, w, 0x1000, 8, || Some(r)),
+            Err(RemoteDenied::Pd)
+        );
+        assert_eq!(
+            check_remote(
+                AccessFlags::REMOTE_READ,
+                1,
+                AccessFlags::REMOTE_READ,
+                0x1000,
+                8,
+                || Some(r)
+            ),
+            Err(RemoteDenied::RegionAccess)
+        );
+        assert_eq!(
+            check_remote(w, 1, w, 0x1000 + 60, 8, || Some(r)),
+            Err(RemoteDenied::Range)
+        );
+        assert_eq!(
+            check_remote(w, 1, w, u64::MAX - 3, 8, || Some(r)),
+            Err(RemoteDenied::Range)
+        );
+        assert_eq!(check_remote(w, 1, w, 0x1008, 8, || Some(r)), Ok(8));
+    }
+
+    #[test]
+    fn access_tables_agree() {
+        let ops = [
+            (
+                SendOp::Write {
+                    remote_addr: 0,
+                    rkey: 0,
+                },
+                OpKind::Write,
+            ),
+            (
+                SendOp::WriteWithImm {
+                    remote_addr: 0,
+                    rkey: 0,
+                    imm: 0,
+                },
+                OpKind::Write,
+            ),
+            (
+                SendOp::Read {
+                    remote_addr: 0,
+                    rkey: 0,
+                },
+                OpKind::ReadRequest,
+            ),
+            (
+                SendOp::CompareSwap {
+                    remote_addr: 0,
+                    rkey: 0,
+                    compare: 0,
+                    swap: 0,
+                },
+                OpKind::CompareSwap,
+            ),
+            (
+                SendOp::FetchAdd {
+                    remote_addr: 0,
+                    rkey: 0,
+                    add: 0,
+                },
+                OpKind::FetchAdd,
+            ),
+            (SendOp::Send, OpKind::Send),
+        ];
+        for (op, kind) in ops {
+            assert_eq!(remote_access(&op), request_access(kind), "{op:?}");
+            assert_eq!(
+                local_access(&op).contains(AccessFlags::LOCAL_WRITE),
+                op.is_read_or_atomic()
+            );
+        }
+        assert!(!op_allowed(
+            QpType::Uc,
+            &SendOp::Read {
+                remote_addr: 0,
+                rkey: 0
+            }
+        ));
+        assert!(!op_allowed(
+            QpType::Ud,
+            &SendOp::Write {
+                remote_addr: 0,
+                rkey: 0
+            }
+        ));
+    }
+
+    #[test]
+    fn state_predicates() {
+        use QpState::*;
+        for s in [Reset, Init, Rtr, Rts, Sqd, Sqe, Err] {
+            assert_eq!(can_post_send(s), matches!(s, Rts | Sqd | Sqe | Err));
+            assert!(!posted_sends_flush(s) || can_post_send(s));
+            assert!(!posted_recvs_flush(s) || can_post_recv(s));
+            assert!(!requester_may_start(s) || requester_active(s));
+            assert!(!requester_active(s) || responder_receives(s));
+        }
+    }
+}
