@@ -6,7 +6,8 @@
 
 use std::net::IpAddr;
 
-use crate::qp_attr::{AccessFlags, QpState, QpType};
+use crate::qp_attr::{AccessFlags, QpType};
+use crate::rules::{self, RemoteDenied};
 
 use super::Engine;
 
@@ -57,14 +58,28 @@ impl Engine {
     ) -> Result<GrantFacts, GrantRefusal> {
         self.check_grant_qp(qpn, peer, peer_qpn, need)?;
         let q = self.qps.get(&qpn).ok_or(GrantRefusal::NoQp)?;
-        let lkey = self.res.rkeys.get(&rkey).ok_or(GrantRefusal::NoRegion)?;
-        let mr = self.res.mrs.get(lkey).ok_or(GrantRefusal::NoRegion)?;
-        if mr.pd != q.pd {
-            return Err(GrantRefusal::RegionPd);
-        }
-        if !mr.access.contains(need) {
-            return Err(GrantRefusal::RegionAccess);
-        }
+        let mr = self
+            .res
+            .rkeys
+            .get(&rkey)
+            .and_then(|lkey| self.res.mrs.get(lkey))
+            .ok_or(GrantRefusal::NoRegion)?;
+        // The responder's remote access rule, for the whole region.
+        let view = mr.view();
+        rules::check_remote(
+            q.attr.qp_access_flags,
+            q.pd,
+            need,
+            view.iova,
+            view.len.max(1),
+            || Some(view),
+        )
+        .map_err(|e| match e {
+            RemoteDenied::QpAccess => GrantRefusal::QpAccess,
+            RemoteDenied::NoRegion | RemoteDenied::Range => GrantRefusal::NoRegion,
+            RemoteDenied::Pd => GrantRefusal::RegionPd,
+            RemoteDenied::RegionAccess => GrantRefusal::RegionAccess,
+        })?;
         Ok(GrantFacts {
             pd: mr.pd,
             access: mr.access,
@@ -89,7 +104,8 @@ impl Engine {
             QpType::Uc if need == AccessFlags::REMOTE_WRITE => {}
             _ => return Err(GrantRefusal::QpType),
         }
-        if !q.can_receive() || q.state == QpState::Sqe {
+        // The responder's rule for the states that take requests.
+        if !rules::responder_receives(q.state) {
             return Err(GrantRefusal::QpState);
         }
         if q.dest.map(|d| d.ip()) != Some(peer) || q.attr.dest_qp_num != peer_qpn {
