@@ -50,24 +50,10 @@ impl Segment {
     pub fn alloc(len: usize) -> io::Result<Segment> {
         let size = round_up(len).ok_or_else(|| io::Error::other("region too large"))?;
         let fd = crate::sys::sealed_memfd(c"softrdma-region", size)?;
-        // SAFETY: maps our own memfd of `size` bytes shared, at an address
-        // the kernel picks; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let p = crate::sys::map_shared(fd.as_raw_fd(), size)?;
         Ok(Segment {
             fd,
-            base: NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?,
+            base: NonNull::new(p).ok_or_else(|| io::Error::other("mmap returned null"))?,
             len: size,
             adopted: false,
         })
@@ -100,20 +86,10 @@ impl Segment {
             return None;
         }
         let fd = crate::sys::sealed_memfd(c"softrdma-region", len).ok()?;
-        // SAFETY: a temporary shared mapping of our new memfd, to fill it.
-        let tmp = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if tmp == libc::MAP_FAILED {
-            return None;
-        }
+        // A temporary mapping of the new memfd, to fill it.
+        let tmp = crate::sys::map_shared(fd.as_raw_fd(), len)
+            .ok()?
+            .cast::<libc::c_void>();
         // SAFETY: the caller's range is valid for reads (contract) and the
         // temporary mapping holds `len` bytes; then the temporary mapping
         // is dropped and the memfd mapped over exactly the caller's pages

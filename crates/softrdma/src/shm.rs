@@ -88,23 +88,10 @@ impl Mapping {
         Ok((Self::map(&fd, len)?, fd))
     }
 
+    /// Maps `len` bytes of a memfd at least that long (checked by the caller).
     fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
-        // SAFETY: maps `len` bytes of a memfd at least that long, shared, at
-        // an address the kernel picks; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(p.cast()).ok_or_else(|| io::Error::from(io::ErrorKind::Other))?;
+        let p = crate::sys::map_shared(fd.as_raw_fd(), len)?;
+        let ptr = NonNull::new(p).ok_or_else(|| io::Error::other("mmap returned null"))?;
         Ok(Mapping { ptr, len })
     }
 }

@@ -60,6 +60,12 @@ pub fn wait_readable<const N: usize>(fds: [RawFd; N], timeout: Option<Duration>)
         events: libc::POLLIN,
         revents: 0,
     });
+    ppoll(&mut p, timeout);
+    p.map(|q| q.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+}
+
+/// `ppoll` on `p` (no signal mask) until one is ready or `timeout` passes.
+fn ppoll(p: &mut [libc::pollfd], timeout: Option<Duration>) {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -67,10 +73,16 @@ pub fn wait_readable<const N: usize>(fds: [RawFd; N], timeout: Option<Duration>)
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `p` is a valid array of N pollfd for the duration of the call;
-    // `tsp` is null or points to a live timespec; no signal mask is passed.
-    let _ = unsafe { libc::ppoll(p.as_mut_ptr(), N as libc::nfds_t, tsp, std::ptr::null()) };
-    p.map(|q| q.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+    // SAFETY: `p` is a valid array of `p.len()` pollfd for the duration of
+    // the call; `tsp` is null or points to a live timespec; no signal mask.
+    let _ = unsafe {
+        libc::ppoll(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
 }
 
 /// Makes the kernel send IPv4 datagrams of this socket with DF set (and so,
@@ -987,23 +999,7 @@ pub fn wait_readable_any(fds: &[RawFd], timeout: Option<Duration>, out: &mut Vec
             revents: 0,
         })
         .collect();
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `p` is a valid array of `p.len()` pollfd for the call; `tsp`
-    // is null or points to a live timespec; no signal mask is passed.
-    let _ = unsafe {
-        libc::ppoll(
-            p.as_mut_ptr(),
-            p.len() as libc::nfds_t,
-            tsp,
-            std::ptr::null(),
-        )
-    };
+    ppoll(&mut p, timeout);
     out.clear();
     out.extend(p.iter().map(|q| {
         q.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP | libc::POLLRDHUP) != 0
