@@ -10,17 +10,17 @@
 //! the region's own memfd (`segment.rs`) and its facts, or refuse.
 //!
 //! Each direction of a link has a table of [`GRANT_SLOTS`] entries in the
-//! link's shared segment, written by the granter: state (free, valid,
-//! revoked), a count of the peer's operations inside the region, a
-//! generation and the rkey. An operation enters by incrementing the count,
-//! then checks that the entry is still valid with the generation of its
-//! grant; a revocation marks the entry revoked, then waits (bounded) until
-//! the count is zero. All four accesses are sequentially consistent: of
-//! the store-load pairs on either side at least one sees the other
-//! (without that, each could miss the other's store, the store-buffering
-//! pattern), so once the wait ends no operation that saw the entry valid
-//! is still inside. Deregistration then punches the segment out, so even a
-//! peer that ignores the fence reaches nothing but zeros.
+//! link's shared segment, written by the granter: a control word (the
+//! granter's state bits and the count of the peer's operations inside the
+//! region, `fence.rs`), a generation and the rkey. An operation enters by
+//! incrementing the count with a read-modify-write that also reads the
+//! state, then checks the generation and rkey of its grant; a revocation
+//! sets the revoked bit with a read-modify-write of the same word, then
+//! waits (bounded) until the count is zero. On one word, every change is
+//! in one modification order: once the wait ends no operation that saw
+//! the grant valid is still inside. Deregistration then punches the
+//! segment out, so even a peer that ignores the fence reaches nothing but
+//! zeros.
 //!
 //! Grants are taken back when the region is deregistered, and when our QP
 //! no longer passes the QP checks (a modify, an error, destroy). A grant
@@ -31,13 +31,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::fence;
 use crate::linkmsg::{Grant, GRANT_SLOTS};
 
 /// Bytes of one direction's table.
 pub const TABLE_LEN: usize = GRANT_SLOTS as usize * ENTRY;
 const ENTRY: usize = 16;
-const VALID: u32 = 1;
-const REVOKED: u32 = 2;
 
 /// How long a revocation waits for operations inside the region to leave.
 pub const REVOKE_WAIT: Duration = Duration::from_millis(200);
@@ -45,7 +44,9 @@ pub const REVOKE_WAIT: Duration = Duration::from_millis(200);
 /// same rkey is asked for again.
 pub const ASK_AGAIN: Duration = Duration::from_millis(50);
 
-/// One direction's grant table in a link's shared segment (a zero entry is free).
+/// One direction's grant table in a link's shared segment (a zero entry is
+/// free): per slot, the control word of `fence.rs`, a spare word, the
+/// generation and the rkey.
 #[derive(Clone, Copy)]
 pub struct Table {
     base: *mut u8,
@@ -70,11 +71,8 @@ impl Table {
         // word lies inside the mapping `new` was given; 4-aligned.
         unsafe { AtomicU32::from_ptr(self.base.add(s * ENTRY + (i & 3) * 4).cast()) }
     }
-    fn state(&self, slot: u32) -> &AtomicU32 {
+    fn ctl(&self, slot: u32) -> &AtomicU32 {
         self.word(slot, 0)
-    }
-    fn inside(&self, slot: u32) -> &AtomicU32 {
-        self.word(slot, 1)
     }
     fn gen(&self, slot: u32) -> &AtomicU32 {
         self.word(slot, 2)
@@ -133,16 +131,20 @@ impl OutGrants {
         }) {
             return Some(*g);
         }
-        // A slot whose count the peer left non-zero is not reused.
-        let slot = (0..GRANT_SLOTS).find(|&s| {
-            self.given[s as usize].is_none() && self.table.inside(s).load(Ordering::SeqCst) == 0
-        })?;
-        let gen = self.next_gen;
-        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        // A slot with an operation still inside (or whose count the peer
+        // left non-zero) is not reused.
         let t = &self.table;
-        t.rkey(slot).store(rkey, Ordering::SeqCst);
-        t.gen(slot).store(gen, Ordering::SeqCst);
-        t.state(slot).store(VALID, Ordering::SeqCst);
+        let gen = self.next_gen;
+        let slot = (0..GRANT_SLOTS).find(|&s| {
+            if self.given[s as usize].is_some() || fence::inside(t.ctl(s)) != 0 {
+                return false;
+            }
+            // No operation can enter before `validate` marks the slot.
+            t.rkey(s).store(rkey, Ordering::Release);
+            t.gen(s).store(gen, Ordering::Release);
+            fence::validate(t.ctl(s))
+        })?;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
         let g = OutGrant {
             rkey,
             target_qpn,
@@ -163,7 +165,7 @@ impl OutGrants {
         let mut slots = Vec::new();
         for e in self.given.iter_mut() {
             if let Some(g) = e.filter(|g| which(g)) {
-                self.table.state(g.slot).store(REVOKED, Ordering::SeqCst);
+                fence::revoke(self.table.ctl(g.slot));
                 slots.push(g.slot);
                 *e = None;
             }
@@ -181,10 +183,7 @@ impl OutGrants {
     /// mid-operation, or one that lies about its count).
     pub fn wait_left(&self, slots: &[u32], deadline: Instant) -> bool {
         loop {
-            if slots
-                .iter()
-                .all(|&s| self.table.inside(s).load(Ordering::SeqCst) == 0)
-            {
+            if slots.iter().all(|&s| fence::inside(self.table.ctl(s)) == 0) {
                 return true;
             }
             if Instant::now() >= deadline {
@@ -260,7 +259,7 @@ pub struct Inside<'a> {
 
 impl Drop for Inside<'_> {
     fn drop(&mut self) {
-        self.table.inside(self.slot).fetch_sub(1, Ordering::SeqCst);
+        fence::leave(self.table.ctl(self.slot));
     }
 }
 
@@ -287,12 +286,14 @@ impl InGrants {
     pub fn enter(&self, rkey: u32, qpn: u32) -> Result<Inside<'_>, NotGranted> {
         let g = self.by_key.get(&(rkey, qpn)).ok_or(NotGranted::Missing)?;
         let (t, slot) = (self.table, g.grant.slot);
-        t.inside(slot).fetch_add(1, Ordering::SeqCst);
-        if t.state(slot).load(Ordering::SeqCst) != VALID
-            || t.gen(slot).load(Ordering::SeqCst) != g.grant.gen
-            || t.rkey(slot).load(Ordering::SeqCst) != rkey
+        if !fence::enter(t.ctl(slot)) {
+            return Err(NotGranted::Revoked);
+        }
+        // The slot may hold another grant now: this one's generation?
+        if t.gen(slot).load(Ordering::Acquire) != g.grant.gen
+            || t.rkey(slot).load(Ordering::Acquire) != rkey
         {
-            t.inside(slot).fetch_sub(1, Ordering::SeqCst);
+            fence::leave(t.ctl(slot));
             return Err(NotGranted::Revoked);
         }
         Ok(Inside {

@@ -32,6 +32,11 @@ pub mod cm;
 pub mod config;
 mod device;
 mod fault;
+mod fence;
+/// The atomics `fence.rs` is written against (loom's in its model check).
+mod fence_atomic {
+    pub use std::sync::atomic::{AtomicU32, Ordering};
+}
 mod grant;
 mod keymap;
 pub mod linkmsg;
