@@ -1251,8 +1251,15 @@ impl Drop for Netns {
     }
 }
 
-/// Why namespace tests cannot run here, if they cannot.
+/// Why namespace tests cannot run here, if they cannot. Probed once per
+/// process: the tests of one binary run in parallel threads, and a probe
+/// namespace of the same name made twice at once fails ("File exists").
 pub fn netns_unavailable() -> Option<String> {
+    static PROBED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    PROBED.get_or_init(probe_netns).clone()
+}
+
+fn probe_netns() -> Option<String> {
     if !is_root() {
         return Some("needs root to create network namespaces".into());
     }
