@@ -883,6 +883,7 @@ impl Device {
         let sock = self.sock.as_raw_fd();
         let wake = self.wake.as_raw_fd();
         let (mut fds, mut ready) = (Vec::new(), Vec::new());
+        let (mut active_fds, mut shm_fds) = (Vec::new(), Vec::new());
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now();
             let since_poll = now
@@ -899,9 +900,17 @@ impl Device {
                 // Reading the eventfd only when it was signalled: this wait
                 // ends every APP_ACTIVE on the polling application's CPU,
                 // and a read of an empty eventfd is one more system call.
-                if sys::wait_readable([wake], Some(left))[0] {
+                // It also watches the same-host sockets: an application whose
+                // direct operations complete at once never runs full
+                // progress, and a peer that dies must still be noticed.
+                active_fds.clear();
+                active_fds.push(wake);
+                active_fds.extend_from_slice(&shm_fds);
+                sys::wait_readable_any(&active_fds, Some(left), &mut ready);
+                if ready[0] {
                     self.wake.drain();
                 }
+                let shm_event = ready[1..].iter().any(|&r| r);
                 // Timers set by the application's last polls (a held ACK)
                 // run even if it went on to do something else meanwhile.
                 if let Ok(mut st) = self.state.try_lock() {
@@ -911,6 +920,15 @@ impl Device {
                         st.engine.handle_timeout(now);
                         self.transmit(&mut st, now);
                     }
+                    if shm_event {
+                        // A link's socket: a message, a new peer, or one gone.
+                        st.forget_routes();
+                        st.shm.accept();
+                        st.shm.check_dead();
+                        Self::answer_grants(&mut st);
+                    }
+                    shm_fds.clear();
+                    st.shm.wait_fds(&mut shm_fds);
                 }
                 continue;
             }

@@ -382,7 +382,14 @@ impl ShmHub {
     pub fn wait_fds(&self, out: &mut Vec<RawFd>) {
         out.extend(self.listen_fd());
         out.extend(self.pending.iter().map(|p| p.sock.as_raw_fd()));
-        out.extend(self.links.iter().map(|l| l.sock.as_raw_fd()));
+        // A dead link's socket stays readable (end of stream) until the
+        // link is dropped: it would wake the waiter again and again.
+        out.extend(
+            self.links
+                .iter()
+                .filter(|l| !l.dead)
+                .map(|l| l.sock.as_raw_fd()),
+        );
     }
 
     fn refuse(&mut self, why: String) {

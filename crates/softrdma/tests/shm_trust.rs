@@ -121,14 +121,20 @@ fn kill_during(kind: OpKind) {
         Some(libc::SIGKILL)
     );
     let direct_at_kill = side.ctx.driver_counters().direct_ops;
-    // Keep posting: a few may still go direct before the link is seen
-    // gone; then the engine carries them, and they fail as over UDP.
+    // Keep posting: some may still go direct until the link is seen gone
+    // (the background thread wakes on the dead peer's socket); then the
+    // engine carries them, and they fail as over UDP.
+    let mut last_direct = killed;
     let (failed, posted) = loop {
         let posted = Instant::now();
+        let before = side.ctx.driver_counters().direct_ops;
         let wc = post_one(id);
         id += 1;
         if wc.status != WcStatus::Success {
             break (wc, posted);
+        }
+        if side.ctx.driver_counters().direct_ops > before {
+            last_direct = Instant::now();
         }
         assert!(
             killed.elapsed() < budget * 2,
@@ -145,15 +151,18 @@ fn kill_during(kind: OpKind) {
         "{kind:?}: RETRY_EXC_ERR {own:?} after its post; the budget is {budget:?}"
     );
     let direct_after = side.ctx.driver_counters().direct_ops - direct_at_kill;
+    let window = last_direct - killed;
+    // Noticed well within one retry budget even on a loaded machine (a
+    // few ms here, idle: no direct operation after the kill at all).
     assert!(
-        direct_after < 64,
-        "{kind:?}: {direct_after} direct operations after the kill"
+        window < budget,
+        "{kind:?}: direct operations went on for {window:?} after the kill ({direct_after} of them)"
     );
     let flushed = post_one(id);
     assert_eq!(flushed.status, WcStatus::WrFlushErr, "{flushed:?}");
     eprintln!(
         "{kind:?}: RETRY_EXC_ERR {own:?} after its post, {took:?} after the kill \
-         (budget {budget:?}), {direct_after} direct operations after the kill"
+         (budget {budget:?}), {direct_after} direct operations in the {window:?} after the kill"
     );
 }
 
@@ -600,6 +609,22 @@ fn a_connection_from_another_user_is_refused() {
         .uid(other.0)
         .gid(other.1);
     hermetic(&mut cmd);
+    // A copy just written can be "busy" for a moment: a child another test
+    // thread forks meanwhile holds its descriptor until that child execs.
+    for _ in 0..100 {
+        match std::fs::File::open(&exe).and_then(|_| {
+            std::process::Command::new(&exe)
+                .arg("--list")
+                .stdout(std::process::Stdio::null())
+                .status()
+        }) {
+            Ok(_) => break,
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("cannot run the attacker's copy: {e}"),
+        }
+    }
     let mut attacker = Peer::spawn("uid-attacker", cmd, &dir);
     attacker.expect_success(Duration::from_secs(60));
     assert!(attacker.log().contains("ATTACKER: "), "{}", attacker.log());
