@@ -32,9 +32,12 @@ pub trait RegionMemory: Send + Sync {
     /// Atomically: `old = *p; *p = old + add; old` (wrapping).
     fn fetch_add(&self, offset: usize, add: u64) -> u64;
 
-    /// For zero-copy sends ([`crate::Engine::poll_transmit_gather`]): the
-    /// address of the byte at `offset` in the driver's process, when the
-    /// driver can let the kernel read the bytes from there while it sends.
+    /// For zero-copy sends ([`crate::Engine::poll_transmit_gather`]) and
+    /// the direct path ([`crate::Engine::plan_direct`]): the address of the
+    /// byte at `offset` in the driver's process, when the driver can let the
+    /// kernel read the bytes from there while it sends. A region that
+    /// offers addresses is one contiguous mapping: the address of `offset`
+    /// is that of 0 plus `offset`.
     /// The engine never reads through it; it only hands it back in
     /// [`crate::TxPayload`]. `None` (the default): the engine copies the
     /// payload into the packet.

@@ -1037,3 +1037,75 @@ fn pieces_come_from_each_sges_own_region() {
         })
     );
 }
+
+// ----- planning again from the last plan -----
+
+/// `replan_direct` reuses the QP and local region the last plan found, and
+/// applies every rule of the new WR: each local SGE fault the full plan
+/// refuses, it refuses the same way; a WR of another shape is planned in
+/// full; a valid WR gives the pieces a full plan gives.
+#[test]
+fn replanning_applies_every_rule_of_the_new_wr() {
+    let (net, a, b) = direct_pair(QpType::Rc);
+    let e = &net.nodes[a.node];
+    let (m, k) = mr_at_ref(&net, &a);
+    let sge = |addr: u64, length: u32| Sge {
+        addr,
+        length,
+        lkey: k.lkey,
+    };
+    let good = wr(write_to(&b, 0), vec![sge(m + 64, 32)]);
+    let mut last = e.plan_direct(a.qpn, &good).expect("a valid WR plans");
+    let cases: Vec<(&str, SendWr)> = vec![
+        (
+            "wraps around",
+            wr(write_to(&b, 0), vec![sge(u64::MAX - 7, 16)]),
+        ),
+        ("past the end", wr(write_to(&b, 0), vec![sge(m + 4090, 16)])),
+        (
+            "before the start",
+            wr(read_from(&b, 0), vec![sge(m - 1, 8)]),
+        ),
+        (
+            "a misaligned atomic",
+            wr(fetch_add_at(&b, 0), vec![sge(m + 3, 8)]),
+        ),
+        (
+            "an atomic of 16 bytes",
+            wr(fetch_add_at(&b, 0), vec![sge(m + 8, 16)]),
+        ),
+        ("another lkey", {
+            let mut w = wr(write_to(&b, 0), vec![sge(m, 8)]);
+            w.sg_list[0].lkey ^= 0x40;
+            w
+        }),
+        ("another kind", wr(read_from(&b, 0), vec![sge(m + 8, 8)])),
+        (
+            "two SGEs",
+            wr(write_to(&b, 0), vec![sge(m, 8), sge(m + 8, 8)]),
+        ),
+        ("valid again", wr(write_to(&b, 128), vec![sge(m + 100, 50)])),
+    ];
+    for (what, w) in cases {
+        let full = e.plan_direct(a.qpn, &w);
+        let mut again = last;
+        let re = e.replan_direct(a.qpn, &w, &mut again);
+        assert_eq!(re.err(), full.as_ref().err().copied(), "{what}");
+        if let Ok(p) = full {
+            assert_eq!(again.pieces(), p.pieces(), "{what}");
+            assert_eq!(
+                (again.op(), again.remote_addr(), again.rkey(), again.len()),
+                (p.op(), p.remote_addr(), p.rkey(), p.len()),
+                "{what}"
+            );
+            last = again;
+        }
+    }
+    let _ = &m;
+}
+
+/// A region of `a` at its own address, all rights: (address, keys).
+fn mr_at_ref(net: &SimNet, a: &Side) -> (u64, MrKeys) {
+    let (addr, _, keys) = net.nodes[a.node].mr_info(a.keys.lkey).unwrap();
+    (addr, keys)
+}

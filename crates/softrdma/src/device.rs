@@ -130,6 +130,10 @@ struct DirectRoute {
     links_gen: u64,
     /// Index of the link to the QP's destination.
     link: usize,
+    /// The engine's last plan on this QP: `Engine::replan_direct` reuses
+    /// what it found about the QP and its local region while the epoch
+    /// says nothing changed them.
+    plan: DirectPlan,
 }
 
 /// A region of this device in a segment of its own (`segment.rs`), which
@@ -707,33 +711,49 @@ impl Device {
         }
         let mut guard_st = self.lock_keeping_routes();
         let st = &mut *guard_st;
-        // The initiator's rules, and where the local bytes are (filled in
-        // place: moving a plan just written stalled on store forwarding).
-        let mut planned = DirectPlan::new();
-        if st.engine.plan_direct_into(qpn, wr, &mut planned).is_err() {
-            return false;
-        }
-        let plan = &planned;
+        // The initiator's rules, and where the local bytes are: a full plan
+        // on a new route, else the last plan's QP and region reused (the
+        // route's epoch says nothing changed them). Filled in place:
+        // moving a plan just written stalled on store forwarding.
+        // Planned in place in the route (a plan is a few hundred bytes:
+        // copying it in and out cost more than the lookups it saves).
         let slot = qpn as usize % DIRECT_ROUTES;
-        let route = match st.routes[slot] {
-            Some(r)
-                if r.qpn == qpn
-                    && r.epoch == st.routes_epoch
-                    && r.links_gen == st.shm.links_gen() =>
-            {
-                r
+        let (epoch, links_gen) = (st.routes_epoch, st.shm.links_gen());
+        match &mut st.routes[slot] {
+            Some(r) if r.qpn == qpn && r.epoch == epoch && r.links_gen == links_gen => {
+                if st.engine.replan_direct(qpn, wr, &mut r.plan).is_err() {
+                    return false;
+                }
             }
-            _ => match Self::look_up_route(st, qpn, plan.dest()) {
-                Some(r) => r,
-                None => return false,
-            },
+            _ => {
+                let mut planned = DirectPlan::new();
+                if st.engine.plan_direct_into(qpn, wr, &mut planned).is_err() {
+                    return false;
+                }
+                let Some(r) = Self::look_up_route(st, qpn, &planned) else {
+                    return false;
+                };
+                st.routes[slot] = Some(r);
+            }
+        }
+        let Some(route) = &st.routes[slot] else {
+            return false;
         };
-        st.routes[slot] = Some(route);
-        let (rkey, dest_qpn) = (plan.rkey(), plan.dest_qpn());
+        let (link, rkey, dest_qpn) = (route.link, route.plan.rkey(), route.plan.dest_qpn());
+        let access = route.plan.access();
         // At most two tries: the second after asking for a missing grant.
         for attempt in 0..2 {
-            let done = match st.shm.enter(route.link, rkey, dest_qpn) {
-                Ok(inside) => Ok(execute_direct(&st.engine, &inside, plan)),
+            let State {
+                routes,
+                shm,
+                engine,
+                ..
+            } = &*st;
+            let Some(route) = &routes[slot] else {
+                return false;
+            };
+            let done = match shm.enter(link, rkey, dest_qpn) {
+                Ok(inside) => Ok(execute_direct(engine, &inside, &route.plan)),
                 Err(e) => Err(e),
             };
             match done {
@@ -744,23 +764,30 @@ impl Device {
                         rkey,
                         requester_qpn: qpn,
                         target_qpn: dest_qpn,
-                        access: plan.access().bits(),
+                        access: access.bits(),
                     };
-                    if !st.shm.ask_grant(route.link, req)
-                        || !Self::await_grant(st, &req, route.link)
-                    {
+                    if !st.shm.ask_grant(link, req) || !Self::await_grant(st, &req, link) {
                         return false;
                     }
                 }
                 Err(crate::grant::NotGranted::Missing) => return false,
                 Err(crate::grant::NotGranted::Revoked) => {
-                    st.shm.forget_grant(route.link, rkey, dest_qpn);
+                    st.shm.forget_grant(link, rkey, dest_qpn);
                     return false;
                 }
             }
         }
-        st.driver.direct_ops += 1;
-        st.engine.complete_direct(plan);
+        let State {
+            routes,
+            engine,
+            driver,
+            ..
+        } = &mut *st;
+        let Some(route) = &routes[slot] else {
+            return false;
+        };
+        driver.direct_ops += 1;
+        engine.complete_direct(&route.plan);
         // An armed CQ's completion event goes out now, not at the next progress.
         self.route_events(st);
         true
@@ -860,15 +887,16 @@ impl Device {
         }
     }
 
-    /// The route of a direct operation on QP `qpn`, whose destination is
-    /// `dest`, if it can take one: a same-host peer whose link is up.
-    fn look_up_route(st: &mut State, qpn: u32, dest: SocketAddr) -> Option<DirectRoute> {
-        let link = st.shm.peer_link(dest)?;
+    /// The route of a direct operation on QP `qpn` planned as `plan`, if it
+    /// can take one: its destination is a same-host peer whose link is up.
+    fn look_up_route(st: &mut State, qpn: u32, plan: &DirectPlan) -> Option<DirectRoute> {
+        let link = st.shm.peer_link(plan.dest())?;
         Some(DirectRoute {
             qpn,
             epoch: st.routes_epoch,
             links_gen: st.shm.links_gen(),
             link,
+            plan: *plan,
         })
     }
 

@@ -150,6 +150,11 @@ pub struct DirectPlan {
     qp_type: QpType,
     npieces: u8,
     pieces: [(usize, usize); MAX_DIRECT_SGE],
+    /// The QP's protection domain, and the one local region of a
+    /// one-SGE plan (lkey, view, process address of its first byte), for
+    /// [`Engine::replan_direct`].
+    qp_pd: u32,
+    local: Option<(u32, RegionView, usize)>,
 }
 
 impl Default for DirectPlan {
@@ -179,6 +184,8 @@ impl DirectPlan {
             qp_type: QpType::Rc,
             npieces: 0,
             pieces: [(0, 0); MAX_DIRECT_SGE],
+            qp_pd: 0,
+            local: None,
         }
     }
 
@@ -362,6 +369,84 @@ impl Engine {
         if plan.op.is_atomic() && !plan.pieces[0].0.is_multiple_of(rules::ATOMIC_LEN as usize) {
             return Err(NotDirect::AtomicLocalAlign);
         }
+        plan.qp_pd = q.pd;
+        plan.local = match (wr.sg_list.first(), found[0]) {
+            (Some(sge), Some(mr)) if wr.sg_list.len() == 1 => {
+                mr.mem.tx_addr(0).map(|base| (sge.lkey, mr.view(), base))
+            }
+            _ => None,
+        };
+        Ok(())
+    }
+
+    /// Plans `wr` on QP `qpn` again, reusing what the previous plan in
+    /// `plan` found about the QP and its one local region instead of
+    /// looking them up — for a driver that knows nothing that could change
+    /// them happened since (the softrdma driver's route epoch, which every
+    /// call that could change a QP, a region or the send queue advances).
+    /// Every rule of the WR itself is applied again: the operation and its
+    /// right, the post rules of a one-SGE WR, the length, the local SGE
+    /// against the region (`check_local_sge`), atomics' alignment. A WR of
+    /// another shape (more SGEs, another lkey or QP, another kind of
+    /// operation, inline) is planned in full.
+    pub fn replan_direct(
+        &self,
+        qpn: u32,
+        wr: &SendWr,
+        plan: &mut DirectPlan,
+    ) -> Result<(), NotDirect> {
+        let same = plan.planned
+            && plan.qpn == qpn
+            && wr.sg_list.len() == 1
+            && !wr.flags.contains(SendFlags::INLINE)
+            && rules::remote_access(&wr.op) == plan.access;
+        let Some((_, view, base)) = plan
+            .local
+            .filter(|(k, ..)| same && wr.sg_list[0].lkey == *k)
+        else {
+            return self.plan_direct_into(qpn, wr, plan);
+        };
+        plan.planned = false;
+        (plan.op, plan.remote_addr, plan.rkey) = match wr.op {
+            SendOp::Write { remote_addr, rkey } => (DirectOp::Write, remote_addr, rkey),
+            SendOp::Read { remote_addr, rkey } => (DirectOp::Read, remote_addr, rkey),
+            SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => (DirectOp::CompareSwap { compare, swap }, remote_addr, rkey),
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => (DirectOp::FetchAdd { add }, remote_addr, rkey),
+            _ => return Err(NotDirect::NotOneSided),
+        };
+        let sge = &wr.sg_list[0];
+        let len = u64::from(sge.length);
+        if plan.op.is_atomic() && !rules::atomic_sges_ok(1, len) {
+            return Err(NotDirect::Post(PostSendError::AtomicSges));
+        }
+        if !rules::message_len_ok(len) {
+            return Err(NotDirect::TooLong);
+        }
+        let need = rules::local_access(&wr.op);
+        let off = rules::check_local_sge(Some(&view), plan.qp_pd, sge, need)
+            .map_err(|status| NotDirect::LocalSge { index: 0, status })?;
+        // The region is one contiguous mapping (`RegionMemory::tx_addr`).
+        let addr = base
+            .checked_add(off as usize)
+            .ok_or(NotDirect::NoAddress { index: 0 })?;
+        if plan.op.is_atomic() && !addr.is_multiple_of(rules::ATOMIC_LEN as usize) {
+            return Err(NotDirect::AtomicLocalAlign);
+        }
+        plan.wr_id = wr.wr_id;
+        plan.flags = wr.flags;
+        plan.len = len;
+        plan.pieces[0] = (addr, sge.length as usize);
+        plan.npieces = 1;
+        plan.planned = true;
         Ok(())
     }
 
