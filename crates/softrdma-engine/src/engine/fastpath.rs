@@ -299,22 +299,7 @@ impl Engine {
     /// QPN and the WR's id and flags).
     #[inline(always)]
     fn fill_plan(&self, wr: &SendWr, plan: &mut DirectPlan) -> Result<(), NotDirect> {
-        (plan.op, plan.remote_addr, plan.rkey) = match wr.op {
-            SendOp::Write { remote_addr, rkey } => (DirectOp::Write, remote_addr, rkey),
-            SendOp::Read { remote_addr, rkey } => (DirectOp::Read, remote_addr, rkey),
-            SendOp::CompareSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => (DirectOp::CompareSwap { compare, swap }, remote_addr, rkey),
-            SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => (DirectOp::FetchAdd { add }, remote_addr, rkey),
-            _ => return Err(NotDirect::NotOneSided),
-        };
+        (plan.op, plan.remote_addr, plan.rkey) = direct_op(&wr.op).ok_or(NotDirect::NotOneSided)?;
         if wr.flags.contains(SendFlags::INLINE) {
             return Err(NotDirect::NotOneSided);
         }
@@ -407,22 +392,7 @@ impl Engine {
             return self.plan_direct_into(qpn, wr, plan);
         };
         plan.planned = false;
-        (plan.op, plan.remote_addr, plan.rkey) = match wr.op {
-            SendOp::Write { remote_addr, rkey } => (DirectOp::Write, remote_addr, rkey),
-            SendOp::Read { remote_addr, rkey } => (DirectOp::Read, remote_addr, rkey),
-            SendOp::CompareSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => (DirectOp::CompareSwap { compare, swap }, remote_addr, rkey),
-            SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => (DirectOp::FetchAdd { add }, remote_addr, rkey),
-            _ => return Err(NotDirect::NotOneSided),
-        };
+        (plan.op, plan.remote_addr, plan.rkey) = direct_op(&wr.op).ok_or(NotDirect::NotOneSided)?;
         let sge = &wr.sg_list[0];
         let len = u64::from(sge.length);
         if plan.op.is_atomic() && !rules::atomic_sges_ok(1, len) {
@@ -512,4 +482,24 @@ impl Engine {
             self.res.complete(cq, wc);
         }
     }
+}
+
+/// The one-sided operation of `op` with its remote address and rkey.
+fn direct_op(op: &SendOp) -> Option<(DirectOp, u64, u32)> {
+    Some(match *op {
+        SendOp::Write { remote_addr, rkey } => (DirectOp::Write, remote_addr, rkey),
+        SendOp::Read { remote_addr, rkey } => (DirectOp::Read, remote_addr, rkey),
+        SendOp::CompareSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => (DirectOp::CompareSwap { compare, swap }, remote_addr, rkey),
+        SendOp::FetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => (DirectOp::FetchAdd { add }, remote_addr, rkey),
+        _ => return None,
+    })
 }
