@@ -148,16 +148,14 @@ fn rc_pingpong_under_valgrind() {
     }
 }
 
-#[test]
-fn verbs_checks_under_valgrind() {
-    let _g = serial();
+/// Runs C program `name` under valgrind memcheck over UDP; fails on any
+/// invalid access or memcheck error. `None` when a tool is missing (the
+/// helpers say so, and fail under strict mode).
+fn under_valgrind(name: &str) -> Option<Output> {
     if !have(&["valgrind"]) {
-        return;
+        return None;
     }
-    let Some(exe) = compile("verbs_checks") else {
-        return;
-    };
-    let exe = exe.to_string_lossy().into_owned();
+    let exe = compile(name)?.to_string_lossy().into_owned();
     let o = run(
         softrdma_cmd(
             "valgrind",
@@ -170,13 +168,28 @@ fn verbs_checks_under_valgrind() {
     let text = o.text();
     assert!(
         !text.contains("Invalid read") && !text.contains("Invalid write"),
-        "valgrind: invalid memory access:\n{text}"
+        "valgrind {name}: invalid memory access:\n{text}"
     );
     assert!(
-        o.ok && text.contains("ERROR SUMMARY: 0 errors") && o.stdout.contains("0 failures"),
-        "valgrind verbs_checks: exit {:?} (97 = memcheck errors), timed_out {}:\n{text}",
+        text.contains("ERROR SUMMARY: 0 errors"),
+        "valgrind {name}: exit {:?} (97 = memcheck errors), timed_out {}:\n{text}",
         o.code,
         o.timed_out
+    );
+    Some(o)
+}
+
+#[test]
+fn verbs_checks_under_valgrind() {
+    let _g = serial();
+    let Some(o) = under_valgrind("verbs_checks") else {
+        return;
+    };
+    assert!(
+        o.ok && o.stdout.contains("0 failures"),
+        "valgrind verbs_checks: exit {:?}:\n{}",
+        o.code,
+        o.text()
     );
 }
 
@@ -283,31 +296,8 @@ fn bad_counts_c_program() {
 #[test]
 fn bad_counts_under_valgrind() {
     let _g = serial();
-    if !have(&["valgrind"]) {
-        return;
-    }
-    let Some(exe) = compile("bad_counts") else {
+    let Some(o) = under_valgrind("bad_counts") else {
         return;
     };
-    let exe = exe.to_string_lossy().into_owned();
-    let o = run(
-        softrdma_cmd(
-            "valgrind",
-            &["--error-exitcode=97", "--leak-check=no", &exe],
-            Load::LibraryPath,
-            "udp",
-        ),
-        Duration::from_secs(300),
-    );
-    let text = o.text();
-    assert!(
-        !text.contains("Invalid read") && !text.contains("Invalid write"),
-        "valgrind bad_counts: invalid memory access:\n{text}"
-    );
-    assert!(
-        text.contains("ERROR SUMMARY: 0 errors"),
-        "valgrind bad_counts: exit {:?} (97 = memcheck errors):\n{text}",
-        o.code
-    );
     assert_bad_counts(&o, "valgrind, udp");
 }

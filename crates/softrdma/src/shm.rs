@@ -412,16 +412,13 @@ impl ShmHub {
     pub fn accept(&mut self) {
         let Some(l) = &self.listener else { return };
         self.pollfds.clear();
-        let mut fds = Vec::new();
-        fds.push(l.as_raw_fd());
-        fds.extend(self.links.iter().map(|l| l.sock.as_raw_fd()));
-        for fd in fds {
-            self.pollfds.push(libc::pollfd {
-                fd,
-                events: libc::POLLIN | libc::POLLRDHUP,
-                revents: 0,
-            });
-        }
+        let socks =
+            std::iter::once(l.as_raw_fd()).chain(self.links.iter().map(|l| l.sock.as_raw_fd()));
+        self.pollfds.extend(socks.map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        }));
         // SAFETY: polls the live descriptors of `pollfds`, which holds
         // exactly `len` entries, without waiting.
         let r = unsafe {

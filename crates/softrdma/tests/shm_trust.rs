@@ -20,7 +20,7 @@ use softrdma::*;
 fn peer() {
     let Some(role) = role() else { return };
     match role.as_str() {
-        "target" => target(),
+        "target" => serve_until_killed(),
         "mesh" => mesh_member(),
         "squat_victim" => squat_victim(),
         "uid_victim" => uid_victim(),
@@ -30,18 +30,6 @@ fn peer() {
 }
 
 // ----- a peer killed in the middle of direct operations -----
-
-/// A target that connects, says "ready" and waits to be killed.
-fn target() {
-    let ctx = Context::open_default().unwrap();
-    let side = Side::open(ctx, 1 << 20);
-    let mut stream = peer_stream();
-    let _remote = side.connect(&mut stream, &ConnectOptions::default());
-    let mut ctl = Ctl::new(stream);
-    ctl.send("ready");
-    let m = ctl.recv();
-    panic!("the target was not killed (got {m:?})");
-}
 
 #[derive(Clone, Copy, Debug)]
 enum OpKind {

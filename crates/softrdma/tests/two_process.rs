@@ -18,7 +18,7 @@ fn peer() {
     let Some(role) = role() else { return };
     match role.as_str() {
         "responder" | "requester" => matrix_peer(&role),
-        "victim" => victim(),
+        "victim" => serve_until_killed(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -79,18 +79,6 @@ fn every_operation_and_size_between_two_processes_over_shm() {
         "one-sided operations went direct"
     );
     assert_eq!(side.ctx.driver_counters().send_errors, 0);
-}
-
-/// The victim of `killed_peer_*`: connects, says ready, then waits to be killed.
-fn victim() {
-    let ctx = Context::open_default().unwrap();
-    let side = Side::open(ctx, 1 << 20);
-    let mut stream = peer_stream();
-    let _remote = side.connect(&mut stream, &ConnectOptions::default());
-    let mut ctl = Ctl::new(stream);
-    ctl.send("ready");
-    let m = ctl.recv();
-    panic!("the victim was not killed (got {m:?})");
 }
 
 /// Tests of this binary run in parallel threads; the heavy ones take turns

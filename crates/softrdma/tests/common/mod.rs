@@ -1571,3 +1571,16 @@ pub fn wire_plan_opcodes() -> Vec<u8> {
     v.extend([0x64, 0x65]); // UD SEND_ONLY(_IMM)
     v
 }
+
+/// A peer that opens the default device, connects over the control stream,
+/// says "ready" and waits to be killed (the tests of a peer's death).
+pub fn serve_until_killed() {
+    let ctx = Context::open_default().unwrap();
+    let side = Side::open(ctx, 1 << 20);
+    let mut stream = peer_stream();
+    let _remote = side.connect(&mut stream, &ConnectOptions::default());
+    let mut ctl = Ctl::new(stream);
+    ctl.send("ready");
+    let m = ctl.recv();
+    panic!("the peer was not killed (got {m:?})");
+}
