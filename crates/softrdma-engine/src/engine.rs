@@ -48,6 +48,13 @@ pub enum SrcPortPolicy {
     Fixed(u16),
 }
 
+/// What a port knows about a received packet beyond its UDP payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RxMeta {
+    /// The ECN bits of its IP header (`NotEct` where the port cannot read them).
+    pub ecn: softrdma_wire::Ecn,
+}
+
 /// Engine configuration.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -912,6 +919,15 @@ impl Engine {
     /// A UDP datagram arrived at this device: `ep.src` is the sender, `ep.dst`
     /// this device. Bad ICRCs, malformed packets and strays are counted and dropped.
     pub fn handle_packet(&mut self, now: Instant, ep: Endpoints, data: &[u8]) {
+        self.handle_packet_meta(now, ep, RxMeta::default(), data)
+    }
+
+    /// [`Engine::handle_packet`] with what the IP header said about the
+    /// packet (a port that reads the TOS byte passes its ECN bits).
+    pub fn handle_packet_meta(&mut self, now: Instant, ep: Endpoints, meta: RxMeta, data: &[u8]) {
+        if meta.ecn == softrdma_wire::Ecn::Ce {
+            self.res.counters.ecn_ce_rcvd += 1;
+        }
         self.res.counters.rx_packets += 1;
         self.res.counters.rx_bytes += data.len() as u64;
         if let Err(e) = icrc::verify(&ep, data) {

@@ -38,7 +38,7 @@ mod wr;
 pub use counters::Counters;
 pub use engine::{
     DirectOp, DirectPlan, Engine, EngineConfig, GrantFacts, GrantRefusal, NotDirect, PeerQp,
-    PeerRegion, PeerView, QpInit, SrcPortPolicy, SrqInit, MAX_CQE, MAX_DIRECT_SGE, MAX_QP,
+    PeerRegion, PeerView, QpInit, RxMeta, SrcPortPolicy, SrqInit, MAX_CQE, MAX_DIRECT_SGE, MAX_QP,
 };
 pub use error::{errno, Result, VerbsError};
 pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};

@@ -29,6 +29,9 @@ pub struct Transmit {
     pub endpoints: Endpoints,
     /// The QP that sent it.
     pub qpn: u32,
+    /// The ECN codepoint the IP header must carry (`NotEct` unless
+    /// congestion control asks for ECN-capable transport).
+    pub ecn: softrdma_wire::Ecn,
     /// With [`crate::Engine::poll_transmit_gather`]: the payload was left
     /// in registered memory, and the packet is the buffer with this hole
     /// filled from there.
@@ -151,6 +154,7 @@ impl Qp {
             len,
             endpoints: ep,
             qpn: self.qpn,
+            ecn: softrdma_wire::Ecn::NotEct,
             payload,
         })
     }

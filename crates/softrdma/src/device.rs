@@ -1120,6 +1120,7 @@ impl TxBatch {
                     len: 0,
                     endpoints: none,
                     qpn: 0,
+                    ecn: softrdma_wire::Ecn::NotEct,
                     payload: None,
                 };
                 TX_BATCH
