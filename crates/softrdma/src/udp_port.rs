@@ -9,6 +9,8 @@ use std::net::{SocketAddr, UdpSocket};
 use softrdma_core::{Outgoing, Port, PortCounters, Received, Sources};
 use softrdma_engine::{Instant, RxMeta};
 use softrdma_wire::icrc;
+#[cfg(test)]
+use softrdma_wire::Ecn;
 
 use crate::sys;
 
@@ -222,5 +224,45 @@ impl UdpPort {
         #[allow(clippy::unnecessary_filter_map)]
         let empty = pkts.into_iter().filter_map(|_| None).collect();
         DGRAMS.set(empty);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ECN codepoint set on a sending socket (IP_TOS) arrives with the
+    /// datagram (IP_RECVTOS) and reaches the engine's `RxMeta`.
+    #[test]
+    fn ecn_set_on_a_sending_socket_arrives_through_the_udp_port() {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        let rx_sock = bind_socket(any).unwrap();
+        rx_sock.set_nonblocking(true).unwrap();
+        assert!(sys::enable_recv_tos(&rx_sock, false));
+        let at = rx_sock.local_addr().unwrap();
+        let mut port = UdpPort::new(rx_sock, at, false);
+        let tx = bind_socket(any).unwrap();
+        let mut got = Vec::new();
+        for ecn in [Ecn::Ce, Ecn::Ect0, Ecn::NotEct] {
+            assert!(sys::set_tos(&tx, false, ecn.with_tos(0)));
+            tx.send_to(&[ecn as u8; 40], at).unwrap();
+            let mut r = Received::default();
+            for _ in 0..1000 {
+                r = port.receive(Instant(0), Sources::All, 32, |src, meta, d| {
+                    got.push((src, meta.ecn, d.to_vec()))
+                });
+                if r.slow > 0 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert_eq!(r.slow, 1);
+        }
+        let from = tx.local_addr().unwrap();
+        let want: Vec<_> = [Ecn::Ce, Ecn::Ect0, Ecn::NotEct]
+            .into_iter()
+            .map(|e| (from, e, vec![e as u8; 40]))
+            .collect();
+        assert_eq!(got, want);
     }
 }
