@@ -429,16 +429,17 @@ impl Device {
                 self.last_app_poll.store(now.0, Ordering::Release);
             }
             st.core.forget_routes();
-            let next = st.core.progress(now, false);
+            st.core.progress(now, false);
             self.route_events(&mut st);
             // A polling application's background thread wakes on its own
             // within the APP_ACTIVE window and runs due timers then; waking
             // it for every held ACK would cost the poller a context switch
             // per message.
-            if !mark_app
-                && next.map_or(u64::MAX, |t| t.0) < self.sleeping_until.load(Ordering::Acquire)
-            {
-                self.wake.signal();
+            if !mark_app {
+                let next = st.core.next_deadline().map_or(u64::MAX, |t| t.0);
+                if next < self.sleeping_until.load(Ordering::Acquire) {
+                    self.wake.signal();
+                }
             }
         }
         post(&mut st, c)
@@ -556,7 +557,8 @@ impl Device {
             let (next, can_sleep) = {
                 let mut st = self.lock();
                 st.background_wakeups += 1;
-                let next = st.core.progress(now, true);
+                st.core.progress(now, true);
+                let next = st.core.next_deadline();
                 self.route_events(&mut st);
                 let can_sleep = st.shm_mut().prepare_sleep();
                 // The listener, handshakes in progress and links (a peer
