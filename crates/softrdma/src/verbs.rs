@@ -660,13 +660,12 @@ impl fmt::Debug for Mr {
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        let (k, rkey) = (self.lkey, self.rkey);
+        let k = self.lkey;
         // Deregistration takes the grants back (the core follows the
         // engine's change) and waits (bounded) until no same-host peer is
         // inside the region, before the call returns. The segment, when the
         // last reference to it goes, punches its memory out: a peer's
         // mapping then reaches nothing, whatever it does.
-        let _ = rkey;
         let _ = self.ctx.dev.with_engine(|e, _| e.dereg_mr(k));
         self.adopted = None;
     }
