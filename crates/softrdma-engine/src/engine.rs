@@ -27,6 +27,7 @@ use crate::requester::{transport_of, Transmit, TxCtx};
 use crate::resources::{Ah, Cq, Event, MrKeys, Notify, RecvWqe, Resources, Srq};
 use crate::rules::{self, PostSendError};
 use crate::time::Instant;
+use crate::timers::Timer;
 use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 mod fastpath;
@@ -627,6 +628,7 @@ impl Engine {
             resp: Default::default(),
             counters: Counters::default(),
             scheduled: false,
+            timers: Default::default(),
             timer_registered: None,
         };
         self.qps.insert(qpn, qp);
@@ -1006,8 +1008,8 @@ impl Engine {
                 continue;
             }
             qp.timer_registered = None;
-            if matches!(qp.resp.ack_hold, AckHold::Until(h) if h <= now) {
-                qp.resp.ack_hold = AckHold::Due;
+            if qp.timers.expired(Timer::AckDelay, now) {
+                qp.ack_due();
             }
             qp.handle_requester_timeout(&mut self.res, now);
             self.after(qpn, now);
@@ -1038,7 +1040,7 @@ impl Engine {
             .collect();
         for qpn in held {
             if let Some(qp) = self.qps.get_mut(&qpn) {
-                qp.resp.ack_hold = AckHold::Due;
+                qp.ack_due();
             }
             self.after(qpn, Instant(0));
         }
@@ -1053,7 +1055,7 @@ impl Engine {
         if qp.resp.ack_hold == AckHold::None {
             return;
         }
-        qp.resp.ack_hold = AckHold::Due;
+        qp.ack_due();
         let mut buf = vec![0u8; 128];
         let mut ctx = TxCtx {
             buf: &mut buf,
@@ -1137,9 +1139,9 @@ impl Engine {
             };
             let tx = qp.next_response(&mut self.res, &mut ctx).or_else(|| {
                 let t = qp.next_request(&mut self.res, &mut ctx);
-                if t.is_some() && qp.resp.ack_hold != AckHold::None {
+                if t.is_some() {
                     // A held ACK follows this request out, in the same batch.
-                    qp.resp.ack_hold = AckHold::Due;
+                    qp.ack_due();
                 }
                 t
             });

@@ -33,6 +33,7 @@ mod rng;
 pub mod rules;
 pub mod sim;
 mod time;
+mod timers;
 mod wr;
 
 pub use counters::Counters;

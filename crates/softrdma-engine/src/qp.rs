@@ -16,6 +16,7 @@ use crate::qp_attr::{QpAttr, QpCap, QpState, QpType};
 use crate::resources::{Event, RecvWqe, Resources};
 use crate::rules;
 use crate::time::Instant;
+use crate::timers::{Timer, Timers};
 use crate::wr::{SendFlags, SendOp, Sge, WcOpcode, WcStatus, WorkCompletion};
 
 /// The port's P_Key table: one entry, the default P_Key 0xFFFF (full
@@ -167,8 +168,6 @@ pub(crate) struct Requester {
     pub una: Psn,
     /// One past the highest PSN ever transmitted (to count retransmissions).
     pub high: Psn,
-    pub ack_deadline: Option<Instant>,
-    pub rnr_until: Option<Instant>,
     pub retry_left: u8,
     pub rnr_retry_left: u8,
     pub since_ack_req: u32,
@@ -204,14 +203,15 @@ pub(crate) struct Responder {
     pub ack_hold: AckHold,
 }
 
-/// A held ACK waits `Until` a time (or until its QP sends a request, which
-/// it then follows out); once `Due` it goes with the next transmission.
-/// Only `Until` sets a timer, so a QP that cannot transmit keeps no timer.
+/// A `Held` ACK waits until its [`Timer::AckDelay`] expires (or until its
+/// QP sends a request, which it then follows out); once `Due` it goes with
+/// the next transmission. Only `Held` arms the timer, so a QP that cannot
+/// transmit keeps no timer.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AckHold {
     #[default]
     None,
-    Until(Instant),
+    Held,
     Due,
 }
 
@@ -235,6 +235,8 @@ pub(crate) struct Qp {
     pub resp: Responder,
     pub counters: Counters,
     pub scheduled: bool,
+    /// Every deadline of the QP, by name.
+    pub timers: Timers,
     /// Deadline last registered with the engine's timer heap.
     pub timer_registered: Option<Instant>,
 }
@@ -242,18 +244,21 @@ pub(crate) struct Qp {
 impl Qp {
     /// The earliest time this QP needs `handle_timeout`.
     pub fn deadline(&self) -> Option<Instant> {
-        fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-            match (a, b) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, None) => x,
-                (None, y) => y,
-            }
+        self.timers.next()
+    }
+
+    /// A held ACK goes with the next transmission.
+    pub fn ack_due(&mut self) {
+        if self.resp.ack_hold != AckHold::None {
+            self.resp.ack_hold = AckHold::Due;
+            self.timers.stop(Timer::AckDelay);
         }
-        let hold = match self.resp.ack_hold {
-            AckHold::Until(t) => Some(t),
-            _ => None,
-        };
-        earlier(earlier(self.req.ack_deadline, self.req.rnr_until), hold)
+    }
+
+    /// No ACK is held (it went out, or there is none).
+    pub fn ack_released(&mut self) {
+        self.resp.ack_hold = AckHold::None;
+        self.timers.stop(Timer::AckDelay);
     }
 
     /// The P_Key this QP puts in every packet it sends and checks every
@@ -341,8 +346,9 @@ impl Qp {
             let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
             res.complete(self.recv_cq, wc);
         }
-        self.req.ack_deadline = None;
-        self.req.rnr_until = None;
+        self.timers.stop(Timer::Retransmit);
+        self.timers.stop(Timer::RnrWait);
+        self.timers.stop(Timer::Pacing);
     }
 
     /// `QpFatal` when the error came from the transport or a local failure
@@ -397,6 +403,7 @@ impl Qp {
         self.state = QpState::Reset;
         self.req = Requester::default();
         self.resp = Responder::default();
+        self.timers = Timers::default();
         self.rq.clear();
         self.dest = None;
     }

@@ -18,6 +18,7 @@ use crate::qp_attr::QpType;
 use crate::resources::Resources;
 use crate::rules;
 use crate::time::{local_ack_timeout, Instant};
+use crate::timers::Timer;
 use crate::wr::{SendFlags, SendOp, WcStatus};
 
 /// What `poll_transmit` hands the driver.
@@ -201,11 +202,11 @@ impl Qp {
         if !rules::requester_active(self.state) {
             return None;
         }
-        if let Some(t) = self.req.rnr_until {
+        if let Some(t) = self.timers.get(Timer::RnrWait) {
             if ctx.now < t {
                 return None;
             }
-            self.req.rnr_until = None;
+            self.timers.stop(Timer::RnrWait);
         }
         let idx = self.req.next;
         let w = self.req.sq.get(idx)?;
@@ -443,7 +444,7 @@ impl Qp {
                 }
             }
             _ => {
-                if self.req.ack_deadline.is_none() {
+                if !self.timers.is_armed(Timer::Retransmit) {
                     self.arm_ack_timer(ctx.now);
                 }
             }
@@ -452,7 +453,8 @@ impl Qp {
     }
 
     pub(crate) fn arm_ack_timer(&mut self, now: Instant) {
-        self.req.ack_deadline = local_ack_timeout(self.attr.timeout).map(|d| now + d);
+        let at = local_ack_timeout(self.attr.timeout).map(|d| now + d);
+        self.timers.set_opt(Timer::Retransmit, at);
     }
 
     fn progress(&mut self, now: Instant, new_una: Psn) {
@@ -462,7 +464,7 @@ impl Qp {
             self.req.rnr_retry_left = self.attr.rnr_retry;
             self.req.read_gap = None;
             if self.req.una == self.req.high {
-                self.req.ack_deadline = None;
+                self.timers.stop(Timer::Retransmit);
             } else {
                 self.arm_ack_timer(now);
             }
@@ -661,8 +663,8 @@ impl Qp {
                 let una = self.req.una;
                 self.rewind(una);
                 let wait = Duration::from_micros(aeth::rnr_timer_micros(timer));
-                self.req.rnr_until = Some(now + wait);
-                self.req.ack_deadline = None;
+                self.timers.set(Timer::RnrWait, now + wait);
+                self.timers.stop(Timer::Retransmit);
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.seq_naks_rcvd += 1;
@@ -831,20 +833,15 @@ impl Qp {
 
     /// The local ACK timer or the RNR wait expired.
     pub(crate) fn handle_requester_timeout(&mut self, res: &mut Resources, now: Instant) {
-        if let Some(t) = self.req.rnr_until {
-            if now >= t {
-                self.req.rnr_until = None;
-                self.arm_ack_timer(now);
-            }
+        if self.timers.expired(Timer::RnrWait, now) {
+            self.timers.stop(Timer::RnrWait);
+            self.arm_ack_timer(now);
         }
-        let Some(t) = self.req.ack_deadline else {
-            return;
-        };
-        if now < t {
+        if !self.timers.expired(Timer::Retransmit, now) {
             return;
         }
         if self.req.una == self.req.high {
-            self.req.ack_deadline = None;
+            self.timers.stop(Timer::Retransmit);
             return;
         }
         self.counters.timeouts += 1;
