@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+mod congestion;
 mod counters;
 mod engine;
 mod error;
@@ -36,6 +37,10 @@ mod time;
 mod timers;
 mod wr;
 
+pub use congestion::{
+    CongestionConfig, CongestionControl, CongestionQp, EcnAction, FixedWindow, SendVerdict,
+    SentPacket,
+};
 pub use counters::Counters;
 pub use engine::{
     DirectOp, DirectPlan, Engine, EngineConfig, GrantFacts, GrantRefusal, NotDirect, PeerQp,

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 
 use softrdma_wire::{Msn, Psn, Syndrome};
 
+use crate::congestion::QpCongestion;
 use crate::counters::Counters;
 use crate::qp_attr::{QpAttr, QpCap, QpState, QpType};
 use crate::resources::{Event, RecvWqe, Resources};
@@ -237,6 +238,10 @@ pub(crate) struct Qp {
     pub scheduled: bool,
     /// Every deadline of the QP, by name.
     pub timers: Timers,
+    /// The congestion controller.
+    pub cc: QpCongestion,
+    /// The controller asked for a CNP to the peer; it goes out first.
+    pub cnp_due: bool,
     /// Deadline last registered with the engine's timer heap.
     pub timer_registered: Option<Instant>,
 }
@@ -404,6 +409,7 @@ impl Qp {
         self.req = Requester::default();
         self.resp = Responder::default();
         self.timers = Timers::default();
+        self.cnp_due = false;
         self.rq.clear();
         self.dest = None;
     }

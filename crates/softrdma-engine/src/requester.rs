@@ -13,7 +13,8 @@ use softrdma_wire::{
     PacketRepr, Position, Psn, RethRepr, Syndrome, Transport,
 };
 
-use crate::qp::{Qp, SendWqe};
+use crate::congestion::{SendVerdict, SentPacket};
+use crate::qp::{Qp, SendWqe, WqeView};
 use crate::qp_attr::QpType;
 use crate::resources::Resources;
 use crate::rules;
@@ -75,7 +76,6 @@ pub(crate) struct ZcPiece {
 pub(crate) struct TxCtx<'a> {
     pub buf: &'a mut [u8],
     pub local: SocketAddr,
-    pub max_inflight: u32,
     pub ack_req_every: u32,
     pub ack_delay_ns: u64,
     pub now: Instant,
@@ -155,7 +155,7 @@ impl Qp {
             len,
             endpoints: ep,
             qpn: self.qpn,
-            ecn: softrdma_wire::Ecn::NotEct,
+            ecn: self.cc.ecn_to_send(),
             payload,
         })
     }
@@ -209,12 +209,11 @@ impl Qp {
             self.timers.stop(Timer::RnrWait);
         }
         let idx = self.req.next;
-        let w = self.req.sq.get(idx)?;
-        if self.qp_type == QpType::Rc
-            && self.req.psn.distance_from(self.req.una) >= ctx.max_inflight
-        {
+        let view = self.req.sq.get(idx)?.view();
+        if !self.congestion_allows(ctx.now, &view) {
             return None;
         }
+        let w = &self.req.sq[idx];
         if !w.assigned {
             // A WQE that has not started: drain, fence, read/atomic limit and credits apply.
             if !rules::requester_may_start(self.state) {
@@ -255,6 +254,38 @@ impl Qp {
         }
     }
 
+    /// Asks the congestion controller whether the next packet, from `w`,
+    /// may go now; a "not before" arms the pacing timer.
+    fn congestion_allows(&mut self, now: Instant, w: &WqeView) -> bool {
+        // UC and UD have no acknowledgements: nothing is ever in flight.
+        let inflight = match self.qp_type {
+            QpType::Rc => self.req.psn.distance_from(self.req.una),
+            _ => 0,
+        };
+        let bytes = if w.op.is_read_or_atomic() {
+            0
+        } else {
+            w.len
+                .saturating_sub(self.req.next_offset)
+                .min(u64::from(self.mtu)) as usize
+        };
+        match self.cc.can_send(now, inflight, bytes) {
+            SendVerdict::Now => {
+                self.timers.stop(Timer::Pacing);
+                true
+            }
+            SendVerdict::NotBefore(t) if t <= now => {
+                self.timers.stop(Timer::Pacing);
+                true
+            }
+            SendVerdict::NotBefore(t) => {
+                self.timers.set(Timer::Pacing, t);
+                false
+            }
+            SendVerdict::Blocked => false,
+        }
+    }
+
     fn has_credit(&self) -> bool {
         match self.req.credit_limit {
             None => true,
@@ -290,8 +321,18 @@ impl Qp {
         }
         let mut bth = BthRepr::new(opcode, remote_qpn, self.req.psn);
         bth.solicited = w.flags.contains(SendFlags::SOLICITED);
-        self.req.psn = self.req.psn.next();
+        let psn = self.req.psn;
+        self.req.psn = psn.next();
         let tx = self.finish_packet(res, ctx, bth, headers, len, dst);
+        if let Some(t) = &tx {
+            let sent = SentPacket {
+                psn,
+                span: 1,
+                bytes: t.len,
+                retransmit: false,
+            };
+            self.cc.on_sent(ctx.now, &sent);
+        }
         self.complete_head(res, WcStatus::Success);
         tx
     }
@@ -386,7 +427,7 @@ impl Qp {
                 let mut bth = BthRepr::new(opcode, remote_qpn, psn);
                 bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
                 self.req.since_ack_req += 1;
-                let window_full = psn.next().distance_from(self.req.una) >= ctx.max_inflight;
+                let window_full = psn.next().distance_from(self.req.una) >= self.cc.window();
                 bth.ack_req = self.qp_type == QpType::Rc
                     && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
                 let off = payload_offset(&headers);
@@ -428,7 +469,8 @@ impl Qp {
             self.req.next_offset += payload_len as u64;
         }
         self.req.psn = psn.add(advance_psn);
-        if psn.is_before(self.req.high) {
+        let retransmit = psn.is_before(self.req.high);
+        if retransmit {
             self.counters.retransmits += 1;
             res.counters.retransmits += 1;
         }
@@ -436,6 +478,15 @@ impl Qp {
             self.req.high = self.req.psn;
         }
         let tx = self.finish_packet_zc(res, ctx, bth, headers, payload_len, dst, zc);
+        if let Some(t) = &tx {
+            let sent = SentPacket {
+                psn,
+                span: advance_psn,
+                bytes: t.len,
+                retransmit,
+            };
+            self.cc.on_sent(ctx.now, &sent);
+        }
         match self.qp_type {
             QpType::Uc => {
                 if self.req.next > 0 {
@@ -459,6 +510,8 @@ impl Qp {
 
     fn progress(&mut self, now: Instant, new_una: Psn) {
         if new_una.is_after(self.req.una) {
+            let count = new_una.distance_from(self.req.una);
+            self.cc.on_ack(now, self.req.una, count);
             self.req.una = new_una;
             self.req.retry_left = self.attr.retry_cnt;
             self.req.rnr_retry_left = self.attr.rnr_retry;
@@ -641,6 +694,7 @@ impl Qp {
         if psn.is_before(self.req.una) {
             return;
         }
+        self.cc.on_nak(now, psn, syn);
         let before = self.req.una;
         // A NAK acknowledges every PSN before its own.
         let missing = self.ack_through(res, psn.sub(1));
@@ -846,6 +900,7 @@ impl Qp {
         }
         self.counters.timeouts += 1;
         res.counters.timeouts += 1;
+        self.cc.on_timeout(now);
         if self.req.retry_left == 0 {
             self.fail_head(res, WcStatus::RetryExcErr);
             return;
