@@ -631,6 +631,7 @@ impl Engine {
             mtu,
             rq: Default::default(),
             req: Default::default(),
+            comp: Default::default(),
             resp: Default::default(),
             counters: Counters::default(),
             scheduled: false,
@@ -770,14 +771,14 @@ impl Engine {
         if mask.contains(AttrMask::SQ_PSN) {
             let p: Psn = attr.sq_psn;
             qp.req.psn = p;
-            qp.req.una = p;
+            qp.comp.una = p;
             qp.req.high = p;
         }
         if mask.contains(AttrMask::RETRY_CNT) {
-            qp.req.retry_left = attr.retry_cnt;
+            qp.comp.retry_left = attr.retry_cnt;
         }
         if mask.contains(AttrMask::RNR_RETRY) {
-            qp.req.rnr_retry_left = attr.rnr_retry;
+            qp.comp.rnr_retry_left = attr.rnr_retry;
         }
         let old = qp.state;
         if new == QpState::Reset {
@@ -1059,7 +1060,7 @@ impl Engine {
             if qp.timers.expired(Timer::Congestion, now) {
                 qp.cc.on_timer(now);
             }
-            qp.handle_requester_timeout(&mut self.res, now);
+            qp.handle_completer_timeout(&mut self.res, now);
             self.after(qpn, now);
         }
     }

@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+mod completer;
 mod congestion;
 mod counters;
 mod engine;

@@ -1,16 +1,18 @@
 //! A queue pair: its state, send and receive queues, and the glue between
-//! the requester (`requester.rs`) and responder (`responder.rs`) halves.
+//! the requester (`requester.rs`), completer (`completer.rs`) and
+//! responder (`responder.rs`).
 //!
 //! Vocabulary follows rdma-core and rxe: a WQE is a posted work request as
 //! the HCA holds it; the requester turns send WQEs into packets, the
-//! completer (here part of the requester) retires them on ACKs and
-//! responses, and the responder executes incoming requests.
+//! completer retires them on ACKs and responses, and the responder
+//! executes incoming requests.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use softrdma_wire::{Msn, Psn, Syndrome};
 
+use crate::completer::Completer;
 use crate::congestion::QpCongestion;
 use crate::counters::Counters;
 use crate::qp_attr::{QpAttr, QpCap, QpState, QpType};
@@ -165,28 +167,14 @@ pub(crate) struct Requester {
     pub next_offset: u64,
     /// PSN of the next packet to transmit.
     pub psn: Psn,
-    /// Oldest unacknowledged PSN.
-    pub una: Psn,
     /// One past the highest PSN ever transmitted (to count retransmissions).
     pub high: Psn,
-    pub retry_left: u8,
-    pub rnr_retry_left: u8,
     pub since_ack_req: u32,
-    /// The oldest unacknowledged PSN at which missing READ responses (or a
-    /// missing atomic ACK) were last asked for again; cleared on progress.
-    pub read_gap: Option<Psn>,
-    /// An error NAK for this PSN that arrived while an earlier READ or atomic
-    /// still lacked its responses: the WQE holding the PSN fails with this
-    /// status once those are in.
-    pub pending_nak: Option<(Psn, WcStatus)>,
     /// SQD: the drained event was raised.
     pub drained_notified: bool,
-    /// End-to-end credits: messages that consume a receive WQE, sent and acknowledged.
+    /// End-to-end credits: messages sent that consume a receive WQE
+    /// (the completer counts those acknowledged).
     pub rq_msgs_sent: u64,
-    pub rq_msgs_acked: u64,
-    /// Receive-consuming messages the responder can take, counted from `rq_msgs_acked`
-    /// at the last ACK; `None` = unlimited (SRQ responders, or no ACK yet with credits).
-    pub credit_limit: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -233,6 +221,7 @@ pub(crate) struct Qp {
     pub mtu: u32,
     pub rq: VecDeque<RecvWqe>,
     pub req: Requester,
+    pub comp: Completer,
     pub resp: Responder,
     pub counters: Counters,
     pub scheduled: bool,
@@ -407,6 +396,7 @@ impl Qp {
     pub fn reset(&mut self) {
         self.state = QpState::Reset;
         self.req = Requester::default();
+        self.comp = Completer::default();
         self.resp = Responder::default();
         self.timers = Timers::default();
         self.cnp_due = false;
