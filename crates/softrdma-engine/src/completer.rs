@@ -56,6 +56,7 @@ impl Qp {
             let count = new_una.distance_from(self.comp.una);
             self.cc.on_ack(now, self.comp.una, count);
             self.comp.una = new_una;
+            self.req.records.acked(new_una);
             self.comp.retry_left = self.attr.retry_cnt;
             self.comp.rnr_retry_left = self.attr.rnr_retry;
             self.comp.read_gap = None;

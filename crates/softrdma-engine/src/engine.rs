@@ -773,6 +773,7 @@ impl Engine {
             qp.req.psn = p;
             qp.comp.una = p;
             qp.req.high = p;
+            qp.req.records.clear();
         }
         if mask.contains(AttrMask::RETRY_CNT) {
             qp.comp.retry_left = attr.retry_cnt;
@@ -1284,6 +1285,14 @@ fn settle(
     schedule: bool,
 ) {
     let qpn = qp.qpn;
+    debug_assert!(
+        qp.qp_type != QpType::Rc
+            || !rules::requester_active(qp.state)
+            || qp.req.records.cover(qp.comp.una, qp.req.high),
+        "QP {qpn:#x}: the send records do not cover [una {:?}, high {:?})",
+        qp.comp.una,
+        qp.req.high
+    );
     if schedule && !qp.scheduled {
         qp.scheduled = true;
         ready.push_back(qpn);
@@ -1329,12 +1338,14 @@ fn enqueue_send(
         flags: wr.flags,
         signaled: rules::wr_signaled(qp.sq_sig_all, wr.flags),
         ud: wr.ud.map(|u| (u.ah, u.remote_qpn, u.remote_qkey)),
+        serial: qp.req.next_serial,
         assigned: false,
         first_psn: Psn::new(0),
         npkts: 0,
         read_done: 0,
     };
     qp.req.sq.push_back(w);
+    qp.req.next_serial += 1;
     if rules::posted_sends_flush(qp.state) {
         // Real HCAs accept the post and flush it at once.
         qp.flush_sq(res);

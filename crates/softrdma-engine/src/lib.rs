@@ -33,6 +33,7 @@ mod resources;
 mod responder;
 mod rng;
 pub mod rules;
+mod send_records;
 pub mod sim;
 mod time;
 mod timers;

@@ -18,6 +18,7 @@ use crate::counters::Counters;
 use crate::qp_attr::{QpAttr, QpCap, QpState, QpType};
 use crate::resources::{Event, RecvWqe, Resources};
 use crate::rules;
+use crate::send_records::SendRecords;
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
 use crate::wr::{SendFlags, SendOp, Sge, WcOpcode, WcStatus, WorkCompletion};
@@ -65,6 +66,9 @@ pub(crate) struct SendWqe {
     pub signaled: bool,
     /// UD: (address handle, remote QPN, Q_Key as posted).
     pub ud: Option<(u32, u32, u32)>,
+    /// Its place in the order of posting (one more than the WQE before
+    /// it): how a send record names it while indices shift.
+    pub serial: u64,
     /// PSNs are assigned on first transmission and never change after.
     pub assigned: bool,
     pub first_psn: Psn,
@@ -175,6 +179,17 @@ pub(crate) struct Requester {
     /// End-to-end credits: messages sent that consume a receive WQE
     /// (the completer counts those acknowledged).
     pub rq_msgs_sent: u64,
+    /// RC: a record of every request packet not yet acknowledged.
+    pub records: SendRecords,
+    /// The serial the next posted WQE gets.
+    pub next_serial: u64,
+}
+
+impl Requester {
+    /// The serial of `sq[0]` (of the next WQE posted when `sq` is empty).
+    pub fn base_serial(&self) -> u64 {
+        self.next_serial - self.sq.len() as u64
+    }
 }
 
 #[derive(Debug, Default)]
@@ -364,6 +379,7 @@ impl Qp {
         }
         self.req.next = 0;
         self.req.next_offset = 0;
+        self.req.records.clear();
     }
 
     /// READ and atomic WQEs transmitted and not yet completed: those before

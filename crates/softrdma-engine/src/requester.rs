@@ -18,6 +18,7 @@ use crate::qp::{Qp, SendWqe, WqeView};
 use crate::qp_attr::QpType;
 use crate::resources::Resources;
 use crate::rules;
+use crate::send_records::SendRecord;
 use crate::time::Instant;
 use crate::timers::Timer;
 use crate::wr::{SendFlags, SendOp, WcStatus};
@@ -470,6 +471,27 @@ impl Qp {
         }
         self.req.psn = psn.add(advance_psn);
         let retransmit = psn.is_before(self.req.high);
+        if self.qp_type == QpType::Rc {
+            let len = match w.op {
+                SendOp::Read { .. } => w.len - offset,
+                _ => payload_len as u64,
+            };
+            let rec = SendRecord {
+                psn,
+                span: advance_psn,
+                wqe: self.req.sq[idx].serial,
+                offset,
+                len: len as u32,
+                opcode: bth.opcode,
+                sent_at: ctx.now,
+                retransmitted: retransmit,
+            };
+            let resume = (
+                self.req.base_serial() + self.req.next as u64,
+                self.req.next_offset,
+            );
+            self.req.records.sent(rec, !retransmit, resume);
+        }
         if retransmit {
             self.counters.retransmits += 1;
             res.counters.retransmits += 1;
@@ -507,29 +529,49 @@ impl Qp {
     /// packet transmitted is the one with that PSN. A READ resumes its
     /// request at the first response still missing.
     pub(crate) fn rewind(&mut self, psn: Psn) {
-        let mtu = u64::from(self.mtu);
-        let mut idx = self.req.sq.len();
-        let mut offset = 0;
-        for (i, w) in self.req.sq.iter().enumerate() {
-            if !w.assigned {
-                idx = i;
-                break;
-            }
-            if psn.in_window(w.first_psn, w.npkts) {
-                idx = i;
-                offset = u64::from(psn.distance_from(w.first_psn)) * mtu;
-                break;
-            }
-        }
-        debug_assert!(
-            idx == self.req.sq.len() || self.req.sq[idx].assigned || psn == self.req.high,
-            "rewind to {psn:?}, outside the PSNs in use (high {:?})",
-            self.req.high
+        let (idx, offset) = self.position_of(psn);
+        debug_assert_eq!(
+            (idx, offset),
+            self.position_by_wqes(psn),
+            "the send records disagree with the WQEs about PSN {psn:?}"
         );
         self.req.next = idx;
         self.req.next_offset = offset;
         self.req.psn = psn;
         self.req.since_ack_req = 0;
+    }
+
+    /// Where the packet with PSN `psn` (in `[una, high]`) starts, as (index
+    /// in `sq`, offset in that WQE's message): from the record of the packet
+    /// that holds it, or for `high`, never sent, where transmission resumes.
+    pub(crate) fn position_of(&self, psn: Psn) -> (usize, u64) {
+        let mtu = u64::from(self.mtu);
+        let base = self.req.base_serial();
+        let (serial, offset) = match self.req.records.find(psn) {
+            // A READ's record covers all its responses: one MTU each.
+            Some(r) => (r.wqe, r.offset + u64::from(psn.distance_from(r.psn)) * mtu),
+            None => self.req.records.resume().unwrap_or((base, 0)),
+        };
+        match serial.checked_sub(base) {
+            Some(i) if i <= self.req.sq.len() as u64 => (i as usize, offset),
+            // The WQE is gone (only a flush retires WQEs still in flight).
+            _ => (self.req.sq.len(), 0),
+        }
+    }
+
+    /// [`Self::position_of`] worked out from the WQEs' PSNs instead of the
+    /// records: the check of the records in debug builds.
+    fn position_by_wqes(&self, psn: Psn) -> (usize, u64) {
+        let mtu = u64::from(self.mtu);
+        for (i, w) in self.req.sq.iter().enumerate() {
+            if !w.assigned {
+                return (i, 0);
+            }
+            if psn.in_window(w.first_psn, w.npkts) {
+                return (i, u64::from(psn.distance_from(w.first_psn)) * mtu);
+            }
+        }
+        (self.req.sq.len(), 0)
     }
 }
 
