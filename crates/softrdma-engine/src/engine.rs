@@ -33,6 +33,8 @@ use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 mod fastpath;
 mod grant;
+#[cfg(test)]
+mod record_tests;
 pub use fastpath::{DirectOp, DirectPlan, NotDirect, PeerQp, PeerRegion, PeerView, MAX_DIRECT_SGE};
 pub use grant::{GrantFacts, GrantRefusal};
 

@@ -73,6 +73,29 @@ pub(crate) struct ZcPiece {
     pub addr: usize,
 }
 
+/// A request packet built by `build_request`, not yet sealed and counted.
+pub(crate) struct BuiltRequest {
+    pub bth: BthRepr,
+    pub headers: Headers,
+    /// Payload bytes (in the buffer, or in a region when `zc` is set).
+    pub payload_len: usize,
+    /// PSNs it occupies: 1, or the responses a READ request asks for.
+    pub span: u32,
+    pub zc: Option<ZcPiece>,
+}
+
+impl BuiltRequest {
+    fn header_only(bth: BthRepr, headers: Headers, span: u32) -> Self {
+        BuiltRequest {
+            bth,
+            headers,
+            payload_len: 0,
+            span,
+            zc: None,
+        }
+    }
+}
+
 /// The per-call context of packet production.
 pub(crate) struct TxCtx<'a> {
     pub buf: &'a mut [u8],
@@ -355,6 +378,8 @@ impl Qp {
         }
     }
 
+    /// The next packet of an RC or UC send queue, from WQE `idx` at the
+    /// send position.
     fn send_connected(
         &mut self,
         res: &mut Resources,
@@ -362,135 +387,24 @@ impl Qp {
         idx: usize,
     ) -> Option<Transmit> {
         let dst = self.dest?;
-        let mtu = u64::from(self.mtu);
-        let transport = transport_of(self.qp_type);
         let w = self.req.sq[idx].view();
         let psn = self.req.psn;
         let offset = self.req.next_offset;
-        let remote_qpn = self.attr.dest_qp_num;
-        let mut zc = None;
-        let (bth, headers, payload_len, advance_psn) = match w.op {
-            SendOp::Read { remote_addr, rkey } => {
-                let reth = RethRepr {
-                    va: remote_addr.wrapping_add(offset),
-                    rkey,
-                    dma_len: (w.len - offset) as u32,
-                };
-                let mut bth = BthRepr::new(Opcode::RC_READ_REQUEST, remote_qpn, psn);
-                bth.ack_req = true;
-                let remaining_pkts = w.npkts - (offset / mtu) as u32;
-                (bth, Headers::Reth(reth), 0usize, remaining_pkts)
-            }
-            SendOp::CompareSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => {
-                let a = AtomicEthRepr {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: swap,
-                    compare,
-                };
-                let mut bth = BthRepr::new(Opcode::RC_COMPARE_SWAP, remote_qpn, psn);
-                bth.ack_req = true;
-                (bth, Headers::Atomic(a), 0, 1)
-            }
-            SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => {
-                let a = AtomicEthRepr {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: add,
-                    compare: 0,
-                };
-                let mut bth = BthRepr::new(Opcode::RC_FETCH_ADD, remote_qpn, psn);
-                bth.ack_req = true;
-                (bth, Headers::Atomic(a), 0, 1)
-            }
-            _ => {
-                let seg = (w.len - offset).min(mtu);
-                let first = offset == 0;
-                let last = offset + seg == w.len;
-                let position = match (first, last) {
-                    (true, true) => Position::Only,
-                    (true, false) => Position::First,
-                    (false, false) => Position::Middle,
-                    (false, true) => Position::Last,
-                };
-                let (kind, headers) = message_headers(&w.op, position, w.len);
-                let layout = headers.layout();
-                let opcode = Opcode::find(transport, kind, position, layout)?;
-                let mut bth = BthRepr::new(opcode, remote_qpn, psn);
-                bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
-                self.req.since_ack_req += 1;
-                let window_full = psn.next().distance_from(self.comp.una) >= self.cc.window();
-                bth.ack_req = self.qp_type == QpType::Rc
-                    && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
-                let off = payload_offset(&headers);
-                let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
-                let wqe = &self.req.sq[idx];
-                // By reference when the packet's payload lies in one SGE of
-                // a region that allows it; otherwise (and for every error,
-                // which the copy then reports) copied.
-                let by_ref = match &wqe.inline {
-                    None if ctx.gather && seg > 0 => {
-                        res.payload_ref(&wqe.sges, self.pd, offset, seg as usize)
-                    }
-                    _ => None,
-                };
-                if by_ref.is_none() {
-                    if let Err(s) = self.fill_payload(res, wqe, offset, dstbuf) {
-                        if idx == 0 {
-                            self.fail_head(res, s);
-                        } else {
-                            // Let earlier WQEs finish; the head check fails it later.
-                            self.req.sq[idx].assigned = false;
-                        }
-                        return None;
-                    }
-                }
-                zc = by_ref;
-                (bth, headers, seg as usize, 1)
-            }
-        };
-        if bth.ack_req {
+        let b = self.build_request(res, ctx, idx, offset, psn)?;
+        if b.bth.ack_req {
             self.req.since_ack_req = 0;
         }
         // Advance the send position.
-        let is_rd = w.op.is_read_or_atomic();
-        if is_rd || offset + payload_len as u64 >= w.len {
+        if w.op.is_read_or_atomic() || offset + b.payload_len as u64 >= w.len {
             self.req.next += 1;
             self.req.next_offset = 0;
         } else {
-            self.req.next_offset += payload_len as u64;
+            self.req.next_offset += b.payload_len as u64;
         }
-        self.req.psn = psn.add(advance_psn);
+        self.req.psn = psn.add(b.span);
         let retransmit = psn.is_before(self.req.high);
         if self.qp_type == QpType::Rc {
-            let len = match w.op {
-                SendOp::Read { .. } => w.len - offset,
-                _ => payload_len as u64,
-            };
-            let rec = SendRecord {
-                psn,
-                span: advance_psn,
-                wqe: self.req.sq[idx].serial,
-                offset,
-                len: len as u32,
-                opcode: bth.opcode,
-                sent_at: ctx.now,
-                retransmitted: retransmit,
-            };
-            let resume = (
-                self.req.base_serial() + self.req.next as u64,
-                self.req.next_offset,
-            );
-            self.req.records.sent(rec, !retransmit, resume);
+            self.record_sent(ctx.now, idx, offset, psn, &b, retransmit);
         }
         if retransmit {
             self.counters.retransmits += 1;
@@ -499,11 +413,12 @@ impl Qp {
         if self.req.high.is_before(self.req.psn) {
             self.req.high = self.req.psn;
         }
-        let tx = self.finish_packet_zc(res, ctx, bth, headers, payload_len, dst, zc);
+        let (span, payload_len) = (b.span, b.payload_len);
+        let tx = self.finish_packet_zc(res, ctx, b.bth, b.headers, payload_len, dst, b.zc);
         if let Some(t) = &tx {
             let sent = SentPacket {
                 psn,
-                span: advance_psn,
+                span,
                 bytes: t.len,
                 retransmit,
             };
@@ -523,6 +438,166 @@ impl Qp {
             }
         }
         tx
+    }
+
+    /// Keeps the send record of an RC request packet that is going out.
+    fn record_sent(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        offset: u64,
+        psn: Psn,
+        b: &BuiltRequest,
+        retransmit: bool,
+    ) {
+        let w = &self.req.sq[idx];
+        let len = match w.op {
+            SendOp::Read { .. } => w.len - offset,
+            _ => b.payload_len as u64,
+        };
+        let rec = SendRecord {
+            psn,
+            span: b.span,
+            wqe: w.serial,
+            offset,
+            len: len as u32,
+            opcode: b.bth.opcode,
+            sent_at: now,
+            retransmitted: retransmit,
+        };
+        let resume = (
+            self.req.base_serial() + self.req.next as u64,
+            self.req.next_offset,
+        );
+        self.req.records.sent(rec, !retransmit, resume);
+    }
+
+    /// Builds the request packet of WQE `idx` that starts at `offset` of its
+    /// message and carries PSN `psn`: its headers, and its payload placed in
+    /// `ctx.buf` (or left in the region, `zc`). The requester's next packet,
+    /// or any packet a send record describes (`position_of`). A payload that
+    /// cannot be read fails the WQE (the head at once; a later one when it
+    /// becomes the head) and builds nothing.
+    pub(crate) fn build_request(
+        &mut self,
+        res: &mut Resources,
+        ctx: &mut TxCtx<'_>,
+        idx: usize,
+        offset: u64,
+        psn: Psn,
+    ) -> Option<BuiltRequest> {
+        let w = self.req.sq[idx].view();
+        let remote_qpn = self.attr.dest_qp_num;
+        let atomic = |opcode, a: AtomicEthRepr| {
+            let mut bth = BthRepr::new(opcode, remote_qpn, psn);
+            bth.ack_req = true;
+            Some(BuiltRequest::header_only(bth, Headers::Atomic(a), 1))
+        };
+        match w.op {
+            SendOp::Read { remote_addr, rkey } => {
+                let reth = RethRepr {
+                    va: remote_addr.wrapping_add(offset),
+                    rkey,
+                    dma_len: (w.len - offset) as u32,
+                };
+                let mut bth = BthRepr::new(Opcode::RC_READ_REQUEST, remote_qpn, psn);
+                bth.ack_req = true;
+                let remaining_pkts = w.npkts - (offset / u64::from(self.mtu)) as u32;
+                Some(BuiltRequest::header_only(
+                    bth,
+                    Headers::Reth(reth),
+                    remaining_pkts,
+                ))
+            }
+            SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => atomic(
+                Opcode::RC_COMPARE_SWAP,
+                AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: swap,
+                    compare,
+                },
+            ),
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => atomic(
+                Opcode::RC_FETCH_ADD,
+                AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: add,
+                    compare: 0,
+                },
+            ),
+            _ => self.build_message_packet(res, ctx, idx, offset, psn),
+        }
+    }
+
+    /// [`Self::build_request`] for a SEND or WRITE packet: position in the
+    /// message, opcode, AckReq, and the payload.
+    fn build_message_packet(
+        &mut self,
+        res: &mut Resources,
+        ctx: &mut TxCtx<'_>,
+        idx: usize,
+        offset: u64,
+        psn: Psn,
+    ) -> Option<BuiltRequest> {
+        let w = self.req.sq[idx].view();
+        let seg = (w.len - offset).min(u64::from(self.mtu));
+        let first = offset == 0;
+        let last = offset + seg == w.len;
+        let position = match (first, last) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, false) => Position::Middle,
+            (false, true) => Position::Last,
+        };
+        let (kind, headers) = message_headers(&w.op, position, w.len);
+        let opcode = Opcode::find(transport_of(self.qp_type), kind, position, headers.layout())?;
+        let mut bth = BthRepr::new(opcode, self.attr.dest_qp_num, psn);
+        bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
+        self.req.since_ack_req += 1;
+        let window_full = psn.next().distance_from(self.comp.una) >= self.cc.window();
+        bth.ack_req = self.qp_type == QpType::Rc
+            && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
+        let off = payload_offset(&headers);
+        let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
+        let wqe = &self.req.sq[idx];
+        // By reference when the packet's payload lies in one SGE of
+        // a region that allows it; otherwise (and for every error,
+        // which the copy then reports) copied.
+        let by_ref = match &wqe.inline {
+            None if ctx.gather && seg > 0 => {
+                res.payload_ref(&wqe.sges, self.pd, offset, seg as usize)
+            }
+            _ => None,
+        };
+        if by_ref.is_none() {
+            if let Err(s) = self.fill_payload(res, wqe, offset, dstbuf) {
+                if idx == 0 {
+                    self.fail_head(res, s);
+                } else {
+                    // Let earlier WQEs finish; the head check fails it later.
+                    self.req.sq[idx].assigned = false;
+                }
+                return None;
+            }
+        }
+        Some(BuiltRequest {
+            bth,
+            headers,
+            payload_len: seg as usize,
+            span: 1,
+            zc: by_ref,
+        })
     }
 
     /// Go back (or forward) to `psn`, which must lie in `[una, high]`: the next
