@@ -144,7 +144,15 @@ impl Qp {
         }
     }
 
-    /// An ACK, NAK, RNR NAK, READ response or atomic ACK arrived.
+    /// An ACK, NAK, RNR NAK, READ response or atomic ACK arrived. The
+    /// steps, as in rxe's completer: is the QP an active RC requester, was
+    /// the PSN ever sent; then by kind — an ACK or NAK
+    /// ([`Self::handle_aeth`]: acknowledge, then act on the NAK), a READ
+    /// response or an atomic ACK (acknowledge the WQEs before it, check it
+    /// fits its WQE, deliver the data, complete) — and at the end of each,
+    /// `una` moved on, the retry timer re-armed or stopped, the congestion
+    /// controller told, and the requester sent back where anything is
+    /// missing.
     pub(crate) fn handle_response(
         &mut self,
         res: &mut Resources,
@@ -183,26 +191,37 @@ impl Qp {
         }
     }
 
+    /// An ACK or NAK (alone, or in place of an atomic ACK's result).
     fn handle_aeth(&mut self, res: &mut Resources, psn: Psn, syn: Syndrome, now: Instant) {
-        if let Syndrome::Ack { credits } = syn {
-            if psn.next().is_before(self.comp.una) {
-                // Older than anything outstanding: a stale duplicate.
-                return;
-            }
-            let missing = self.ack_through(res, psn);
-            self.after_ack(res, psn, now);
-            if !self.is_active() {
-                return;
-            }
-            if missing {
-                self.resend_missing_responses();
-            }
-            if self.srq_peer_credits(credits) {
-                self.comp.credit_limit = aeth::credits_from_code(credits)
-                    .map(|c| self.comp.rq_msgs_acked + u64::from(c));
-            }
+        match syn {
+            Syndrome::Ack { credits } => self.handle_ack(res, psn, credits, now),
+            _ => self.handle_nak(res, psn, syn, now),
+        }
+    }
+
+    /// A positive ACK of every PSN up to `psn`, with the responder's credits.
+    fn handle_ack(&mut self, res: &mut Resources, psn: Psn, credits: u8, now: Instant) {
+        if psn.next().is_before(self.comp.una) {
+            // Older than anything outstanding: a stale duplicate.
             return;
         }
+        let missing = self.ack_through(res, psn);
+        self.after_ack(res, psn, now);
+        if !self.is_active() {
+            return;
+        }
+        if missing {
+            self.resend_missing_responses();
+        }
+        if self.srq_peer_credits(credits) {
+            self.comp.credit_limit =
+                aeth::credits_from_code(credits).map(|c| self.comp.rq_msgs_acked + u64::from(c));
+        }
+    }
+
+    /// A NAK for `psn`: every PSN before it is acknowledged, then the NAK
+    /// itself is acted on.
+    fn handle_nak(&mut self, res: &mut Resources, psn: Psn, syn: Syndrome, now: Instant) {
         // A NAK for a PSN before `una` comes from before a retransmission
         // that has since been acknowledged: stale, and acting on it would
         // rewind into completed work.
@@ -211,7 +230,6 @@ impl Qp {
         }
         self.cc.on_nak(now, psn, syn);
         let before = self.comp.una;
-        // A NAK acknowledges every PSN before its own.
         let missing = self.ack_through(res, psn.sub(1));
         self.after_ack(res, psn.sub(1), now);
         if !self.is_active() {
@@ -219,61 +237,73 @@ impl Qp {
         }
         match syn {
             Syndrome::Ack { .. } => {}
-            Syndrome::RnrNak { timer } => {
-                self.counters.rnr_naks_rcvd += 1;
-                res.counters.rnr_naks_rcvd += 1;
-                if self.comp.rnr_retry_left == 0 {
-                    self.fail_head(res, WcStatus::RnrRetryExcErr);
-                    return;
-                }
-                if self.comp.rnr_retry_left != 7 {
-                    self.comp.rnr_retry_left -= 1;
-                }
-                let una = self.comp.una;
-                self.rewind(una);
-                let wait = Duration::from_micros(aeth::rnr_timer_micros(timer));
-                self.timers.set(Timer::RnrWait, now + wait);
-                self.timers.stop(Timer::Retransmit);
+            Syndrome::RnrNak { timer } => self.rnr_nak(res, timer, now),
+            Syndrome::Nak(NakCode::PsnSequenceError) => self.sequence_nak(res, psn, before, now),
+            Syndrome::Nak(code) => self.error_nak(res, psn, code, missing),
+        }
+    }
+
+    /// The responder had no receive WQE: wait as long as it asked, then go
+    /// back to the oldest unacknowledged PSN, while RNR retries last.
+    fn rnr_nak(&mut self, res: &mut Resources, timer: u8, now: Instant) {
+        self.counters.rnr_naks_rcvd += 1;
+        res.counters.rnr_naks_rcvd += 1;
+        if self.comp.rnr_retry_left == 0 {
+            self.fail_head(res, WcStatus::RnrRetryExcErr);
+            return;
+        }
+        // 7 means retry for ever.
+        if self.comp.rnr_retry_left != 7 {
+            self.comp.rnr_retry_left -= 1;
+        }
+        let una = self.comp.una;
+        self.rewind(una);
+        let wait = Duration::from_micros(aeth::rnr_timer_micros(timer));
+        self.timers.set(Timer::RnrWait, now + wait);
+        self.timers.stop(Timer::Retransmit);
+    }
+
+    /// The responder expected another PSN: go back (go-back-N), spending a
+    /// retry when it still expects our oldest unacknowledged PSN. `before`
+    /// is `una` as it was before the NAK's implied acknowledgement.
+    fn sequence_nak(&mut self, res: &mut Resources, psn: Psn, before: Psn, now: Instant) {
+        self.counters.seq_naks_rcvd += 1;
+        res.counters.seq_naks_rcvd += 1;
+        // A NAK for a later PSN shows the responder got everything before:
+        // if una did not move, what is missing are our READ responses (or
+        // atomic ACK), which are asked for again below; the local ACK
+        // timeout still bounds a path that loses them all.
+        if self.comp.una == before && psn == self.comp.una {
+            if self.comp.retry_left == 0 {
+                self.fail_head(res, WcStatus::RetryExcErr);
+                return;
             }
-            Syndrome::Nak(NakCode::PsnSequenceError) => {
-                self.counters.seq_naks_rcvd += 1;
-                res.counters.seq_naks_rcvd += 1;
-                // A retry is spent when the responder still expects our
-                // oldest unacknowledged PSN. A NAK for a later PSN shows it
-                // got everything before: if una did not move, what is
-                // missing are our READ responses (or atomic ACK), which are
-                // asked for again below; the local ACK timeout still bounds
-                // a path that loses them all.
-                if self.comp.una == before && psn == self.comp.una {
-                    if self.comp.retry_left == 0 {
-                        self.fail_head(res, WcStatus::RetryExcErr);
-                        return;
-                    }
-                    self.comp.retry_left -= 1;
-                }
-                // Go back to the oldest unacknowledged PSN: the NAKed one, or
-                // an earlier READ whose responses are missing.
-                let una = self.comp.una;
-                self.rewind(una);
-                self.arm_ack_timer(now);
-            }
-            Syndrome::Nak(code) => {
-                let status = match code {
-                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-                    _ => WcStatus::RemInvReqErr,
-                };
-                if missing {
-                    // The responder executed an earlier READ or atomic whose
-                    // responses have not arrived: get them, then fail the
-                    // NAKed WQE.
-                    self.comp.pending_nak = Some((psn, status));
-                    self.resend_missing_responses();
-                } else {
-                    // The head holds the NAKed PSN.
-                    self.fail_head(res, status);
-                }
-            }
+            self.comp.retry_left -= 1;
+        }
+        // Go back to the oldest unacknowledged PSN: the NAKed one, or an
+        // earlier READ whose responses are missing.
+        let una = self.comp.una;
+        self.rewind(una);
+        self.arm_ack_timer(now);
+    }
+
+    /// The responder refused the request at `psn` (and went to ERR): its WQE
+    /// fails, once the responses of earlier READs and atomics are in
+    /// (`missing`: they are not).
+    fn error_nak(&mut self, res: &mut Resources, psn: Psn, code: NakCode, missing: bool) {
+        let status = match code {
+            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+            _ => WcStatus::RemInvReqErr,
+        };
+        if missing {
+            // The responder executed an earlier READ or atomic whose
+            // responses have not arrived: get them, then fail the NAKed WQE.
+            self.comp.pending_nak = Some((psn, status));
+            self.resend_missing_responses();
+        } else {
+            // The head holds the NAKed PSN.
+            self.fail_head(res, status);
         }
     }
 
