@@ -44,29 +44,42 @@ impl Timer {
     }
 }
 
-/// The deadline of each [`Timer`], or `None` when it is stopped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Timers([Option<Instant>; Timer::COUNT]);
+/// A stopped timer: the end of time (where `Instant + Duration` saturates),
+/// which no clock reaches, so a deadline there is the same as none; the
+/// table is then 8 bytes a timer instead of 16.
+const STOPPED: u64 = u64::MAX;
+
+/// The deadline of each [`Timer`] in nanoseconds, or [`STOPPED`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timers([u64; Timer::COUNT]);
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers([STOPPED; Timer::COUNT])
+    }
+}
 
 impl Timers {
     /// When `t` expires, if armed.
     pub fn get(&self, t: Timer) -> Option<Instant> {
-        self.0[t.index()]
+        let at = self.0[t.index()];
+        (at != STOPPED).then_some(Instant(at))
     }
 
-    /// Arms `t` for `at` (re-arms it if it was armed).
+    /// Arms `t` for `at` (re-arms it if it was armed). A deadline at the
+    /// end of time is the same as none.
     pub fn set(&mut self, t: Timer, at: Instant) {
-        self.0[t.index()] = Some(at);
+        self.0[t.index()] = at.0;
     }
 
     /// Arms `t` for `at`, or stops it with `None`.
     pub fn set_opt(&mut self, t: Timer, at: Option<Instant>) {
-        self.0[t.index()] = at;
+        self.0[t.index()] = at.map_or(STOPPED, |i| i.0);
     }
 
     /// Stops `t`.
     pub fn stop(&mut self, t: Timer) {
-        self.0[t.index()] = None;
+        self.0[t.index()] = STOPPED;
     }
 
     pub fn is_armed(&self, t: Timer) -> bool {
@@ -80,7 +93,8 @@ impl Timers {
 
     /// The earliest armed deadline.
     pub fn next(&self) -> Option<Instant> {
-        self.0.iter().flatten().copied().min()
+        let at = self.0.iter().copied().min().unwrap_or(STOPPED);
+        (at != STOPPED).then_some(Instant(at))
     }
 }
 
