@@ -9,6 +9,14 @@
 //! running value is already XORed into the input, so the register starts
 //! at zero.
 //!
+//! The first blocks (built in a buffer just before the call, so their
+//! wide loads wait for the narrow stores that built them, and those for
+//! everything before them to retire) are folded last where the rest is
+//! long enough and tabled: the rest from its own first block, the first
+//! blocks on their own, then moved on over the rest's length in one fold
+//! (the CRC is linear) and added. The wait then overlaps the rest's fold
+//! instead of delaying it.
+//!
 //! The fold constants for a fold by `D` bits are the pair
 //! `(reflect(x^(D+32) mod P) << 1, reflect(x^(D-32) mod P) << 1)`, as in
 //! `crc32fast` and the Intel paper it follows. Loads are unaligned raw
@@ -26,6 +34,76 @@ const K2048: (i64, i64) = (0x11542778a, 0x1322d1430);
 const K5: i64 = 0x163cd6124;
 const P_X: i64 = 0x1DB710641;
 const U_PRIME: i64 = 0x1F7011641;
+
+/// The CRC polynomial, x^32 and below (not reflected).
+const POLY: u64 = 0x1_04C1_1DB7;
+
+/// `a * b mod POLY` over GF(2), for polynomials below x^32.
+const fn mul_mod(a: u32, b: u32) -> u32 {
+    let mut r = 0u64;
+    let mut i = 0;
+    while i < 32 {
+        if (b >> i) & 1 == 1 {
+            r ^= (a as u64) << i;
+        }
+        i += 1;
+    }
+    let mut bit = 63;
+    while bit >= 32 {
+        if (r >> bit) & 1 == 1 {
+            r ^= POLY << (bit - 32);
+        }
+        bit -= 1;
+    }
+    r as u32
+}
+
+/// `x^n mod POLY`.
+const fn x_pow(n: u32) -> u32 {
+    let (mut r, mut base, mut n) = (1u32, 2u32, n);
+    while n > 0 {
+        if n & 1 == 1 {
+            r = mul_mod(r, base);
+        }
+        base = mul_mod(base, base);
+        n >>= 1;
+    }
+    r
+}
+
+/// The fold constant pair for `bytes` bytes (see the module comment).
+const fn fold_key(bytes: u32) -> (i64, i64) {
+    let d = 8 * bytes;
+    (reflect(x_pow(d + 32)), reflect(x_pow(d - 32)))
+}
+
+/// A remainder as the reflected kernels use it.
+const fn reflect(p: u32) -> i64 {
+    ((p.reverse_bits() as u64) << 1) as i64
+}
+
+/// Longest rest (bytes) [`FOLD_KEYS`] covers: the largest UDP payload.
+const KEYED_REST: usize = 65536;
+
+/// `FOLD_KEYS[i]` folds by `128 * i` bytes (`i >= 1`): how far the first
+/// blocks, folded last, are moved on over the rest.
+static FOLD_KEYS: [(i64, i64); KEYED_REST / 128 + 1] = {
+    let mut t = [(0i64, 0i64); KEYED_REST / 128 + 1];
+    let mut i = 1;
+    while i < t.len() {
+        t[i] = fold_key(128 * i as u32);
+        i += 1;
+    }
+    t
+};
+
+/// The fold constants over `rest` bytes (a multiple of 128), if tabled.
+fn rest_key(rest: usize) -> Option<(i64, i64)> {
+    rest.is_multiple_of(128)
+        .then(|| FOLD_KEYS.get(rest / 128))
+        .flatten()
+        .copied()
+}
 
 /// AVX-512F and VPCLMULQDQ, with PCLMULQDQ and SSE4.1 for the final
 /// reduction. `std` caches the detection.
@@ -117,19 +195,27 @@ pub(super) mod avx512 {
         rest_len: usize,
     ) -> u32 {
         // SAFETY: `first` holds at least one block; the rest by the contract.
-        let mut acc = unsafe {
-            [
-                load(first),
-                load(first.add(64)),
-                load(first.add(128)),
-                load(first.add(192)),
-            ]
+        let head = |p: *const u8| unsafe {
+            [load(p), load(p.add(64)), load(p.add(128)), load(p.add(192))]
         };
+        let key = rest_key(rest_len).filter(|_| rest_len >= BLOCK);
         // SAFETY: as above.
-        unsafe {
-            fold_blocks(&mut acc, first.add(BLOCK), first_len - BLOCK);
-            fold_blocks(&mut acc, rest, rest_len);
-        }
+        let acc = unsafe {
+            let mut f = head(first);
+            fold_blocks(&mut f, first.add(BLOCK), first_len - BLOCK);
+            match key {
+                None => {
+                    fold_blocks(&mut f, rest, rest_len);
+                    f
+                }
+                Some(k) => {
+                    let mut r = head(rest);
+                    fold_blocks(&mut r, rest.add(BLOCK), rest_len - BLOCK);
+                    let k = keys(k);
+                    [0, 1, 2, 3].map(|i| fold(f[i], r[i], k))
+                }
+            }
+        };
         collapse(&acc)
     }
 
@@ -242,13 +328,27 @@ pub(super) mod avx2 {
         rest: *const u8,
         rest_len: usize,
     ) -> u32 {
+        let key = rest_key(rest_len).filter(|_| rest_len >= BLOCK);
         // SAFETY: `first` holds at least one block; the rest by the contract.
-        let mut acc = unsafe { load_block(first) };
-        // SAFETY: as above.
-        unsafe {
-            fold_blocks(&mut acc, first.add(BLOCK), first_len - BLOCK);
-            fold_blocks(&mut acc, rest, rest_len);
-        }
+        let acc = unsafe {
+            let mut f = load_block(first);
+            fold_blocks(&mut f, first.add(BLOCK), first_len - BLOCK);
+            match key {
+                None => {
+                    fold_blocks(&mut f, rest, rest_len);
+                    f
+                }
+                Some(k) => {
+                    let mut r = load_block(rest);
+                    fold_blocks(&mut r, rest.add(BLOCK), rest_len - BLOCK);
+                    let k = keys(k);
+                    for i in 0..8 {
+                        r[i] = fold(f[i], r[i], k);
+                    }
+                    r
+                }
+            }
+        };
         collapse(&acc)
     }
 
@@ -330,13 +430,27 @@ pub(super) mod pclmul {
         rest: *const u8,
         rest_len: usize,
     ) -> u32 {
+        let key = rest_key(rest_len).filter(|_| rest_len >= BLOCK);
         // SAFETY: `first` holds at least one block; the rest by the contract.
-        let mut v = unsafe { load_block(first) };
-        // SAFETY: as above.
-        unsafe {
-            fold_blocks(&mut v, first.add(BLOCK), first_len - BLOCK);
-            fold_blocks(&mut v, rest, rest_len);
-        }
+        let v = unsafe {
+            let mut f = load_block(first);
+            fold_blocks(&mut f, first.add(BLOCK), first_len - BLOCK);
+            match key {
+                None => {
+                    fold_blocks(&mut f, rest, rest_len);
+                    f
+                }
+                Some(k) => {
+                    let mut r = load_block(rest);
+                    fold_blocks(&mut r, rest.add(BLOCK), rest_len - BLOCK);
+                    let k = _mm_set_epi64x(k.1, k.0);
+                    for i in 0..8 {
+                        r[i] = super::fold128_k(f[i], r[i], k);
+                    }
+                    r
+                }
+            }
+        };
         // As a tree: 0-3 onto 4-7 (64 bytes on), 4-5 onto 6-7 (32), 6 onto 7 (16).
         let a = [
             super::fold128(v[0], v[4], K512),
@@ -383,4 +497,20 @@ fn reduce_128(x: __m128i) -> u32 {
     let t1 = _mm_clmulepi64_si128(_mm_and_si128(x, mask32), pu, 0x10);
     let t2 = _mm_clmulepi64_si128(_mm_and_si128(t1, mask32), pu, 0x00);
     !(_mm_extract_epi32(_mm_xor_si128(x, t2), 1) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fold_keys_are_the_published_constants() {
+        assert_eq!(super::fold_key(16), super::K128);
+        assert_eq!(super::fold_key(32), super::K256);
+        assert_eq!(super::fold_key(48), super::K384);
+        assert_eq!(super::fold_key(64), super::K512);
+        assert_eq!(super::FOLD_KEYS[1], super::K1024);
+        assert_eq!(super::FOLD_KEYS[2], super::K2048);
+        assert_eq!(super::rest_key(256), Some(super::K2048));
+        assert_eq!(super::rest_key(100), None);
+        assert_eq!(super::rest_key(super::KEYED_REST + 128), None);
+    }
 }
