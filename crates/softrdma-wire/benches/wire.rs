@@ -142,7 +142,7 @@ fn icrc_by_path(b: &Bench, data: &[u8]) {
         .filter(|p| p.supported())
         .collect();
     // Rows: crc32fast, crc32fast in updates under 2 KiB, then the paths.
-    let rows = 2 + paths.len();
+    let rows = 2 + 2 * paths.len();
     let mut best = vec![[f64::INFINITY; SIZES.len()]; rows];
     for _ in 0..if b.full { 3 } else { 1 } {
         for (j, &size) in SIZES.iter().enumerate() {
@@ -166,6 +166,15 @@ fn icrc_by_path(b: &Bench, data: &[u8]) {
                 t.push(
                     b.time(&format!("icrc table: icrc::compute {size} B {p}"), || {
                         black_box(icrc::compute(black_box(&ep4()), black_box(body)).unwrap());
+                    }),
+                );
+            }
+            let head = [0x5Au8; 40];
+            for &p in &paths {
+                crc32::force(p);
+                t.push(
+                    b.time(&format!("icrc table: icrc::crc32 {size} B {p}"), || {
+                        black_box(icrc::crc32(0x2144_DF1C, black_box(&head), black_box(body)));
                     }),
                 );
             }
@@ -195,7 +204,12 @@ fn icrc_by_path(b: &Bench, data: &[u8]) {
     .chain(
         paths
             .iter()
-            .map(|p| format!("icrc::compute IPv4, path {p}")),
+            .map(|p| format!("icrc::compute IPv4, path {p}"))
+            .chain(
+                paths
+                    .iter()
+                    .map(|p| format!("icrc::crc32, 40 B head ready, {p}")),
+            ),
     )
     .collect();
     for (row, name) in names.iter().enumerate() {

@@ -163,7 +163,13 @@ fn pseudo_header(
 ) -> Result<usize> {
     check("BTH", bth_bytes, bth::HEADER_LEN)?;
     let udp_len = len + ICRC_LEN + 8;
-    let mut words = [0u32; PSEUDO_MAX / 4];
+    // Each word straight into its place (no array of words copied over
+    // afterwards: that copy's wide loads would wait on the word stores).
+    let mut put = |i: usize, w: u32| {
+        if let Some(b) = hdr.get_mut(4 * i..4 * i + 4) {
+            b.copy_from_slice(&w.to_be_bytes());
+        }
+    };
     let ip_words = match (ep.src.ip(), ep.dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let total = 20 + udp_len;
@@ -177,11 +183,11 @@ fn pseudo_header(
             }
             // Version/IHL, TOS masked, total length; ID, flags DF; TTL
             // masked, protocol UDP, checksum masked; addresses.
-            words[0] = 0x45FF_0000 | total as u32;
-            words[1] = u32::from(ip_id) << 16 | 0x4000;
-            words[2] = 0xFF11_FFFF;
-            words[3] = u32::from(s);
-            words[4] = u32::from(d);
+            put(0, 0x45FF_0000 | total as u32);
+            put(1, u32::from(ip_id) << 16 | 0x4000);
+            put(2, 0xFF11_FFFF);
+            put(3, u32::from(s));
+            put(4, u32::from(d));
             5
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
@@ -195,12 +201,12 @@ fn pseudo_header(
             }
             // Version, traffic class and flow label masked; payload
             // length, next header UDP, hop limit masked; addresses.
-            words[0] = 0x6FFF_FFFF;
-            words[1] = (udp_len as u32) << 16 | 0x11FF;
+            put(0, 0x6FFF_FFFF);
+            put(1, (udp_len as u32) << 16 | 0x11FF);
             let (s, d) = (u128::from(s), u128::from(d));
             for k in 0..4 {
-                words[2 + k] = (s >> (96 - 32 * k)) as u32;
-                words[6 + k] = (d >> (96 - 32 * k)) as u32;
+                put(2 + k, (s >> (96 - 32 * k)) as u32);
+                put(6 + k, (d >> (96 - 32 * k)) as u32);
             }
             10
         }
@@ -211,17 +217,18 @@ fn pseudo_header(
         }
     };
     // UDP ports, length and checksum (masked); the BTH with byte 4 masked.
-    let w = &mut words[ip_words..ip_words + 5];
-    w[0] = u32::from(ep.src.port()) << 16 | u32::from(ep.dst.port());
-    w[1] = (udp_len as u32) << 16 | 0xFFFF;
-    w[2] = be32(&bth_bytes[0..4]);
-    w[3] = 0xFF00_0000 | be32(&bth_bytes[4..8]) & 0x00FF_FFFF;
-    w[4] = be32(&bth_bytes[8..12]);
-    let n = ip_words + 5;
-    for (b, w) in hdr.chunks_exact_mut(4).zip(&words[..n]) {
-        b.copy_from_slice(&w.to_be_bytes());
-    }
-    Ok(4 * n)
+    put(
+        ip_words,
+        u32::from(ep.src.port()) << 16 | u32::from(ep.dst.port()),
+    );
+    put(ip_words + 1, (udp_len as u32) << 16 | 0xFFFF);
+    put(ip_words + 2, be32(&bth_bytes[0..4]));
+    put(
+        ip_words + 3,
+        0xFF00_0000 | be32(&bth_bytes[4..8]) & 0x00FF_FFFF,
+    );
+    put(ip_words + 4, be32(&bth_bytes[8..12]));
+    Ok(4 * (ip_words + 5))
 }
 
 /// Reads the ICRC stored in the last four bytes of a UDP payload.
