@@ -28,6 +28,10 @@ mod x86;
 /// The longest head the folding kernels take in their first blocks.
 const MAX_HEAD: usize = 256;
 
+/// The shortest input the 128-bit kernel takes in one pass (below, and on
+/// [`Path::Portable`], `crc32fast`).
+const SHORT_MIN: usize = 32;
+
 /// A CRC-32 implementation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Path {
@@ -211,6 +215,15 @@ unsafe fn on_path(
             // SAFETY: passed on.
             return unsafe { folded(path, crc, head, body, len) };
         }
+        // Short inputs (a header and a little payload: ACKs, small
+        // messages) in one pass of the 128-bit kernel, which every x86
+        // path's CPU has.
+        #[cfg(target_arch = "x86_64")]
+        if head.len() + len >= SHORT_MIN && (4..=MAX_HEAD).contains(&head.len()) {
+            // SAFETY: `path` is an x86 path with a kernel, so the CPU has
+            // PCLMULQDQ and SSE4.1; the body as passed on.
+            return unsafe { padded(Path::Pclmul, crc, head, body, len) };
+        }
     }
     let mut h = crc32fast::Hasher::new_with_initial(crc);
     h.update(head);
@@ -275,7 +288,8 @@ unsafe fn folded(path: Path, crc: u32, head: &[u8], body: *const u8, len: usize)
 /// tail, so there is one reduction to 32 bits.
 ///
 /// # Safety
-/// As [`folded`], `4 <= head.len() <= MAX_HEAD` and `len >= block`.
+/// `path` is supported and has a kernel, `4 <= head.len() <= MAX_HEAD`,
+/// and `body` is readable for `len` bytes.
 unsafe fn padded(path: Path, crc: u32, head: &[u8], body: *const u8, len: usize) -> u32 {
     let Some((block, _)) = path.kernel() else {
         return crc; // unreachable: only paths with a kernel come here
@@ -285,17 +299,18 @@ unsafe fn padded(path: Path, crc: u32, head: &[u8], body: *const u8, len: usize)
     // The padded input is whole blocks: the first ones (the pad, the head
     // and the start of the body) are built here, `body` supplies the rest.
     // Fixed-size writes where possible (no `memset`/`memcpy` calls): zeros
-    // over the largest pad, the head, then a whole block of the body.
+    // over the largest pad, the head, then a block of the body (or all of
+    // a shorter one).
     let mut first = std::mem::MaybeUninit::<[u8; 3 * MAX_HEAD]>::uninit();
     let f = first.as_mut_ptr().cast::<u8>();
     // SAFETY: all writes land in `first`: pad < block <= MAX_HEAD, and
-    // pad + h + block <= 3 * MAX_HEAD; `block <= len` body bytes are read.
+    // pad + h + block <= 3 * MAX_HEAD; at most `len` body bytes are read.
     unsafe {
         std::ptr::write_bytes(f, 0, MAX_HEAD);
         std::ptr::copy_nonoverlapping(head.as_ptr(), f.add(pad), h);
         let w = f.add(pad).cast::<u32>();
         w.write_unaligned(w.read_unaligned() ^ (!crc).to_le());
-        std::ptr::copy_nonoverlapping(body, f.add(pad + h), block);
+        std::ptr::copy_nonoverlapping(body, f.add(pad + h), block.min(len));
     }
     let first_len = (pad + h).div_ceil(block) * block;
     // The whole padded length is a multiple of `block` and at least
