@@ -9,7 +9,9 @@
 //! dependent multiplies on its own; a length that is not a whole number of
 //! its blocks ends in a serial tail. Here the input is padded at the front
 //! with zeros to whole blocks (the pseudo-header and the start of the
-//! packet form the first one or two), folded, and collapsed once.
+//! packet form the first one or two, built in a buffer and folded last:
+//! see `x86.rs`), folded, and collapsed once. Inputs of 32 to 511 bytes
+//! take one pass of the 128-bit kernel on every x86 path.
 //!
 //! Which kernel runs is a [`Path`], chosen once per process: the widest the
 //! CPU has (see [`Path::detect`]), or the one `SOFTRDMA_CRC32` names
