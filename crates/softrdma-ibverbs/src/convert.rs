@@ -9,10 +9,9 @@
 use std::ffi::{c_int, c_uint};
 
 use softrdma::{
-    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Mtu, PortAttr, QpAttr, QpCap, QpState,
-    SendFlags, SendOp, Sge, WcFlags, WorkCompletion,
+    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Mtu, PortAttr, Psn, QpAttr, QpCap,
+    QpState, SendFlags, SendOp, Sge, WcFlags, WorkCompletion,
 };
-use softrdma_wire::Psn;
 
 use crate::abi::*;
 

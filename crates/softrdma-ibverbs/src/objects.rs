@@ -2,19 +2,22 @@
 //!
 //! Each object is a `#[repr(C)]` Rust struct whose first field is the C
 //! struct the application sees, so the application's pointer is also a
-//! pointer to the whole object. Engine handles live in the C structs'
-//! own `handle` fields (`ibv_pd.handle`, `ibv_cq.handle`, `ibv_qp.qp_num`,
-//! `ibv_mr.lkey`, …), so the hot paths need no lookups. A context is the
-//! exception: the application gets `&vctx.context`, 320 bytes into a
-//! `verbs_context`, because that is where the header's inline functions
-//! look for the extended operations.
+//! pointer to the whole object, and behind the C struct is the softrdma
+//! object whose methods every verb calls (the hot paths need no lookups).
+//! The objects with a destroy verb that can fail (EBUSY) hold theirs in an
+//! `Option`: the destroy takes it out, and puts it back when it fails.
+//! It is `None` only if a destroy panicked midway; the verbs then refuse
+//! the object with EINVAL. A context is the exception to the layout: the
+//! application gets `&vctx.context`, 320 bytes into a `verbs_context`,
+//! because that is where the header's inline functions look for the
+//! extended operations.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::mem::offset_of;
 use std::sync::Mutex;
 
-use softrdma::{CompChannel, Context, DeviceConfig, QpCap};
+use softrdma::{CompChannel, Context, DeviceConfig};
 
 use crate::abi::*;
 
@@ -50,7 +53,7 @@ pub struct Objects {
 #[repr(C)]
 pub struct Pd {
     pub ibv: ibv_pd,
-    pub pd: softrdma::Pd,
+    pub pd: Option<softrdma::Pd>,
 }
 
 /// A memory region: softrdma's, whose drop withdraws it from same-host
@@ -61,25 +64,35 @@ pub struct Mr {
     pub mr: softrdma::Mr,
 }
 
-/// A queue pair, with the queue sizes the engine gave it. They never
-/// change (no `ibv_modify_qp` takes IBV_QP_CAP), so the data path reads
-/// them without a lock to check a caller's counts before it reads the
-/// caller's arrays.
+/// A completion queue.
+#[repr(C)]
+pub struct Cq {
+    pub ibv: ibv_cq,
+    pub cq: Option<softrdma::Cq>,
+}
+
+/// A queue pair. Its queue sizes ([`softrdma::Qp::cap`]) never change, so
+/// the data path checks a caller's counts against them, with no lock,
+/// before it reads the caller's arrays.
 #[repr(C)]
 pub struct Qp {
     pub ibv: ibv_qp,
-    pub cap: QpCap,
+    pub qp: Option<softrdma::Qp>,
 }
 
-/// A shared receive queue; remembers its attributes for `ibv_query_srq`,
-/// and its fixed sizes (SRQs cannot be resized) for `ibv_post_srq_recv`'s
-/// checks.
+/// A shared receive queue; remembers its attributes for `ibv_query_srq`.
 #[repr(C)]
 pub struct Srq {
     pub ibv: ibv_srq,
+    pub srq: Option<softrdma::Srq>,
     pub attr: Mutex<ibv_srq_attr>,
-    pub max_wr: u32,
-    pub max_sge: u32,
+}
+
+/// An address handle.
+#[repr(C)]
+pub struct Ah {
+    pub ibv: ibv_ah,
+    pub ah: Option<softrdma::Ah>,
 }
 
 /// A completion channel.
