@@ -644,7 +644,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
                 .cast()
             }
             Err(e) => {
-                ffi::fail_with("ibv_create_comp_channel", e.errno(), &e.to_string());
+                ffi::fail("ibv_create_comp_channel", &e);
                 null_mut()
             }
         }

@@ -328,7 +328,7 @@ pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
 }
 
 thread_local! {
-    /// Completions on their way from the engine to the caller's array.
+    /// Completions on their way from softrdma to the caller's array.
     static WCS: RefCell<Vec<WorkCompletion>> = const { RefCell::new(Vec::new()) };
 }
 

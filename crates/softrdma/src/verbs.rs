@@ -462,7 +462,7 @@ impl Pd {
 
     /// Registers caller memory like [`Pd::register_raw`], and for same-host
     /// peers moves it into a segment of its own when it can
-    /// ([`Segment::adopt`]: whole pages of private anonymous memory are
+    /// (`segment.rs`: whole pages of private anonymous memory are
     /// remapped, in place, to shared pages holding the same bytes), so
     /// that a peer granted it does WRITEs, READs and atomics on it as plain
     /// copies and CPU atomics. Deregistration gives the pages back private
