@@ -12,7 +12,7 @@
 //! because that is where the header's inline functions look for the
 //! extended operations.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::mem::offset_of;
 use std::sync::Mutex;
@@ -40,12 +40,20 @@ pub struct Ctx {
     pub objs: Mutex<Objects>,
 }
 
-/// Engine handles of live objects, mapped to their C structs (addresses).
+/// The live objects of a context (addresses of their C structs): QPs,
+/// CQs and SRQs by handle, to name the object of an event; all of them so
+/// that closing the context releases what the program left open, as the
+/// kernel does for rdma-core (perftest's `ib_send_bw`, for one, leaves
+/// its receive CQ). Each softrdma object holds the device open.
 #[derive(Default)]
 pub struct Objects {
     pub qps: HashMap<u32, usize>,
     pub cqs: HashMap<u32, usize>,
     pub srqs: HashMap<u32, usize>,
+    pub pds: HashSet<usize>,
+    pub mrs: HashSet<usize>,
+    pub ahs: HashSet<usize>,
+    pub chans: HashSet<usize>,
 }
 
 /// A protection domain: softrdma's, so regions registered in it are
@@ -61,7 +69,7 @@ pub struct Pd {
 #[repr(C)]
 pub struct Mr {
     pub ibv: ibv_mr,
-    pub mr: softrdma::Mr,
+    pub mr: Option<softrdma::Mr>,
 }
 
 /// A completion queue.
@@ -99,7 +107,7 @@ pub struct Ah {
 #[repr(C)]
 pub struct Chan {
     pub ibv: ibv_comp_channel,
-    pub ch: CompChannel,
+    pub ch: Option<CompChannel>,
 }
 
 /// Offset of the application's `ibv_context` inside [`Ctx`].
@@ -134,6 +142,45 @@ impl Ctx {
     /// Updates the handle maps.
     pub fn objects(&self) -> std::sync::MutexGuard<'_, Objects> {
         self.objs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// At `ibv_close_device`: destroys the softrdma objects the program
+    /// left open, users before what they use (QPs, then SRQs, AHs, MRs,
+    /// CQs, channels, PDs), so that the device closes with its context.
+    /// The C structs stay allocated: a program that still uses one gets
+    /// EINVAL, not freed memory.
+    ///
+    /// # Safety
+    /// Every address in the maps is a live object of its kind, which no
+    /// other thread uses meanwhile (using objects while their context
+    /// closes breaks the libibverbs contract).
+    pub unsafe fn release_objects(&self) {
+        let o = std::mem::take(&mut *self.objects());
+        // SAFETY: per the contract; each assignment drops the softrdma
+        // object (its destroy), once, and leaves the C struct in place.
+        unsafe {
+            for &a in o.qps.values() {
+                (*(a as *mut Qp)).qp = None;
+            }
+            for &a in o.srqs.values() {
+                (*(a as *mut Srq)).srq = None;
+            }
+            for &a in &o.ahs {
+                (*(a as *mut Ah)).ah = None;
+            }
+            for &a in &o.mrs {
+                (*(a as *mut Mr)).mr = None;
+            }
+            for &a in o.cqs.values() {
+                (*(a as *mut Cq)).cq = None;
+            }
+            for &a in &o.chans {
+                (*(a as *mut Chan)).ch = None;
+            }
+            for &a in &o.pds {
+                (*(a as *mut Pd)).pd = None;
+            }
+        }
     }
 }
 

@@ -49,14 +49,17 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         // SAFETY: live context.
         let c = unsafe { Ctx::from_ptr(context) };
         match c.dev.alloc_pd() {
-            Ok(pd) => objects::leak(Pd {
-                ibv: ibv_pd {
-                    context,
-                    handle: pd.handle(),
-                },
-                pd: Some(pd),
-            })
-            .cast(),
+            Ok(pd) => {
+                let p = objects::leak(Pd {
+                    ibv: ibv_pd {
+                        context,
+                        handle: pd.handle(),
+                    },
+                    pd: Some(pd),
+                });
+                c.objects().pds.insert(p as usize);
+                p.cast()
+            }
             Err(e) => {
                 fail_with("ibv_alloc_pd", e.errno(), &e.to_string());
                 null_mut()
@@ -121,7 +124,10 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
             pd.cast::<Pd>(),
             |p| ptr::addr_of_mut!((*p).pd),
             softrdma::Pd::dealloc,
-            |_, p| objects::free(p),
+            |c, p| {
+                c.objects().pds.remove(&(p as usize));
+                objects::free(p);
+            },
         )
     }
 }
@@ -162,19 +168,22 @@ unsafe fn reg_mr(
         };
         let access = AccessFlags::from_bits_retain(bits);
         match softpd.register_raw_shared(addr.cast(), len, iova, access) {
-            Ok(mr) => objects::leak(Mr {
-                ibv: ibv_mr {
-                    context: p.ibv.context,
-                    pd,
-                    addr,
-                    length: len,
-                    handle: mr.lkey(),
-                    lkey: mr.lkey(),
-                    rkey: mr.rkey(),
-                },
-                mr,
-            })
-            .cast(),
+            Ok(mr) => {
+                let m = objects::leak(Mr {
+                    ibv: ibv_mr {
+                        context: p.ibv.context,
+                        pd,
+                        addr,
+                        length: len,
+                        handle: mr.lkey(),
+                        lkey: mr.lkey(),
+                        rkey: mr.rkey(),
+                    },
+                    mr: Some(mr),
+                });
+                ctx_of(pd).objects().mrs.insert(m as usize);
+                m.cast()
+            }
             Err(e) => {
                 fail_with("ibv_reg_mr", e.errno(), &e.to_string());
                 null_mut()
@@ -233,7 +242,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         }
         // SAFETY: a live MR (an Mr object), freed once: its drop
         // withdraws it from same-host peers and deregisters it.
-        unsafe { objects::free(mr.cast::<Mr>()) };
+        unsafe {
+            ctx_of(mr).objects().mrs.remove(&(mr as usize));
+            objects::free(mr.cast::<Mr>());
+        }
         0
     })
 }
@@ -262,8 +274,10 @@ pub unsafe extern "C" fn ibv_create_cq(
             let r = if channel.is_null() {
                 c.dev.create_cq(cqe as u32)
             } else {
-                let ch = &*channel.cast::<Chan>();
-                c.dev.create_cq_with_channel(cqe as u32, &ch.ch)
+                let Ok(ch) = live("ibv_create_cq", &(*channel.cast::<Chan>()).ch) else {
+                    return null_mut();
+                };
+                c.dev.create_cq_with_channel(cqe as u32, ch)
             };
             let soft = match r {
                 Ok(cq) => cq,
@@ -415,6 +429,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         // SAFETY: a live channel and context; out pointers are writable.
         unsafe {
             let ch = &*channel.cast::<Chan>();
+            let Ok(soft) = live("ibv_get_cq_event", &ch.ch) else {
+                return -1;
+            };
             let c = Ctx::from_ptr(ch.ibv.context);
             let fd = ch.ibv.fd;
             loop {
@@ -423,7 +440,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                     // Drain before looking: a later event signals again.
                     ffi::drain_eventfd(fd);
                 }
-                while let Some(h) = ch.ch.try_get_event() {
+                while let Some(h) = soft.try_get_event() {
                     // An event of a CQ destroyed since is dropped.
                     let Some(cq) = c.lookup(|o| o.cqs.get(&h).copied()) else {
                         continue;
@@ -809,15 +826,19 @@ unsafe fn create_ah(pd: *mut ibv_pd, a: &softrdma::AhAttr) -> *mut ibv_ah {
         return null_mut();
     };
     match soft.create_ah_attr(*a) {
-        Ok(ah) => objects::leak(Ah {
-            ibv: ibv_ah {
-                context: p.ibv.context,
-                pd,
-                handle: ah.handle(),
-            },
-            ah: Some(ah),
-        })
-        .cast(),
+        Ok(ah) => {
+            let a = objects::leak(Ah {
+                ibv: ibv_ah {
+                    context: p.ibv.context,
+                    pd,
+                    handle: ah.handle(),
+                },
+                ah: Some(ah),
+            });
+            // SAFETY: a live PD, per the contract.
+            unsafe { ctx_of(pd) }.objects().ahs.insert(a as usize);
+            a.cast()
+        }
         Err(e) => {
             fail("ibv_create_ah", &e);
             null_mut()
@@ -834,7 +855,10 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
             ah.cast::<Ah>(),
             |a| ptr::addr_of_mut!((*a).ah),
             softrdma::Ah::destroy,
-            |_, ah| objects::free(ah),
+            |c, ah| {
+                c.objects().ahs.remove(&(ah as usize));
+                objects::free(ah);
+            },
         )
     }
 }
