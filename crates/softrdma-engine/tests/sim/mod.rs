@@ -284,6 +284,45 @@ struct WireEv {
 struct WireLog {
     events: Vec<WireEv>,
     bad_qkey_tx: u64,
+    /// Every transmitted packet (time, nodes, endpoints, bytes) folded in
+    /// order: two runs with the same digest put the same bytes on the
+    /// wire at the same instants (`tests/wire_digest.rs`).
+    digest: WireDigest,
+}
+
+/// FNV-1a (64-bit) over the packets the engines transmit, and their number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireDigest {
+    pub hash: u64,
+    pub packets: u64,
+}
+
+impl Default for WireDigest {
+    fn default() -> Self {
+        WireDigest {
+            hash: 0xCBF2_9CE4_8422_2325,
+            packets: 0,
+        }
+    }
+}
+
+impl WireDigest {
+    fn bytes(&mut self, b: &[u8]) {
+        for &x in b {
+            self.hash = (self.hash ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    }
+
+    /// Folds in one transmitted packet.
+    pub fn packet(&mut self, t: &Tapped<'_>) {
+        self.packets += 1;
+        self.bytes(&t.now.nanos().to_le_bytes());
+        self.bytes(&[t.from as u8, t.to as u8]);
+        self.bytes(t.endpoints.src.to_string().as_bytes());
+        self.bytes(t.endpoints.dst.to_string().as_bytes());
+        self.bytes(&(t.data.len() as u32).to_le_bytes());
+        self.bytes(t.data);
+    }
 }
 
 /// What one seed did.
@@ -753,6 +792,9 @@ impl World {
     fn install_tap(&mut self) {
         let log = self.wire.clone();
         self.net.set_tap(Some(Box::new(move |t: &Tapped<'_>| {
+            if t.stage == TapStage::Transmit {
+                log.borrow_mut().digest.packet(t);
+            }
             if t.stage == TapStage::Deliver
                 && t.corrupted
                 && icrc::verify(&t.endpoints, t.data).is_err()
@@ -2491,4 +2533,17 @@ pub fn run_seed(seed: u64, trace: bool) -> (Check<Summary>, Option<String>) {
     };
     let r = w.run();
     (r, w.trace_dump())
+}
+
+/// Runs one seed and returns, with its result, the digest of every packet
+/// the engines transmitted.
+pub fn run_seed_digest(seed: u64) -> (Check<Summary>, WireDigest) {
+    let sc = Scenario::from_seed(seed);
+    let mut w = match World::new(sc, false) {
+        Ok(w) => w,
+        Err(e) => return (Err(format!("setup: {e}")), WireDigest::default()),
+    };
+    let r = w.run();
+    let d = w.wire.borrow().digest;
+    (r, d)
 }
