@@ -284,6 +284,24 @@ struct WireEv {
 struct WireLog {
     events: Vec<WireEv>,
     bad_qkey_tx: u64,
+    /// FNV-1a over every tapped packet (stage, time, nodes, bytes): two
+    /// builds that put the same packets on the wire at the same instants
+    /// give the same digest.
+    digest: u64,
+}
+
+impl WireLog {
+    fn fold(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.digest = (self.digest ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3);
+        }
+    }
+
+    fn fold_packet(&mut self, t: &Tapped<'_>) {
+        self.fold(&[t.stage as u8, t.from as u8, t.to as u8]);
+        self.fold(&t.now.nanos().to_le_bytes());
+        self.fold(t.data);
+    }
 }
 
 /// What one seed did.
@@ -304,6 +322,8 @@ pub struct Summary {
     pub packets: u64,
     pub corrupted: u64,
     pub virtual_ms: u64,
+    /// The digest of the seed's traffic (see `WireLog::digest`).
+    pub wire_digest: u64,
 }
 
 pub struct World {
@@ -752,7 +772,9 @@ impl World {
 
     fn install_tap(&mut self) {
         let log = self.wire.clone();
+        log.borrow_mut().digest = 0xCBF2_9CE4_8422_2325;
         self.net.set_tap(Some(Box::new(move |t: &Tapped<'_>| {
+            log.borrow_mut().fold_packet(t);
             if t.stage == TapStage::Deliver
                 && t.corrupted
                 && icrc::verify(&t.endpoints, t.data).is_err()
@@ -2384,6 +2406,7 @@ impl World {
         s.packets = self.net.stats.sent;
         s.corrupted = self.net.stats.corrupted;
         s.virtual_ms = (self.net.now - self.start).as_millis() as u64;
+        s.wire_digest = self.wire.borrow().digest;
         Ok(s)
     }
 
