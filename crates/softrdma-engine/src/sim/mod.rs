@@ -1,6 +1,7 @@
 //! A deterministic simulated network for engines.
 //!
-//! Several [`Engine`]s are joined by a network that delays, drops,
+//! Several nodes ([`SimNode`]: bare [`Engine`]s by default, or driver cores
+//! that run one) are joined by a network that delays, drops,
 //! reorders, duplicates and corrupts packets according to a seeded
 //! generator, under a virtual clock. The same seed always gives the same run,
 //! so a failing seed from the test suite replays exactly. This is the proof
@@ -32,9 +33,13 @@ use std::time::Duration;
 
 use softrdma_wire::Endpoints;
 
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{Engine, EngineConfig, RxMeta};
 use crate::rng::Rng;
 use crate::time::Instant;
+
+mod node;
+
+pub use node::SimNode;
 
 /// Impairments of the simulated network.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -138,10 +143,10 @@ struct ScheduledLink {
 /// the wire (count READ requests in flight, drop exactly one packet, …).
 pub type Tap = Box<dyn FnMut(&Tapped<'_>) -> Verdict>;
 
-/// Engines on a simulated network.
-pub struct SimNet {
-    /// The engines, by index.
-    pub nodes: Vec<Engine>,
+/// Nodes on a simulated network.
+pub struct SimNet<N: SimNode = Engine> {
+    /// The nodes, by index.
+    pub nodes: Vec<N>,
     /// The virtual clock.
     pub now: Instant,
     /// Current impairments (may change during a run).
@@ -177,7 +182,7 @@ pub struct NetStats {
     pub corrupted_undetectable: u64,
 }
 
-impl std::fmt::Debug for SimNet {
+impl<N: SimNode> std::fmt::Debug for SimNet<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimNet")
             .field("nodes", &self.nodes.len())
@@ -194,7 +199,7 @@ pub fn node_addr(i: usize) -> SocketAddr {
     )
 }
 
-impl SimNet {
+impl SimNet<Engine> {
     /// `n` engines with default configuration, seeded from `seed`.
     pub fn new(n: usize, seed: u64, net: NetConfig) -> Self {
         Self::with_configs(
@@ -214,7 +219,13 @@ impl SimNet {
         seed: u64,
         net: NetConfig,
     ) -> Self {
-        let nodes: Vec<Engine> = cfgs.into_iter().map(Engine::new).collect();
+        Self::from_nodes(cfgs.into_iter().map(Engine::new).collect(), seed, net)
+    }
+}
+
+impl<N: SimNode> SimNet<N> {
+    /// The given nodes, on a network seeded from `seed`.
+    pub fn from_nodes(nodes: Vec<N>, seed: u64, net: NetConfig) -> Self {
         let n = nodes.len();
         SimNet {
             nodes,
@@ -236,7 +247,8 @@ impl SimNet {
     /// Whether engines build packets with [`Engine::poll_transmit_gather`]
     /// (payloads of regions that offer it left in place, filled in with
     /// [`Engine::copy_payload`] on the way to the wire) instead of
-    /// [`Engine::poll_transmit`]. The bytes on the wire must be the same.
+    /// [`Engine::poll_transmit`]: the `gather` of [`SimNode::poll_transmit`].
+    /// The bytes on the wire must be the same.
     pub fn set_gather(&mut self, on: bool) {
         self.gather = on;
     }
@@ -313,7 +325,7 @@ impl SimNet {
     fn index_of(&self, addr: SocketAddr) -> Option<usize> {
         self.nodes
             .iter()
-            .position(|e| e.config().local.ip() == addr.ip())
+            .position(|e| e.local_addr().ip() == addr.ip())
     }
 
     /// Moves every packet the engines want to send onto the network.
@@ -323,15 +335,9 @@ impl SimNet {
         for i in 0..self.nodes.len() {
             loop {
                 let node = &mut self.nodes[i];
-                let t = if self.gather {
-                    node.poll_transmit_gather(self.now, &mut self.buf)
-                } else {
-                    node.poll_transmit(self.now, &mut self.buf)
+                let Some(t) = node.poll_transmit(self.now, &mut self.buf, self.gather) else {
+                    break;
                 };
-                let Some(t) = t else { break };
-                if t.payload.is_some() && !node.copy_payload(&t, &mut self.buf) {
-                    panic!("a payload sent by reference could not be copied: {t:?}");
-                }
                 self.stats.sent += 1;
                 let Some(to) = self.index_of(t.endpoints.dst) else {
                     continue;
@@ -462,7 +468,7 @@ impl SimNet {
                     self.stats.corrupted_undetectable += 1;
                 }
             }
-            self.nodes[p.to].handle_packet(self.now, ep, &p.data);
+            self.nodes[p.to].handle_packet(self.now, ep, RxMeta::default(), &p.data);
         }
         for e in &mut self.nodes {
             e.handle_timeout(self.now);
@@ -490,11 +496,7 @@ impl SimNet {
 
     /// Steps until `done` holds, nothing is left to happen, or `limit` of
     /// virtual time passes. Returns whether `done` held.
-    pub fn run_until(
-        &mut self,
-        limit: Duration,
-        mut done: impl FnMut(&mut SimNet) -> bool,
-    ) -> bool {
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Self) -> bool) -> bool {
         let end = self.now + limit;
         loop {
             if done(self) {
