@@ -25,20 +25,40 @@
 //! is in flight: what was on the wire before the cut is still delivered
 //! (the cut is at the sender's port), so an answer can arrive up to two
 //! one-way delays after a cut.
+//!
+//! # The fabric
+//!
+//! By default a packet takes [`NetConfig::delay`] (plus jitter) and nothing
+//! else. A route of links ([`SimNet::set_link`], [`SimNet::set_route`],
+//! [`SimNet::star`] for nodes on one switch) replaces that delay: each
+//! [`LinkConfig`] has a rate (serialisation of the packet's bytes plus a
+//! frame overhead), a propagation delay and an output queue, optionally
+//! bounded (a packet that does not fit is dropped at the tail,
+//! [`LinkStats::tail_drops`]), and an ECN hook ([`SimNet::set_ecn_hook`])
+//! may set the codepoint each packet leaves with; the receiver gets it in
+//! [`RxMeta`]. In a packet's life the network's loss, duplication and
+//! corruption come first (at transmission), then the links of its route,
+//! then jitter. A packet reaching the next link of its route is an event of
+//! the network's own, handled with the deliveries of its instant (step 2
+//! above), so each queue sees packets in the order they reach it.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::rc::Rc;
 use std::time::Duration;
 
-use softrdma_wire::Endpoints;
+use softrdma_wire::{Ecn, Endpoints};
 
 use crate::engine::{Engine, EngineConfig, RxMeta};
 use crate::rng::Rng;
 use crate::time::Instant;
 
+mod fabric;
 mod node;
 
+use fabric::Link;
+pub use fabric::{ecn_red, ecn_threshold, EcnHook, LinkConfig, LinkId, LinkStats, QueueState};
 pub use node::SimNode;
 
 /// Impairments of the simulated network.
@@ -69,7 +89,9 @@ impl NetConfig {
     }
 }
 
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// A packet on its way: due at `at` at its destination, or (when it has
+/// links of its route still ahead) at the next link.
+#[derive(Debug)]
 struct InFlight {
     at: Instant,
     seq: u64,
@@ -80,6 +102,33 @@ struct InFlight {
     data: Vec<u8>,
     /// The bit flipped on the way, if any.
     corrupt_bit: Option<u64>,
+    /// The ECN codepoint it carries now.
+    ecn: Ecn,
+    /// Its route (empty: none), and how many of its links it has passed.
+    route: Rc<[LinkId]>,
+    hops: usize,
+}
+
+// Events are ordered by time, then by the order they were made (`seq` is
+// unique), which is the order of sending for packets due at one instant.
+impl PartialEq for InFlight {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for InFlight {}
+
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
 }
 
 /// Where a tapped packet is.
@@ -90,6 +139,15 @@ pub enum TapStage {
     Transmit,
     /// About to be handed to `to`'s engine (after any corruption).
     Deliver,
+}
+
+/// The links of [`SimNet::star`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Star {
+    /// `up[i]`: from node i to the switch.
+    pub up: Vec<LinkId>,
+    /// `down[i]`: the switch's output port to node i.
+    pub down: Vec<LinkId>,
 }
 
 /// A packet shown to the tap.
@@ -106,6 +164,9 @@ pub struct Tapped<'a> {
     pub data: &'a [u8],
     /// Deliver stage: the network flipped a bit of this copy.
     pub corrupted: bool,
+    /// The ECN codepoint of its IP header (at the deliver stage, after
+    /// any marking on the way).
+    pub ecn: Ecn,
 }
 
 /// What the tap wants done with a packet.
@@ -165,6 +226,11 @@ pub struct SimNet<N: SimNode = Engine> {
     tap: Option<Tap>,
     jitter_fraction: f64,
     gather: bool,
+    /// The fabric's links, by [`LinkId`].
+    links: Vec<Link>,
+    /// `routes[a][b]`: the links a packet from a to b passes (empty: it
+    /// takes [`NetConfig::delay`]).
+    routes: Vec<Vec<Rc<[LinkId]>>>,
 }
 
 /// What the network did.
@@ -180,6 +246,10 @@ pub struct NetStats {
     /// Of those, copies whose flipped bit lies in BTH byte 4 (FECN, BECN,
     /// reserved), which the ICRC masks by design: no receiver can notice them.
     pub corrupted_undetectable: u64,
+    /// Copies dropped by a full link queue (not counted in `lost`).
+    pub tail_drops: u64,
+    /// Copies a link's ECN hook marked CE.
+    pub ecn_marked: u64,
 }
 
 impl<N: SimNode> std::fmt::Debug for SimNet<N> {
@@ -241,6 +311,8 @@ impl<N: SimNode> SimNet<N> {
             tap: None,
             jitter_fraction: 1.0,
             gather: false,
+            links: Vec::new(),
+            routes: vec![vec![Rc::from(Vec::new()); n]; n],
         }
     }
 
@@ -305,6 +377,65 @@ impl<N: SimNode> SimNet<N> {
         self.cuts[from][to] > 0
     }
 
+    /// Adds a link to the fabric; routes ([`SimNet::set_route`]) use it.
+    pub fn add_link(&mut self, cfg: LinkConfig) -> LinkId {
+        self.links.push(Link::new(cfg));
+        self.links.len() - 1
+    }
+
+    /// The links a packet from `from` to `to` passes, in order, instead of
+    /// taking [`NetConfig::delay`] (an empty route restores that). Loss,
+    /// duplication and corruption happen before the first link, jitter
+    /// after the last; packets already on their way keep their route.
+    pub fn set_route(&mut self, from: usize, to: usize, route: &[LinkId]) {
+        assert!(
+            route.iter().all(|&l| l < self.links.len()),
+            "no such link in {route:?}"
+        );
+        self.routes[from][to] = Rc::from(route);
+    }
+
+    /// A link of its own from `from` to `to`: [`SimNet::add_link`], then
+    /// the route of that one link.
+    pub fn set_link(&mut self, from: usize, to: usize, cfg: LinkConfig) -> LinkId {
+        let l = self.add_link(cfg);
+        self.set_route(from, to, &[l]);
+        l
+    }
+
+    /// Every node on one switch: node i sends on its own uplink `up[i]`,
+    /// and the switch sends to node i on its output port `down[i]` (where
+    /// packets from several senders to one receiver queue up). Both have
+    /// `cfg`; every pair of nodes is routed through them.
+    pub fn star(&mut self, cfg: LinkConfig) -> Star {
+        let n = self.nodes.len();
+        let up: Vec<LinkId> = (0..n).map(|_| self.add_link(cfg)).collect();
+        let down: Vec<LinkId> = (0..n).map(|_| self.add_link(cfg)).collect();
+        for (a, &u) in up.iter().enumerate() {
+            for (b, &d) in down.iter().enumerate().filter(|&(b, _)| b != a) {
+                self.set_route(a, b, &[u, d]);
+            }
+        }
+        Star { up, down }
+    }
+
+    /// Installs (or with `None` removes) the ECN marking policy of `link`:
+    /// it decides the codepoint of every packet that enters its queue
+    /// ([`ecn_threshold`] and [`ecn_red`] are two).
+    pub fn set_ecn_hook(&mut self, link: LinkId, hook: Option<EcnHook>) {
+        self.links[link].ecn = hook;
+    }
+
+    /// What `link` did so far.
+    pub fn link_stats(&self, link: LinkId) -> LinkStats {
+        self.links[link].stats
+    }
+
+    /// The bytes queued on `link` now (the packet in serialisation included).
+    pub fn queued_bytes(&mut self, link: LinkId) -> usize {
+        self.links[link].queued_bytes(self.now)
+    }
+
     /// Applies every scheduled link change due by now, in schedule order.
     fn apply_link_changes(&mut self) {
         while let Some(Reverse(c)) = self.link_schedule.peek() {
@@ -351,6 +482,7 @@ impl<N: SimNode> SimNet<N> {
                         endpoints: t.endpoints,
                         data: &self.buf[..t.len],
                         corrupted: false,
+                        ecn: t.ecn,
                     }),
                     None => Verdict::Pass,
                 };
@@ -380,30 +512,60 @@ impl<N: SimNode> SimNet<N> {
                             self.stats.corrupted += 1;
                             corrupt_bit = Some(bit);
                         }
-                        let jitter = if self.net.jitter.is_zero()
-                            || (self.jitter_fraction < 1.0
-                                && !self.rng.chance(self.jitter_fraction))
-                        {
-                            0
-                        } else {
-                            self.rng.below(self.net.jitter.as_nanos() as u64)
-                        };
-                        let at = self.now + self.net.delay + Duration::from_nanos(jitter);
-                        self.seq += 1;
-                        self.queue.push(Reverse(InFlight {
-                            at,
-                            seq: self.seq,
+                        self.forward(InFlight {
+                            at: self.now,
+                            seq: 0,
                             from: i,
                             to,
                             src: t.endpoints.src,
                             dst: t.endpoints.dst,
                             data,
                             corrupt_bit,
-                        }));
+                            ecn: t.ecn,
+                            route: self.routes[i][to].clone(),
+                            hops: 0,
+                        });
                     }
                 }
             }
         }
+    }
+
+    /// Moves a packet that is at `p.at` on its way: through the next link
+    /// of its route (to be handled again when it leaves it, if links are
+    /// left), or after the last one (or with no route, after the network's
+    /// delay) towards its destination, with the network's jitter.
+    fn forward(&mut self, mut p: InFlight) {
+        if let Some(&l) = p.route.get(p.hops) {
+            let Some((exit, ecn)) = self.links[l].enter(p.at, p.data.len(), p.ecn) else {
+                self.stats.tail_drops += 1;
+                return;
+            };
+            if ecn == Ecn::Ce && p.ecn != Ecn::Ce {
+                self.stats.ecn_marked += 1;
+            }
+            (p.at, p.ecn, p.hops) = (exit, ecn, p.hops + 1);
+            if p.hops < p.route.len() {
+                return self.push(p);
+            }
+        } else {
+            p.at = p.at + self.net.delay;
+        }
+        let jitter = if self.net.jitter.is_zero()
+            || (self.jitter_fraction < 1.0 && !self.rng.chance(self.jitter_fraction))
+        {
+            0
+        } else {
+            self.rng.below(self.net.jitter.as_nanos() as u64)
+        };
+        p.at = p.at + Duration::from_nanos(jitter);
+        self.push(p);
+    }
+
+    fn push(&mut self, mut p: InFlight) {
+        self.seq += 1;
+        p.seq = self.seq;
+        self.queue.push(Reverse(p));
     }
 
     /// The next moment something happens: a delivery, a link change or an
@@ -443,6 +605,11 @@ impl<N: SimNode> SimNet<N> {
             let Some(Reverse(p)) = self.queue.pop() else {
                 break;
             };
+            if p.hops < p.route.len() {
+                // At a link on the way, not yet at its destination.
+                self.forward(p);
+                continue;
+            }
             let ep = Endpoints::new(p.src, p.dst);
             if let Some(tap) = self.tap.as_mut() {
                 let v = tap(&Tapped {
@@ -453,6 +620,7 @@ impl<N: SimNode> SimNet<N> {
                     endpoints: ep,
                     data: &p.data,
                     corrupted: p.corrupt_bit.is_some(),
+                    ecn: p.ecn,
                 });
                 if v == Verdict::Drop {
                     self.stats.lost += 1;
@@ -468,7 +636,8 @@ impl<N: SimNode> SimNet<N> {
                     self.stats.corrupted_undetectable += 1;
                 }
             }
-            self.nodes[p.to].handle_packet(self.now, ep, RxMeta::default(), &p.data);
+            let meta = RxMeta { ecn: p.ecn };
+            self.nodes[p.to].handle_packet(self.now, ep, meta, &p.data);
         }
         for e in &mut self.nodes {
             e.handle_timeout(self.now);
