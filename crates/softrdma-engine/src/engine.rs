@@ -24,7 +24,9 @@ use crate::qp_attr::{
     validate_modify, AccessFlags, AhAttr, AttrLimits, AttrMask, Mtu, QpAttr, QpCap, QpState, QpType,
 };
 use crate::requester::{transport_of, Transmit, TxCtx};
-use crate::resources::{Ah, Cq, Event, MrKeys, Notify, RecvWqe, Resources, Srq};
+use crate::resources::{
+    push_change, Ah, Cq, Event, MrKeys, Notify, RecvWqe, ResourceChange, Resources, Srq,
+};
 use crate::rules::{self, PostSendError};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
@@ -145,6 +147,8 @@ pub struct Engine {
     /// Held ACKs of QPs destroyed or reset before they went out, already
     /// built: a peer that received everything must still learn so.
     parting: VecDeque<(Transmit, Vec<u8>)>,
+    /// QPs and regions changed since the driver last asked (`poll_change`).
+    changes: VecDeque<ResourceChange>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -170,6 +174,7 @@ impl Engine {
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             parting: VecDeque::new(),
+            changes: VecDeque::new(),
         }
     }
 
@@ -279,6 +284,7 @@ impl Engine {
         }
         self.res.rkeys.insert(rkey, lkey);
         self.res.pd_ref(pd, 1);
+        push_change(&mut self.changes, ResourceChange::MrRegistered { rkey });
         Ok(MrKeys { lkey, rkey })
     }
 
@@ -293,7 +299,19 @@ impl Engine {
         self.res.retire_key(mr.lkey);
         self.res.retire_key(mr.rkey);
         self.res.pd_ref(mr.pd, -1);
+        push_change(
+            &mut self.changes,
+            ResourceChange::MrDeregistered { rkey: mr.rkey },
+        );
         Ok(())
+    }
+
+    /// The next change to a QP or a region (modified, destroyed,
+    /// registered, deregistered), oldest first: a driver that publishes
+    /// them to peers (grants, cached routes) follows them from here
+    /// instead of relying on every caller to tell it.
+    pub fn poll_change(&mut self) -> Option<ResourceChange> {
+        self.changes.pop_front()
     }
 
     /// Address, length and keys of a region.
@@ -651,6 +669,7 @@ impl Engine {
         })?;
         self.res.retire_qpn(qpn);
         self.res.pd_ref(qp.pd, -1);
+        push_change(&mut self.changes, ResourceChange::QpDestroyed { qpn });
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.res.cqs.get_mut(&cq) {
                 c.users = c.users.saturating_sub(1);
@@ -786,6 +805,7 @@ impl Engine {
         }
         qp.attr.qp_state = qp.state;
         self.after(qpn, now);
+        push_change(&mut self.changes, ResourceChange::QpModified { qpn });
         Ok(())
     }
 

@@ -47,7 +47,7 @@ pub use qp_attr::{
     QpType,
 };
 pub use requester::{Transmit, TxPayload};
-pub use resources::{Event, MrKeys};
+pub use resources::{Event, MrKeys, ResourceChange};
 pub use responder::GRH_LEN;
 pub use rng::Rng;
 pub use rules::MAX_MSG_SIZE;

@@ -17,6 +17,40 @@ use crate::rng::{Purpose, SecretRng};
 use crate::rules::{self, RegionView};
 use crate::wr::{Sge, WcStatus, WorkCompletion};
 
+/// A change to a QP or a region that a driver publishing them to peers
+/// must follow ([`crate::Engine::poll_change`]): the engine's rules answer
+/// differently for them from now on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceChange {
+    /// `modify_qp` succeeded on the QP.
+    QpModified { qpn: u32 },
+    /// The QP was destroyed.
+    QpDestroyed { qpn: u32 },
+    /// A region was registered.
+    MrRegistered { rkey: u32 },
+    /// A region was deregistered.
+    MrDeregistered { rkey: u32 },
+    /// More changes happened than the queue holds (nobody took them):
+    /// anything may have changed.
+    Lost,
+}
+
+/// Changes kept for [`crate::Engine::poll_change`]; past this the queue
+/// collapses to one [`ResourceChange::Lost`], so an engine whose driver
+/// never asks (the simulator, a fuzz target) does not grow without bound.
+pub(crate) const MAX_CHANGES: usize = 256;
+
+/// Queues `c` in `q`, bounded by [`MAX_CHANGES`].
+pub(crate) fn push_change(q: &mut VecDeque<ResourceChange>, c: ResourceChange) {
+    if q.len() >= MAX_CHANGES {
+        q.clear();
+        q.push_back(ResourceChange::Lost);
+    }
+    if q.back() != Some(&ResourceChange::Lost) {
+        q.push_back(c);
+    }
+}
+
 /// An asynchronous event, as `ibv_get_async_event` and completion channels report them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {

@@ -1,0 +1,273 @@
+//! Fault injection on receive, on any port: [`Faulty`] wraps a port and
+//! drops, corrupts, reorders and duplicates what it delivers, after a
+//! [`FaultSpec`] (`SOFTRDMA_FAULT=loss=0.01,reorder=0.01,dup=0.005,corrupt=0.001,seed=7`
+//! in the softrdma driver). Faults act on packets as they arrive, before
+//! the ICRC check, so a corrupted packet is caught and counted like one
+//! damaged on a real wire — over UDP and shared memory alike. Faults act
+//! on packets only, so a faulty port offers no direct path: every
+//! operation goes through the engine and its packets.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use softrdma_engine::Rng;
+
+use crate::port::{Outgoing, Port, PortCounters, Received, Sources};
+use softrdma_engine::{Instant, RxMeta};
+
+/// A fault spec that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultSpecError(pub String);
+
+impl std::fmt::Display for FaultSpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FaultSpecError {}
+
+/// Fault probabilities (each 0.0..=1.0) and the generator seed.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FaultSpec {
+    /// Probability a packet is dropped.
+    pub loss: f64,
+    /// Probability a packet is held back behind the next one.
+    pub reorder: f64,
+    /// Probability a packet is delivered twice.
+    pub dup: f64,
+    /// Probability one bit of a packet is flipped.
+    pub corrupt: f64,
+    /// Seed of the generator (runs replay exactly).
+    pub seed: u64,
+}
+
+impl FromStr for FaultSpec {
+    type Err = FaultSpecError;
+    fn from_str(s: &str) -> Result<Self, FaultSpecError> {
+        let mut f = FaultSpec {
+            seed: 1,
+            ..Default::default()
+        };
+        for kv in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            let (k, v) = kv.split_once('=').ok_or_else(|| {
+                FaultSpecError(format!("fault spec item {kv:?} is not key=value"))
+            })?;
+            if k == "seed" {
+                f.seed = v.parse().map_err(|_| {
+                    FaultSpecError(format!("fault spec seed {v:?} is not an integer"))
+                })?;
+                continue;
+            }
+            let p: f64 = v
+                .parse()
+                .ok()
+                .filter(|p: &f64| (0.0..=1.0).contains(p))
+                .ok_or_else(|| {
+                    FaultSpecError(format!(
+                        "fault spec {k}={v}: probability must be between 0 and 1"
+                    ))
+                })?;
+            match k {
+                "loss" => f.loss = p,
+                "reorder" => f.reorder = p,
+                "dup" => f.dup = p,
+                "corrupt" => f.corrupt = p,
+                _ => {
+                    return Err(FaultSpecError(format!(
+                        "fault spec key {k:?} is unknown (loss, reorder, dup, corrupt, seed)"
+                    )))
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// Applies a [`FaultSpec`] to a stream of packets.
+#[derive(Debug)]
+pub struct FaultInjector {
+    spec: FaultSpec,
+    rng: Rng,
+    held: Option<(std::net::SocketAddr, Vec<u8>)>,
+    /// Faults injected so far.
+    pub injected: u64,
+}
+
+impl FaultInjector {
+    /// An injector for `spec`.
+    pub fn new(spec: FaultSpec) -> Self {
+        FaultInjector {
+            spec,
+            rng: Rng::new(spec.seed),
+            held: None,
+            injected: 0,
+        }
+    }
+
+    /// Feeds one received packet; `deliver` gets what comes out (zero, one or
+    /// more packets, possibly an earlier held one).
+    pub fn apply(
+        &mut self,
+        src: std::net::SocketAddr,
+        data: &[u8],
+        mut deliver: impl FnMut(std::net::SocketAddr, &[u8]),
+    ) {
+        if self.rng.chance(self.spec.loss) {
+            self.injected += 1;
+            return;
+        }
+        let mut pkt = data.to_vec();
+        if self.rng.chance(self.spec.corrupt) && !pkt.is_empty() {
+            self.injected += 1;
+            let bit = self.rng.below(pkt.len() as u64 * 8);
+            pkt[(bit / 8) as usize] ^= 1 << (bit % 8);
+        }
+        if self.held.is_none() && self.rng.chance(self.spec.reorder) {
+            // Hold it back: it goes out after the next packet.
+            self.injected += 1;
+            self.held = Some((src, pkt));
+            return;
+        }
+        deliver(src, &pkt);
+        if self.rng.chance(self.spec.dup) {
+            self.injected += 1;
+            deliver(src, &pkt);
+        }
+        if let Some((s, p)) = self.held.take() {
+            deliver(s, &p);
+        }
+    }
+
+    /// Releases a held packet (when the stream goes quiet).
+    pub fn flush(&mut self, mut deliver: impl FnMut(std::net::SocketAddr, &[u8])) {
+        if let Some((s, p)) = self.held.take() {
+            deliver(s, &p);
+        }
+    }
+}
+
+/// A port whose receives go through a [`FaultInjector`].
+#[derive(Debug)]
+pub struct Faulty<P> {
+    inner: P,
+    inj: FaultInjector,
+}
+
+impl<P> Faulty<P> {
+    /// `inner` with faults after `spec`.
+    pub fn new(inner: P, spec: FaultSpec) -> Self {
+        Faulty {
+            inner,
+            inj: FaultInjector::new(spec),
+        }
+    }
+    /// The port inside.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+    /// The port inside.
+    pub fn inner_mut(&mut self) -> &mut P {
+        &mut self.inner
+    }
+}
+
+impl<P: Port> Port for Faulty<P> {
+    type Peers = P::Peers;
+
+    fn receive<F>(&mut self, now: Instant, from: Sources, budget: usize, mut rx: F) -> Received
+    where
+        F: FnMut(SocketAddr, RxMeta, &[u8]),
+    {
+        let inj = &mut self.inj;
+        let got = self.inner.receive(now, from, budget, |src, meta, d| {
+            inj.apply(src, d, |s, d| rx(s, meta, d))
+        });
+        if got.slow + got.fast == 0 {
+            // The stream went quiet: a packet held back goes now.
+            inj.flush(|s, d| rx(s, RxMeta::default(), d));
+        }
+        got
+    }
+
+    fn send(&mut self, now: Instant, out: &mut Outgoing<'_>) {
+        self.inner.send(now, out)
+    }
+
+    fn has_fast(&self) -> bool {
+        self.inner.has_fast()
+    }
+
+    fn fast_pending(&self) -> bool {
+        // A packet held back is pending: inline polls must not go idle on it.
+        self.inj.held.is_some() || self.inner.fast_pending()
+    }
+
+    fn maintain(&mut self) {
+        self.inner.maintain()
+    }
+
+    /// Off: faults act on packets, and the direct path has none.
+    fn direct_allowed(&self) -> bool {
+        false
+    }
+
+    fn peers(&mut self) -> Option<&mut P::Peers> {
+        self.inner.peers()
+    }
+
+    fn counters(&self, c: &mut PortCounters) {
+        self.inner.counters(c);
+        c.faults_injected += self.inj.injected;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_spec() {
+        let f: FaultSpec = "loss=0.01,reorder=0.01,dup=0.005,corrupt=0.001,seed=7"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            f,
+            FaultSpec {
+                loss: 0.01,
+                reorder: 0.01,
+                dup: 0.005,
+                corrupt: 0.001,
+                seed: 7
+            }
+        );
+        assert!("loss=2"
+            .parse::<FaultSpec>()
+            .unwrap_err()
+            .to_string()
+            .contains("between 0 and 1"));
+        assert!("jitter=0.1"
+            .parse::<FaultSpec>()
+            .unwrap_err()
+            .to_string()
+            .contains("unknown"));
+    }
+
+    #[test]
+    fn loss_rate_is_roughly_right() {
+        let mut inj = FaultInjector::new(FaultSpec {
+            loss: 0.1,
+            seed: 3,
+            ..Default::default()
+        });
+        let src = "127.0.0.1:1".parse().unwrap();
+        let mut n = 0;
+        for _ in 0..10_000 {
+            inj.apply(src, &[1, 2, 3], |_, _| n += 1);
+        }
+        assert!(
+            (8_700..9_300).contains(&n),
+            "{n} of 10000 delivered at 10% loss"
+        );
+    }
+}
