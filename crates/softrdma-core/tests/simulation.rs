@@ -3,12 +3,12 @@
 //! on RC, UC and UD QPs, with the invariants listed in `sim/mod.rs` checked
 //! after every step.
 //!
-//! * `cargo test --release -p softrdma-engine --test simulation` runs seeds
+//! * `cargo test --release -p softrdma-core --test simulation` runs seeds
 //!   0..1000 in four tests (a debug build runs every 10th).
 //! * A failing seed prints the command that replays it:
-//!   `SOFTRDMA_SIM_SEED=1234 cargo test --release -p softrdma-engine --test simulation replay -- --nocapture`
+//!   `SOFTRDMA_SIM_SEED=1234 cargo test --release -p softrdma-core --test simulation replay -- --nocapture`
 //!   (add `SOFTRDMA_SIM_TRACE=1` for a log of every post and completion).
-//! * `SOFTRDMA_SIM_SEEDS=100000 cargo test --release -p softrdma-engine --test simulation soak -- --nocapture`
+//! * `SOFTRDMA_SIM_SEEDS=100000 cargo test --release -p softrdma-core --test simulation soak -- --nocapture`
 //!   runs a long soak on every core (`SOFTRDMA_SIM_START` moves the first seed, default 1000;
 //!   `SOFTRDMA_SIM_THREADS` sets the number of threads).
 //! * `fresh_block` runs a few hundred seeds that no earlier run chose: its
@@ -28,7 +28,7 @@ use sim::{run_seed, scenario::Scenario, Summary};
 
 fn replay_cmd(seed: u64) -> String {
     format!(
-        "SOFTRDMA_SIM_SEED={seed} cargo test --release -p softrdma-engine --test simulation replay -- --nocapture"
+        "SOFTRDMA_SIM_SEED={seed} cargo test --release -p softrdma-core --test simulation replay -- --nocapture"
     )
 }
 
