@@ -1,7 +1,14 @@
 //! The deterministic simulation harness.
 //!
-//! One seed decides everything ([`scenario::Scenario`]): two or three engines
-//! on a [`SimNet`] with loss, duplication, corruption, jitter and link cuts;
+//! One seed decides everything ([`scenario::Scenario`]): two or three nodes
+//! on a [`SimNet`] with loss, duplication, corruption, jitter and link cuts.
+//! Each node is the production device core (`softrdma_core::DeviceCore`)
+//! over a simulated port: packets go through its progress loop (receive
+//! budget, timers, batched transmit, held ACKs), and the application posts
+//! as a driver does (`try_direct` first, then `command`). In same-host
+//! seeds ([`scenario::SAME_HOST`]) every port is on one `SimHost`: one-sided
+//! WRs on an idle QP run through the direct path, executed in the peer's
+//! memory after the engine's rules, and are checked like all others;
 //! RC, UC and UD QPs (RC receivers sometimes on an SRQ); and an application
 //! that posts a random mix of SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM,
 //! READ, CMP_AND_SWAP and FETCH_AND_ADD of 0 B to 1 MiB from unaligned,
@@ -27,6 +34,9 @@
 //!   packet it covers; nothing is malformed;
 //! * liveness: the work finishes within a virtual-time bound, and a cut path
 //!   fails with RETRY_EXC_ERR within the retry budget.
+//! * a WR the core executed directly never appears on the wire (it is taken
+//!   out of the wire oracle), and its completion is checked against the
+//!   same reference model (READ data, original values, WRITE targets).
 
 #![allow(dead_code)]
 
@@ -41,6 +51,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use softrdma_core::sim_port::{HostMemory, SimHost, SimPort};
+use softrdma_core::DeviceCore;
 use softrdma_engine::sim::{node_addr, LinkChange, SimNet, TapStage, Tapped, Verdict};
 use softrdma_engine::*;
 use softrdma_wire::{icrc, NakCode, OpKind, Opcode, PacketRepr, Psn, Syndrome, Transport};
@@ -48,6 +60,9 @@ use softrdma_wire::{icrc, NakCode, OpKind, Opcode, PacketRepr, Psn, Syndrome, Tr
 use alloc::Ring;
 use oracle::{OKind, Oracle};
 use scenario::{Mode, Poison, Scenario};
+
+/// A node: the production device core over a simulated port.
+pub type Node = DeviceCore<SimPort>;
 
 /// Local buffer pieces: (offset in a node's L region, length).
 type Pieces = Vec<(u64, u32)>;
@@ -149,6 +164,8 @@ struct Wr {
     posted_at: Instant,
     /// A deliberately invalid WR: the error it must complete with.
     poison: Option<WcStatus>,
+    /// The device core executed it directly in the peer's memory.
+    direct: bool,
 }
 
 #[derive(Debug)]
@@ -166,7 +183,7 @@ impl RecvBuf {
 }
 
 struct Region {
-    mem: Arc<VecMemory>,
+    mem: Arc<dyn RegionMemory>,
     keys: MrKeys,
     base: u64,
 }
@@ -322,13 +339,18 @@ pub struct Summary {
     pub packets: u64,
     pub corrupted: u64,
     pub virtual_ms: u64,
+    /// One-sided WRs the device core executed directly in a same-host
+    /// peer's memory, and of those, the signaled ones whose completion the
+    /// oracle checked (data read, original value, target bytes).
+    pub direct: u64,
+    pub direct_verified: u64,
     /// The digest of the seed's traffic (see `WireLog::digest`).
     pub wire_digest: u64,
 }
 
 pub struct World {
     sc: Scenario,
-    net: SimNet,
+    net: SimNet<Node>,
     rng: Rng,
     nodes: Vec<NodeH>,
     qps: Vec<QpH>,
@@ -360,7 +382,21 @@ impl World {
             c.ack_delay_ns = sc.ack_delay_ns;
             cfgs.push(c);
         }
-        let mut net = SimNet::with_configs(cfgs, sc.seed, sc.net);
+        // Same host: every port on one host, whose direct path reaches the
+        // regions each node shares (its R region).
+        let host = SimHost::new();
+        let nodes = cfgs
+            .into_iter()
+            .map(|c| {
+                let port = if sc.same_host {
+                    SimPort::on_host(&host, c.local)
+                } else {
+                    SimPort::new()
+                };
+                DeviceCore::new(Engine::new(c), port)
+            })
+            .collect();
+        let mut net = SimNet::from_nodes(nodes, sc.seed, sc.net);
         net.set_jitter_fraction(sc.jitter_fraction);
         let mut w = World {
             rng: Rng::new(sc.seed ^ 0xA99),
@@ -408,6 +444,26 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Posts a send WR as an application does through the device core:
+    /// the direct path first (a same-host peer's granted memory), else the
+    /// engine through the core's command path. True when it went direct.
+    fn submit(&mut self, node: usize, qpn: u32, wr: &SendWr) -> softrdma_engine::Result<bool> {
+        let now = self.net.now;
+        let core = &mut self.net.nodes[node];
+        if core.try_direct(qpn, wr) {
+            return Ok(true);
+        }
+        core.command(now, |e, now| e.post_send(now, qpn, wr)).0?;
+        Ok(false)
+    }
+
+    /// The next event of node `n`: those the core has routed already, then
+    /// any the engine still holds.
+    fn next_event(&mut self, n: usize) -> Option<Event> {
+        let core = &mut self.net.nodes[n];
+        core.poll_event().or_else(|| core.engine.poll_event())
     }
 
     fn log(&mut self, f: impl FnOnce() -> String) {
@@ -478,12 +534,23 @@ impl World {
             r_size[n] += 64;
         }
         for n in 0..sc.nodes {
-            let e = &mut self.net.nodes[n];
+            let e = &mut self.net.nodes[n].engine;
             let pd = e.alloc_pd();
             let scq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
             let rcq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
-            let lmem = Arc::new(VecMemory::new(l_size[n] as usize));
-            let rmem = Arc::new(VecMemory::new(r_size[n] as usize));
+            // The direct path needs memory with addresses; the others keep
+            // the checked model.
+            let (lmem, rmem, shared): (Arc<dyn RegionMemory>, Arc<dyn RegionMemory>, _) =
+                if self.sc.same_host {
+                    let r = HostMemory::new(r_size[n] as usize);
+                    (HostMemory::new(l_size[n] as usize), r.clone(), Some(r))
+                } else {
+                    (
+                        Arc::new(VecMemory::new(l_size[n] as usize)),
+                        Arc::new(VecMemory::new(r_size[n] as usize)),
+                        None,
+                    )
+                };
             // Unaligned local base; remote base 8-aligned for atomics.
             let lbase = 0x1000_0000_0000 * (n as u64 + 1) + 0x123;
             let rbase = 0x2000_0000_0000 * (n as u64 + 1) + 0x1000;
@@ -501,6 +568,11 @@ impl World {
                     rmem.clone(),
                 )
                 .map_err(|e| e.to_string())?;
+            if let Some(mem) = shared {
+                let peers = self.net.nodes[n].port.peers_mut();
+                peers.expect("same-host port").share(rkeys.rkey, mem);
+            }
+            let e = &mut self.net.nodes[n].engine;
             let uses_srq = sc.conns.iter().any(|c| c.srq_b && c.b == n);
             let srq = if uses_srq {
                 let id = e
@@ -587,6 +659,7 @@ impl World {
                 sq_sig_all: false,
             };
             let qpn = self.net.nodes[node]
+                .engine
                 .create_qp(init)
                 .map_err(|e| format!("create_qp: {e}"))?;
             let l_off = l_used[node];
@@ -702,7 +775,7 @@ impl World {
         let now = self.net.now;
         let q = &self.qps[i];
         let (node, qpn, t) = (q.node, q.qpn, q.qp_type);
-        let e = &mut self.net.nodes[node];
+        let e = &mut self.net.nodes[node].engine;
         let mut a = QpAttr {
             qp_state: QpState::Init,
             port_num: 1,
@@ -945,10 +1018,7 @@ impl World {
         let mut at = 0usize;
         for &(o, l) in pieces {
             let l = l as usize;
-            self.nodes[node]
-                .l
-                .mem
-                .fill_from(o as usize, &data[at..at + l]);
+            self.nodes[node].l.mem.write(o as usize, &data[at..at + l]);
             at += l;
         }
     }
@@ -1238,15 +1308,29 @@ impl World {
             msg,
             posted_at: now,
             poison: None,
+            direct: false,
         });
         q.ops_left -= 1;
         q.posted_count += 1;
         self.summary.ops += 1;
         let qpn = self.qps[qi].qpn;
         self.log(|| format!("post q{qi} wr {wr_id:#x} {op:?} len {len} roff {roff} {flags:?}"));
-        self.net.nodes[node]
-            .post_send(now, qpn, &wr)
+        let direct = self
+            .submit(node, qpn, &wr)
             .map_err(|e| format!("q{qi}: post_send {op:?} failed: {e}"))?;
+        if direct {
+            // Executed in the peer's memory and completed at once: nothing
+            // of it will ever be on the wire.
+            self.log(|| format!("q{qi} wr {wr_id:#x} went direct"));
+            self.summary.direct += 1;
+            let q = &mut self.qps[qi];
+            if let Some(o) = q.oracle.as_mut() {
+                o.unpush(wr_id);
+            }
+            if let Some(w) = q.sq.back_mut().filter(|w| w.wr_id == wr_id) {
+                w.direct = true;
+            }
+        }
         Ok(true)
     }
 
@@ -1333,6 +1417,7 @@ impl World {
             msg: None,
             posted_at: now,
             poison: Some(status),
+            direct: false,
         });
         q.ops_left -= 1;
         q.posted_count += 1;
@@ -1346,8 +1431,7 @@ impl World {
             flags: SendFlags::SIGNALED,
             ud: None,
         };
-        self.net.nodes[node]
-            .post_send(now, qpn, &wr)
+        self.submit(node, qpn, &wr)
             .map_err(|e| format!("q{qi}: post_send of the poisoned WR failed: {e}"))?;
         Ok(true)
     }
@@ -1356,9 +1440,14 @@ impl World {
     fn start_drain(&mut self, qi: usize) -> Check {
         let q = &self.qps[qi];
         let node = q.node;
-        if self.net.nodes[node].qp_state(q.qpn) != Some(QpState::Rts) {
+        if self.net.nodes[node].engine.qp_state(q.qpn) != Some(QpState::Rts) {
             return Ok(());
         }
+        // What the core sent (into its port's outbox) counts as started:
+        // see it on the wire first.
+        self.net.flush();
+        self.process_wire()?;
+        let q = &self.qps[qi];
         let boundary = match q.max_tx {
             None => q.first_psn.sub(1),
             Some(m) => q
@@ -1370,6 +1459,7 @@ impl World {
         let qpn = q.qpn;
         let now = self.net.now;
         self.net.nodes[node]
+            .engine
             .modify_qp(
                 now,
                 qpn,
@@ -1474,6 +1564,7 @@ impl World {
             msg: None,
             posted_at: now,
             poison: None,
+            direct: false,
         });
         q.ops_left -= 1;
         q.posted_count += 1;
@@ -1482,8 +1573,7 @@ impl World {
         self.log(|| {
             format!("post q{qi} UD wr {wr_id:#x} {op:?} len {len} -> q{dst} qkey {qkey:#x}")
         });
-        self.net.nodes[node]
-            .post_send(now, qpn, &wr)
+        self.submit(node, qpn, &wr)
             .map_err(|e| format!("q{qi}: UD post_send failed: {e}"))?;
         Ok(true)
     }
@@ -1514,8 +1604,10 @@ impl World {
                     sg_list: self.sges(node, &pieces),
                 };
                 let qpn = self.qps[qi].qpn;
+                let now = self.net.now;
                 self.net.nodes[node]
-                    .post_recv(qpn, &wr)
+                    .command(now, |e, _| e.post_recv(qpn, &wr))
+                    .0
                     .map_err(|e| format!("q{qi}: post_recv failed: {e}"))?;
                 self.qps[qi].rq.push_back(RecvBuf {
                     wr_id,
@@ -1565,8 +1657,10 @@ impl World {
                     sg_list: self.sges(n, &pieces),
                 };
                 let id = self.nodes[n].srq.as_ref().unwrap().id;
+                let now = self.net.now;
                 self.net.nodes[n]
-                    .post_srq_recv(id, &wr)
+                    .command(now, |e, _| e.post_srq_recv(id, &wr))
+                    .0
                     .map_err(|e| format!("node {n}: post_srq_recv failed: {e}"))?;
                 self.nodes[n].srq.as_mut().unwrap().posted.insert(
                     wr_id,
@@ -1660,6 +1754,7 @@ impl World {
         let q = &self.qps[qi];
         let w = &q.sq[pos];
         let node = q.node;
+        let direct = w.direct;
         if q.qp_type == QpType::Rc {
             if let Some(o) = q.oracle.as_ref() {
                 ensure!(
@@ -1700,6 +1795,9 @@ impl World {
             if let Some(m) = &w.msg {
                 self.pending_recv_checks.push(m.clone());
             }
+        }
+        if direct {
+            self.summary.direct_verified += 1;
         }
         Ok(())
     }
@@ -1790,7 +1888,7 @@ impl World {
         }
         let w = &self.qps[qi].sq[pos];
         let (op, len, wr_id, poison) = (w.op, w.len, w.wr_id, w.poison);
-        let state = self.net.nodes[node].qp_state(wc.qp_num);
+        let state = self.net.nodes[node].engine.qp_state(wc.qp_num);
         match wc.status {
             WcStatus::Success => {
                 ensure!(
@@ -1844,7 +1942,7 @@ impl World {
                 );
                 let peer_failed = self.qps[qi].peer.is_some_and(|p| {
                     let pq = &self.qps[p];
-                    self.net.nodes[pq.node].qp_state(pq.qpn) == Some(QpState::Err)
+                    self.net.nodes[pq.node].engine.qp_state(pq.qpn) == Some(QpState::Err)
                 });
                 self.excuse_retry_exc(qi, wr_id, peer_failed)?;
                 if peer_failed {
@@ -1978,7 +2076,7 @@ impl World {
         match wc.status {
             WcStatus::Success => {}
             WcStatus::WrFlushErr => {
-                let st = self.net.nodes[node].qp_state(wc.qp_num);
+                let st = self.net.nodes[node].engine.qp_state(wc.qp_num);
                 ensure!(
                     st == Some(QpState::Err),
                     "q{qi}: receive WR {:#x} flushed while the QP is {st:?}",
@@ -2224,6 +2322,7 @@ impl World {
             wcs.clear();
             let scq = self.nodes[n].scq;
             self.net.nodes[n]
+                .engine
                 .poll_cq(scq, usize::MAX, &mut wcs)
                 .unwrap();
             for wc in wcs.drain(..) {
@@ -2232,17 +2331,18 @@ impl World {
             }
             let rcq = self.nodes[n].rcq;
             self.net.nodes[n]
+                .engine
                 .poll_cq(rcq, usize::MAX, &mut wcs)
                 .unwrap();
             for wc in wcs.drain(..) {
                 any = true;
                 self.on_recv_wc(n, wc)?;
             }
-            while let Some(ev) = self.net.nodes[n].poll_event() {
+            while let Some(ev) = self.next_event(n) {
                 match ev {
                     Event::QpFatal { qpn } | Event::LastWqeReached { qpn } => {
                         let qi = self.by_qpn[&(n, qpn)];
-                        let st = self.net.nodes[n].qp_state(qpn);
+                        let st = self.net.nodes[n].engine.qp_state(qpn);
                         ensure!(
                             st == Some(QpState::Err),
                             "q{qi}: {ev:?} while the QP is {st:?}"
@@ -2263,9 +2363,10 @@ impl World {
                         );
                         self.summary.drains += 1;
                         self.log(|| format!("q{qi} drained"));
-                        if self.net.nodes[n].qp_state(qpn) == Some(QpState::Sqd) {
+                        if self.net.nodes[n].engine.qp_state(qpn) == Some(QpState::Sqd) {
                             let now = self.net.now;
                             self.net.nodes[n]
+                                .engine
                                 .modify_qp(
                                     now,
                                     qpn,
@@ -2320,7 +2421,7 @@ impl World {
                     q.qp_type,
                     q.node,
                     q.qpn,
-                    self.net.nodes[q.node].qp_state(q.qpn),
+                    self.net.nodes[q.node].engine.qp_state(q.qpn),
                     q.sq.len(),
                     q.sq.front().map(|w| (w.wr_id, w.op, w.len)),
                     q.ops_left,
@@ -2328,7 +2429,7 @@ impl World {
                     q.rq.len(),
                     q.errored
                 );
-                if let Some(c) = self.net.nodes[q.node].qp_counters(q.qpn) {
+                if let Some(c) = self.net.nodes[q.node].engine.qp_counters(q.qpn) {
                     let _ = write!(s, "\n     counters {c:?}");
                 }
             }
@@ -2420,9 +2521,14 @@ impl World {
             .net
             .nodes
             .iter()
-            .map(|e| e.counters().icrc_errors)
+            .map(|c| c.engine.counters().icrc_errors)
             .sum();
-        let malformed: u64 = self.net.nodes.iter().map(|e| e.counters().malformed).sum();
+        let malformed: u64 = self
+            .net
+            .nodes
+            .iter()
+            .map(|c| c.engine.counters().malformed)
+            .sum();
         let st = self.net.stats;
         ensure!(
             icrc == st.corrupted_delivered - st.corrupted_undetectable,
@@ -2437,7 +2543,7 @@ impl World {
             .net
             .nodes
             .iter()
-            .map(|e| e.counters().qkey_violations)
+            .map(|c| c.engine.counters().qkey_violations)
             .sum();
         let bad_tx = self.wire.borrow().bad_qkey_tx;
         ensure!(

@@ -103,7 +103,15 @@ pub struct Scenario {
     /// Probability per turn that an RC requester drains its send queue
     /// (RTS→SQD, wait for SqDrained, SQD→RTS).
     pub sqd_p: f64,
+    /// Every node on one host ([`SAME_HOST`] set in the seed): the device
+    /// cores' direct path executes one-sided WRs in the peer's memory.
+    pub same_host: bool,
 }
+
+/// Seeds with this bit set put every node on one host. The rest of the
+/// seed draws the scenario as for any other seed, except that the links
+/// are never cut (same-host peers are joined by memory, not a network).
+pub const SAME_HOST: u64 = 1 << 48;
 
 fn pick<T: Copy>(r: &mut Rng, xs: &[T]) -> T {
     xs[r.below(xs.len() as u64) as usize]
@@ -290,6 +298,17 @@ impl Scenario {
             )
         });
         let sqd_p = if r.chance(0.2) { 0.003 } else { 0.0 };
+        let same_host = seed & SAME_HOST != 0;
+        let mode = match mode {
+            Mode::Partitions | Mode::PermanentCut if same_host => {
+                cuts.clear();
+                for c in &mut conns {
+                    c.retry_cnt = 7;
+                }
+                Mode::Lossy
+            }
+            m => m,
+        };
         Scenario {
             seed,
             mode,
@@ -317,6 +336,7 @@ impl Scenario {
             cuts,
             poison,
             sqd_p,
+            same_host,
         }
     }
 }

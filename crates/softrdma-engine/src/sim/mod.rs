@@ -349,6 +349,13 @@ impl<N: SimNode> SimNet<N> {
         self.next_event().is_some()
     }
 
+    /// Puts every packet the nodes have ready on the network now, as every
+    /// step starts by doing: for a harness that must see on the wire what a
+    /// node already sent (a device core sends at the post, into its port).
+    pub fn flush(&mut self) {
+        self.collect_transmits();
+    }
+
     /// Drops (or restores) packets from `a` to `b` from now on. Restoring
     /// also undoes every cut scheduled with [`SimNet::schedule_link`] that
     /// has taken effect.
