@@ -20,6 +20,11 @@
 #   shm 8 B latency / 1 MiB bandwidth: softrdma --transport shm vs UCX
 #     ucp_put_lat / ucp_put_bw over posix shared memory, and fi_pingpong shm.
 #     Goals: <= 1.0 x ucp_put_lat, >= 0.9 x ucp_put_bw.
+#   UDP 8 B message rate: softrdma write_bw -s 8 --transport udp (MsgRate) vs
+#     sockperf throughput -m 64 --mps=max (the sender's rate: one system call
+#     per message).  Goal: >= 2.0 x sockperf.
+#   shm 8 B message rate: softrdma write_bw -s 8 --transport shm vs UCX
+#     ucp_put_bw -s 8 (overall message rate).  Goal: >= 0.8 x UCX.
 #   shm 8 B READ and fetch-and-add, per operation: softrdma read_lat /
 #     atomic_lat vs UCX ucp_get / ucp_fadd (no goal; same run for reference).
 #   shm floor: bench/shm_floor.c (built with cc when there is one), a raw
@@ -98,6 +103,9 @@ sp_lat() {
 fi_lat() { awk 'NF>=8 && $1 ~ /^[0-9]/ {v=$7} END {print v}' "$1"; }    # usec/xfer (one way)
 fi_bw() { awk 'NF>=8 && $1 ~ /^[0-9]/ {v=$6} END {if (v!="") printf "%.3f\n", v/1000}' "$1"; }  # MB/s (10^6) -> GB/s
 ucx_lat() { awk '$1 ~ /^[0-9]+$/ && NF>=8 {print $2, $3; exit}' "$1"; } # 50%ile average (usec)
+sr_rate() { awk '/^ #bytes/ {getline; printf "%.4f\n", $5; exit}' "$1"; }  # MsgRate [Mpps]
+sp_rate() { sed 's/\x1b\[[0-9;]*m//g' "$1" | awk '/Message Rate is/ {printf "%.4f\n", $(NF-1)/1e6}' | tail -1; }  # M msg/s
+ucx_rate() { awk '$1 ~ /^[0-9]+$/ && NF>=8 {printf "%.4f\n", $NF/1e6; exit}' "$1"; }  # overall msg/s -> M msg/s
 ucx_bw() { awk '$1 ~ /^[0-9]+$/ && NF>=8 {printf "%.3f\n", $5*1048576/1e9; exit}' "$1"; }  # MiB/s -> GB/s
 
 round() {
@@ -146,6 +154,19 @@ round() {
         record fi_net_bw "$(fi_bw "$WORK/fi_net_bw.$r.out")"
     fi
 
+    # --- UDP, 8 B message rate ---
+    next_port
+    if pair "sr_udp_rate.$r" 90 60 "$SOFTRDMA perf write_bw --server -p $PORT --transport udp" \
+        "$SOFTRDMA perf write_bw 127.0.0.1 -p $PORT -s 8 -n 300000 --transport udp"; then
+        record sr_udp_rate "$(sr_rate "$WORK/sr_udp_rate.$r.out")"
+    fi
+    if have sockperf; then
+        next_port
+        pair "sp_rate.$r" 30 20 "sockperf server -i 127.0.0.1 -p $PORT" \
+            "sockperf throughput -i 127.0.0.1 -p $PORT -m 64 --mps=max -t 3"
+        record sp_rate "$(sp_rate "$WORK/sp_rate.$r.out")"
+    fi
+
     # --- shared memory ---
     if [ -x "$WORK/shm_floor" ]; then
         record shm_floor "$(timeout 30 "$WORK/shm_floor" 1000000 | awk '/one-way/ {print $2}')"
@@ -167,7 +188,16 @@ round() {
         "$SOFTRDMA perf write_bw 127.0.0.1 -p $PORT -s 1048576 -n 5000 --transport shm"; then
         record sr_shm_bw "$(sr_bw "$WORK/sr_shm_bw.$r.out")"
     fi
+    next_port
+    if pair "sr_shm_rate.$r" 90 60 "$SOFTRDMA perf write_bw --server -p $PORT --transport shm" \
+        "$SOFTRDMA perf write_bw 127.0.0.1 -p $PORT -s 8 -n 3000000 --transport shm"; then
+        record sr_shm_rate "$(sr_rate "$WORK/sr_shm_rate.$r.out")"
+    fi
     if have ucx_perftest; then
+        next_port
+        pair "ucx_rate.$r" 45 30 "env UCX_TLS=posix,self ucx_perftest -p $PORT -c $SRV_CPU" \
+            "env UCX_TLS=posix,self ucx_perftest 127.0.0.1 -p $PORT -c $CLI_CPU -t ucp_put_bw -s 8 -n 3000000 -w 100000 -f"
+        record ucx_rate "$(ucx_rate "$WORK/ucx_rate.$r.out")"
         next_port
         pair "ucx_lat.$r" 45 30 "env UCX_TLS=posix,self ucx_perftest -p $PORT -c $SRV_CPU" \
             "env UCX_TLS=posix,self ucx_perftest 127.0.0.1 -p $PORT -c $CLI_CPU -t ucp_put_lat -s 8 -n 1000000 -w 100000 -f"
@@ -221,6 +251,7 @@ SSL=$(median sr_shm_lat_med); SSLA=$(median sr_shm_lat_avg); SSB=$(median sr_shm
 UL=$(median ucx_lat_med); ULA=$(median ucx_lat_avg); UB=$(median ucx_bw)
 FSL=$(median fi_shm_lat); FSB=$(median fi_shm_bw)
 SRR=$(median sr_shm_read_med); SRA=$(median sr_shm_atomic_med)
+SUR=$(median sr_udp_rate); SPR=$(median sp_rate); SSR=$(median sr_shm_rate); UR=$(median ucx_rate)
 UG=$(median ucx_get_med); UF=$(median ucx_fadd_med); SF=$(median shm_floor)
 miss() { have "$1" || echo " ($1 not installed)"; }
 
@@ -239,6 +270,8 @@ echo "| UDP | 8 B latency | $(val "$SRL" µs) | floor, one datagram per turn, be
 echo "| UDP | 8 B latency | $(val "$SRL" µs) | floor, WRITE + ACK per turn (GSO), bench/udp_floor.c 2 (average) | $(val "$UF2" µs) | $(ratio "$SRL" "$UF2") | – |"
 echo "| UDP | (floors) 8 B latency | $(val "$UF2" µs) | floor with WRITE + ACK against sockperf, median | $(val "$SPL" µs) | $(ratio "$UF2" "$SPL") | – |"
 echo "| UDP | 1 MiB bandwidth | $(val "$SRB" GB/s) | fi_pingpong net msg 1 MiB | $(val "$FNB" GB/s) | $R5 | ≥ 1.0: $(goal "$R5" ge 1.0) |"
+echo "| UDP | 8 B message rate | $(val "$SUR" Mpps) | sockperf throughput (64 B, --mps=max), sender's rate | $(val "$SPR" M/s) | $(ratio "$SUR" "$SPR") | ≥ 2.0: $(goal "$(ratio "$SUR" "$SPR")" ge 2.0) |"
+echo "| shm | 8 B message rate | $(val "$SSR" Mpps) | UCX ucp_put_bw posix 8 B, overall | $(val "$UR" M/s) | $(ratio "$SSR" "$UR") | ≥ 0.8: $(goal "$(ratio "$SSR" "$UR")" ge 0.8) |"
 echo "| shm | 8 B latency, median | $(val "$SSL" µs) | UCX ucp_put_lat posix, median$(miss ucx_perftest) | $(val "$UL" µs) | $R6 | ≤ 1.0: $(goal "$R6" le 1.0) |"
 echo "| shm | 8 B latency, average | $(val "$SSLA" µs) | UCX ucp_put_lat posix, average | $(val "$ULA" µs) | $(ratio "$SSLA" "$ULA") | – |"
 echo "| shm | 8 B latency | $(val "$SSL" µs) | fi_pingpong shm rdm (average) | $(val "$FSL" µs) | $(ratio "$SSL" "$FSL") | – |"

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use softrdma_wire::{icrc, Endpoints, OpKind, PacketRepr, Psn, Transport};
 
+use crate::congestion::{CongestionConfig, CongestionQp, EcnAction};
 use crate::counters::Counters;
 use crate::error::{Result, VerbsError};
 use crate::memory::RegionMemory;
@@ -29,10 +30,13 @@ use crate::resources::{
 };
 use crate::rules::{self, PostSendError};
 use crate::time::Instant;
+use crate::timers::Timer;
 use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 mod fastpath;
 mod grant;
+#[cfg(test)]
+mod record_tests;
 pub use fastpath::{DirectOp, DirectPlan, NotDirect, PeerQp, PeerRegion, PeerView, MAX_DIRECT_SGE};
 pub use grant::{GrantFacts, GrantRefusal};
 
@@ -78,7 +82,8 @@ pub struct EngineConfig {
     /// The port's active MTU (UD message limit and path MTU ceiling).
     pub active_mtu: Mtu,
     pub limits: AttrLimits,
-    /// Unacknowledged packets an RC QP may have in flight.
+    /// Unacknowledged packets an RC QP may have in flight: the window of
+    /// the default congestion controller ([`crate::FixedWindow`]).
     pub max_inflight: u32,
     /// An RC requester asks for an ACK at least every this many packets.
     pub ack_req_every: u32,
@@ -94,6 +99,9 @@ pub struct EngineConfig {
     /// atomic ACKs never wait. 0 (the default) sends every ACK at once.
     /// Keep it far below any requester's ACK timeout (4.096 µs·2^timeout).
     pub ack_delay_ns: u64,
+    /// The congestion controller of every QP (default: a fixed window of
+    /// `max_inflight` PSNs, no rate control, no ECN).
+    pub congestion: CongestionConfig,
 }
 
 impl EngineConfig {
@@ -111,6 +119,7 @@ impl EngineConfig {
             ack_req_every: 32,
             recover_ipv4_id: false,
             ack_delay_ns: 0,
+            congestion: CongestionConfig::default(),
         }
     }
 }
@@ -642,9 +651,17 @@ impl Engine {
             mtu,
             rq: Default::default(),
             req: Default::default(),
+            comp: Default::default(),
             resp: Default::default(),
             counters: Counters::default(),
             scheduled: false,
+            timers: Default::default(),
+            cc: self.cfg.congestion.build(&CongestionQp {
+                qpn,
+                qp_type: init.qp_type,
+                max_inflight: self.cfg.max_inflight,
+            }),
+            cnp_due: false,
             timer_registered: None,
         };
         self.qps.insert(qpn, qp);
@@ -775,14 +792,15 @@ impl Engine {
         if mask.contains(AttrMask::SQ_PSN) {
             let p: Psn = attr.sq_psn;
             qp.req.psn = p;
-            qp.req.una = p;
+            qp.comp.una = p;
             qp.req.high = p;
+            qp.req.records.clear();
         }
         if mask.contains(AttrMask::RETRY_CNT) {
-            qp.req.retry_left = attr.retry_cnt;
+            qp.comp.retry_left = attr.retry_cnt;
         }
         if mask.contains(AttrMask::RNR_RETRY) {
-            qp.req.rnr_retry_left = attr.rnr_retry;
+            qp.comp.rnr_retry_left = attr.rnr_retry;
         }
         let old = qp.state;
         if new == QpState::Reset {
@@ -795,7 +813,15 @@ impl Engine {
             });
         };
         match new {
-            QpState::Reset => qp.reset(),
+            QpState::Reset => {
+                qp.reset();
+                // A fresh controller: nothing it learnt applies to the next connection.
+                qp.cc = self.cfg.congestion.build(&CongestionQp {
+                    qpn,
+                    qp_type: qp.qp_type,
+                    max_inflight: self.cfg.max_inflight,
+                });
+            }
             QpState::Err if old != QpState::Err => qp.enter_error(&mut self.res, false),
             QpState::Sqd => {
                 qp.state = new;
@@ -980,6 +1006,7 @@ impl Engine {
         let info = pkt.bth.opcode.info();
         if info.transport == Transport::Cnp {
             self.res.counters.cnp_rcvd += 1;
+            self.handle_cnp(now, ep, &pkt);
             return;
         }
         let qpn = pkt.bth.dest_qp;
@@ -1004,11 +1031,31 @@ impl Engine {
             self.res.counters.pkey_violations += 1;
             return;
         }
+        // Every packet the QP accepts tells its controller how congested
+        // the path was (the notification point may answer with a CNP).
+        if qp.cc.on_ecn(now, meta.ecn) == EcnAction::SendCnp && qp.qp_type != QpType::Ud {
+            qp.cnp_due = true;
+        }
         if info.is_request {
             qp.handle_request(&mut self.res, &pkt, ep.src, local_ip);
         } else if info.kind != OpKind::Cnp {
             qp.handle_response(&mut self.res, &pkt, now);
         }
+        settle(qp, &mut self.ready, &mut self.timers, &mut self.res, true);
+    }
+
+    /// A CNP (already counted): the controller of the QP it names learns
+    /// of congestion on the path to its peer, if it came from that peer.
+    fn handle_cnp(&mut self, now: Instant, ep: Endpoints, pkt: &PacketRepr<'_>) {
+        let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qp) else {
+            return;
+        };
+        let from_peer = qp.qp_type != QpType::Ud && qp.dest.is_some_and(|d| d.ip() == ep.src.ip());
+        if !from_peer || !pkey_matches(pkt.bth.pkey, qp.pkey()) {
+            return;
+        }
+        qp.counters.cnp_rcvd += 1;
+        qp.cc.on_cnp(now);
         settle(qp, &mut self.ready, &mut self.timers, &mut self.res, true);
     }
 
@@ -1026,10 +1073,17 @@ impl Engine {
                 continue;
             }
             qp.timer_registered = None;
-            if matches!(qp.resp.ack_hold, AckHold::Until(h) if h <= now) {
-                qp.resp.ack_hold = AckHold::Due;
+            if qp.timers.expired(Timer::AckDelay, now) {
+                qp.ack_due();
             }
-            qp.handle_requester_timeout(&mut self.res, now);
+            // The QP is scheduled below: a paced request may go now.
+            if qp.timers.expired(Timer::Pacing, now) {
+                qp.timers.stop(Timer::Pacing);
+            }
+            if qp.timers.expired(Timer::Congestion, now) {
+                qp.cc.on_timer(now);
+            }
+            qp.handle_completer_timeout(&mut self.res, now);
             self.after(qpn, now);
         }
     }
@@ -1058,7 +1112,7 @@ impl Engine {
             .collect();
         for qpn in held {
             if let Some(qp) = self.qps.get_mut(&qpn) {
-                qp.resp.ack_hold = AckHold::Due;
+                qp.ack_due();
             }
             self.after(qpn, Instant(0));
         }
@@ -1073,12 +1127,11 @@ impl Engine {
         if qp.resp.ack_hold == AckHold::None {
             return;
         }
-        qp.resp.ack_hold = AckHold::Due;
+        qp.ack_due();
         let mut buf = vec![0u8; 128];
         let mut ctx = TxCtx {
             buf: &mut buf,
             local: self.cfg.local,
-            max_inflight: self.cfg.max_inflight,
             ack_req_every: self.cfg.ack_req_every,
             ack_delay_ns: 0,
             now: Instant(0),
@@ -1149,20 +1202,22 @@ impl Engine {
             let mut ctx = TxCtx {
                 buf: &mut *buf,
                 local: self.cfg.local,
-                max_inflight: self.cfg.max_inflight,
                 ack_req_every: self.cfg.ack_req_every,
                 ack_delay_ns: self.cfg.ack_delay_ns,
                 now,
                 gather,
             };
-            let tx = qp.next_response(&mut self.res, &mut ctx).or_else(|| {
-                let t = qp.next_request(&mut self.res, &mut ctx);
-                if t.is_some() && qp.resp.ack_hold != AckHold::None {
-                    // A held ACK follows this request out, in the same batch.
-                    qp.resp.ack_hold = AckHold::Due;
-                }
-                t
-            });
+            let tx = qp
+                .next_cnp(&mut self.res, &mut ctx)
+                .or_else(|| qp.next_response(&mut self.res, &mut ctx))
+                .or_else(|| {
+                    let t = qp.next_request(&mut self.res, &mut ctx);
+                    if t.is_some() {
+                        // A held ACK follows this request out, in the same batch.
+                        qp.ack_due();
+                    }
+                    t
+                });
             self.ready.pop_front();
             match tx {
                 Some(t) => {
@@ -1252,6 +1307,14 @@ fn settle(
     schedule: bool,
 ) {
     let qpn = qp.qpn;
+    debug_assert!(
+        qp.qp_type != QpType::Rc
+            || !rules::requester_active(qp.state)
+            || qp.req.records.cover(qp.comp.una, qp.req.high),
+        "QP {qpn:#x}: the send records do not cover [una {:?}, high {:?})",
+        qp.comp.una,
+        qp.req.high
+    );
     if schedule && !qp.scheduled {
         qp.scheduled = true;
         ready.push_back(qpn);
@@ -1263,6 +1326,8 @@ fn settle(
             res.events.push_back(Event::SqDrained { qpn });
         }
     }
+    let cc_timer = qp.cc.timeout();
+    qp.timers.set_opt(Timer::Congestion, cc_timer);
     let d = qp.deadline();
     if d != qp.timer_registered {
         qp.timer_registered = d;
@@ -1295,12 +1360,14 @@ fn enqueue_send(
         flags: wr.flags,
         signaled: rules::wr_signaled(qp.sq_sig_all, wr.flags),
         ud: wr.ud.map(|u| (u.ah, u.remote_qpn, u.remote_qkey)),
+        serial: qp.req.next_serial,
         assigned: false,
         first_psn: Psn::new(0),
         npkts: 0,
         read_done: 0,
     };
     qp.req.sq.push_back(w);
+    qp.req.next_serial += 1;
     if rules::posted_sends_flush(qp.state) {
         // Real HCAs accept the post and flush it at once.
         qp.flush_sq(res);

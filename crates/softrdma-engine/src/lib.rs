@@ -19,6 +19,8 @@
 
 #![forbid(unsafe_code)]
 
+mod completer;
+mod congestion;
 mod counters;
 mod engine;
 mod error;
@@ -31,10 +33,16 @@ mod resources;
 mod responder;
 mod rng;
 pub mod rules;
+mod send_records;
 pub mod sim;
 mod time;
+mod timers;
 mod wr;
 
+pub use congestion::{
+    CongestionConfig, CongestionControl, CongestionQp, EcnAction, FixedWindow, SendVerdict,
+    SentPacket,
+};
 pub use counters::Counters;
 pub use engine::{
     DirectOp, DirectPlan, Engine, EngineConfig, GrantFacts, GrantRefusal, NotDirect, PeerQp,

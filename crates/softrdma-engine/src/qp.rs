@@ -1,21 +1,26 @@
 //! A queue pair: its state, send and receive queues, and the glue between
-//! the requester (`requester.rs`) and responder (`responder.rs`) halves.
+//! the requester (`requester.rs`), completer (`completer.rs`) and
+//! responder (`responder.rs`).
 //!
 //! Vocabulary follows rdma-core and rxe: a WQE is a posted work request as
 //! the HCA holds it; the requester turns send WQEs into packets, the
-//! completer (here part of the requester) retires them on ACKs and
-//! responses, and the responder executes incoming requests.
+//! completer retires them on ACKs and responses, and the responder
+//! executes incoming requests.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use softrdma_wire::{Msn, Psn, Syndrome};
 
+use crate::completer::Completer;
+use crate::congestion::QpCongestion;
 use crate::counters::Counters;
 use crate::qp_attr::{QpAttr, QpCap, QpState, QpType};
 use crate::resources::{Event, RecvWqe, Resources};
 use crate::rules;
+use crate::send_records::SendRecords;
 use crate::time::Instant;
+use crate::timers::{Timer, Timers};
 use crate::wr::{SendFlags, SendOp, Sge, WcOpcode, WcStatus, WorkCompletion};
 
 /// The port's P_Key table: one entry, the default P_Key 0xFFFF (full
@@ -61,6 +66,9 @@ pub(crate) struct SendWqe {
     pub signaled: bool,
     /// UD: (address handle, remote QPN, Q_Key as posted).
     pub ud: Option<(u32, u32, u32)>,
+    /// Its place in the order of posting (one more than the WQE before
+    /// it): how a send record names it while indices shift.
+    pub serial: u64,
     /// PSNs are assigned on first transmission and never change after.
     pub assigned: bool,
     pub first_psn: Psn,
@@ -163,30 +171,25 @@ pub(crate) struct Requester {
     pub next_offset: u64,
     /// PSN of the next packet to transmit.
     pub psn: Psn,
-    /// Oldest unacknowledged PSN.
-    pub una: Psn,
     /// One past the highest PSN ever transmitted (to count retransmissions).
     pub high: Psn,
-    pub ack_deadline: Option<Instant>,
-    pub rnr_until: Option<Instant>,
-    pub retry_left: u8,
-    pub rnr_retry_left: u8,
     pub since_ack_req: u32,
-    /// The oldest unacknowledged PSN at which missing READ responses (or a
-    /// missing atomic ACK) were last asked for again; cleared on progress.
-    pub read_gap: Option<Psn>,
-    /// An error NAK for this PSN that arrived while an earlier READ or atomic
-    /// still lacked its responses: the WQE holding the PSN fails with this
-    /// status once those are in.
-    pub pending_nak: Option<(Psn, WcStatus)>,
     /// SQD: the drained event was raised.
     pub drained_notified: bool,
-    /// End-to-end credits: messages that consume a receive WQE, sent and acknowledged.
+    /// End-to-end credits: messages sent that consume a receive WQE
+    /// (the completer counts those acknowledged).
     pub rq_msgs_sent: u64,
-    pub rq_msgs_acked: u64,
-    /// Receive-consuming messages the responder can take, counted from `rq_msgs_acked`
-    /// at the last ACK; `None` = unlimited (SRQ responders, or no ACK yet with credits).
-    pub credit_limit: Option<u64>,
+    /// RC: a record of every request packet not yet acknowledged.
+    pub records: SendRecords,
+    /// The serial the next posted WQE gets.
+    pub next_serial: u64,
+}
+
+impl Requester {
+    /// The serial of `sq[0]` (of the next WQE posted when `sq` is empty).
+    pub fn base_serial(&self) -> u64 {
+        self.next_serial - self.sq.len() as u64
+    }
 }
 
 #[derive(Debug, Default)]
@@ -204,14 +207,15 @@ pub(crate) struct Responder {
     pub ack_hold: AckHold,
 }
 
-/// A held ACK waits `Until` a time (or until its QP sends a request, which
-/// it then follows out); once `Due` it goes with the next transmission.
-/// Only `Until` sets a timer, so a QP that cannot transmit keeps no timer.
+/// A `Held` ACK waits until its [`Timer::AckDelay`] expires (or until its
+/// QP sends a request, which it then follows out); once `Due` it goes with
+/// the next transmission. Only `Held` arms the timer, so a QP that cannot
+/// transmit keeps no timer.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AckHold {
     #[default]
     None,
-    Until(Instant),
+    Held,
     Due,
 }
 
@@ -232,9 +236,16 @@ pub(crate) struct Qp {
     pub mtu: u32,
     pub rq: VecDeque<RecvWqe>,
     pub req: Requester,
+    pub comp: Completer,
     pub resp: Responder,
     pub counters: Counters,
     pub scheduled: bool,
+    /// Every deadline of the QP, by name.
+    pub timers: Timers,
+    /// The congestion controller.
+    pub cc: QpCongestion,
+    /// The controller asked for a CNP to the peer; it goes out first.
+    pub cnp_due: bool,
     /// Deadline last registered with the engine's timer heap.
     pub timer_registered: Option<Instant>,
 }
@@ -242,18 +253,21 @@ pub(crate) struct Qp {
 impl Qp {
     /// The earliest time this QP needs `handle_timeout`.
     pub fn deadline(&self) -> Option<Instant> {
-        fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-            match (a, b) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, None) => x,
-                (None, y) => y,
-            }
+        self.timers.next()
+    }
+
+    /// A held ACK goes with the next transmission.
+    pub fn ack_due(&mut self) {
+        if self.resp.ack_hold != AckHold::None {
+            self.resp.ack_hold = AckHold::Due;
+            self.timers.stop(Timer::AckDelay);
         }
-        let hold = match self.resp.ack_hold {
-            AckHold::Until(t) => Some(t),
-            _ => None,
-        };
-        earlier(earlier(self.req.ack_deadline, self.req.rnr_until), hold)
+    }
+
+    /// No ACK is held (it went out, or there is none).
+    pub fn ack_released(&mut self) {
+        self.resp.ack_hold = AckHold::None;
+        self.timers.stop(Timer::AckDelay);
     }
 
     /// The P_Key this QP puts in every packet it sends and checks every
@@ -341,8 +355,9 @@ impl Qp {
             let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
             res.complete(self.recv_cq, wc);
         }
-        self.req.ack_deadline = None;
-        self.req.rnr_until = None;
+        self.timers.stop(Timer::Retransmit);
+        self.timers.stop(Timer::RnrWait);
+        self.timers.stop(Timer::Pacing);
     }
 
     /// `QpFatal` when the error came from the transport or a local failure
@@ -364,6 +379,7 @@ impl Qp {
         }
         self.req.next = 0;
         self.req.next_offset = 0;
+        self.req.records.clear();
     }
 
     /// READ and atomic WQEs transmitted and not yet completed: those before
@@ -396,7 +412,10 @@ impl Qp {
     pub fn reset(&mut self) {
         self.state = QpState::Reset;
         self.req = Requester::default();
+        self.comp = Completer::default();
         self.resp = Responder::default();
+        self.timers = Timers::default();
+        self.cnp_due = false;
         self.rq.clear();
         self.dest = None;
     }

@@ -1,23 +1,26 @@
-//! The requester and completer of a QP: turns send WQEs into request
-//! packets (segmenting by path MTU, assigning PSNs, setting AckReq), and
-//! retires WQEs on ACKs, NAKs, READ responses, atomic ACKs and timeouts,
-//! with go-back-N retransmission, RNR waits, retry counters, the
-//! `max_rd_atomic` limit, fences and end-to-end credits.
+//! The requester of a QP: turns send WQEs into request packets
+//! (segmenting by path MTU, assigning PSNs, setting AckReq) under the
+//! `max_rd_atomic` limit, fences, end-to-end credits and the congestion
+//! controller's say, and goes back (go-back-N) when the completer
+//! (`completer.rs`) finds something lost. What comes back is the
+//! completer's.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use softrdma_wire::packet::{emit_around, emit_in_place, payload_offset};
 use softrdma_wire::{
-    aeth, AtomicEthRepr, BthRepr, DethRepr, Endpoints, Headers, NakCode, OpKind, Opcode,
-    PacketRepr, Position, Psn, RethRepr, Syndrome, Transport,
+    AtomicEthRepr, BthRepr, DethRepr, Endpoints, Headers, OpKind, Opcode, Position, Psn, RethRepr,
+    Transport,
 };
 
-use crate::qp::{Qp, SendWqe};
+use crate::congestion::{SendVerdict, SentPacket};
+use crate::qp::{Qp, SendWqe, WqeView};
 use crate::qp_attr::QpType;
 use crate::resources::Resources;
 use crate::rules;
-use crate::time::{local_ack_timeout, Instant};
+use crate::send_records::SendRecord;
+use crate::time::Instant;
+use crate::timers::Timer;
 use crate::wr::{SendFlags, SendOp, WcStatus};
 
 /// What `poll_transmit` hands the driver.
@@ -70,11 +73,33 @@ pub(crate) struct ZcPiece {
     pub addr: usize,
 }
 
+/// A request packet built by `build_request`, not yet sealed and counted.
+pub(crate) struct BuiltRequest {
+    pub bth: BthRepr,
+    pub headers: Headers,
+    /// Payload bytes (in the buffer, or in a region when `zc` is set).
+    pub payload_len: usize,
+    /// PSNs it occupies: 1, or the responses a READ request asks for.
+    pub span: u32,
+    pub zc: Option<ZcPiece>,
+}
+
+impl BuiltRequest {
+    fn header_only(bth: BthRepr, headers: Headers, span: u32) -> Self {
+        BuiltRequest {
+            bth,
+            headers,
+            payload_len: 0,
+            span,
+            zc: None,
+        }
+    }
+}
+
 /// The per-call context of packet production.
 pub(crate) struct TxCtx<'a> {
     pub buf: &'a mut [u8],
     pub local: SocketAddr,
-    pub max_inflight: u32,
     pub ack_req_every: u32,
     pub ack_delay_ns: u64,
     pub now: Instant,
@@ -154,7 +179,7 @@ impl Qp {
             len,
             endpoints: ep,
             qpn: self.qpn,
-            ecn: softrdma_wire::Ecn::NotEct,
+            ecn: self.cc.ecn_to_send(),
             payload,
         })
     }
@@ -201,19 +226,18 @@ impl Qp {
         if !rules::requester_active(self.state) {
             return None;
         }
-        if let Some(t) = self.req.rnr_until {
+        if let Some(t) = self.timers.get(Timer::RnrWait) {
             if ctx.now < t {
                 return None;
             }
-            self.req.rnr_until = None;
+            self.timers.stop(Timer::RnrWait);
         }
         let idx = self.req.next;
-        let w = self.req.sq.get(idx)?;
-        if self.qp_type == QpType::Rc
-            && self.req.psn.distance_from(self.req.una) >= ctx.max_inflight
-        {
+        let view = self.req.sq.get(idx)?.view();
+        if !self.congestion_allows(ctx.now, &view) {
             return None;
         }
+        let w = &self.req.sq[idx];
         if !w.assigned {
             // A WQE that has not started: drain, fence, read/atomic limit and credits apply.
             if !rules::requester_may_start(self.state) {
@@ -254,12 +278,44 @@ impl Qp {
         }
     }
 
+    /// Asks the congestion controller whether the next packet, from `w`,
+    /// may go now; a "not before" arms the pacing timer.
+    fn congestion_allows(&mut self, now: Instant, w: &WqeView) -> bool {
+        // UC and UD have no acknowledgements: nothing is ever in flight.
+        let inflight = match self.qp_type {
+            QpType::Rc => self.req.psn.distance_from(self.comp.una),
+            _ => 0,
+        };
+        let bytes = if w.op.is_read_or_atomic() {
+            0
+        } else {
+            w.len
+                .saturating_sub(self.req.next_offset)
+                .min(u64::from(self.mtu)) as usize
+        };
+        match self.cc.can_send(now, inflight, bytes) {
+            SendVerdict::Now => {
+                self.timers.stop(Timer::Pacing);
+                true
+            }
+            SendVerdict::NotBefore(t) if t <= now => {
+                self.timers.stop(Timer::Pacing);
+                true
+            }
+            SendVerdict::NotBefore(t) => {
+                self.timers.set(Timer::Pacing, t);
+                false
+            }
+            SendVerdict::Blocked => false,
+        }
+    }
+
     fn has_credit(&self) -> bool {
-        match self.req.credit_limit {
+        match self.comp.credit_limit {
             None => true,
             Some(limit) => {
                 // With no credit, one message may still probe (it may be RNR NAKed).
-                self.req.rq_msgs_sent < limit || self.req.rq_msgs_sent == self.req.rq_msgs_acked
+                self.req.rq_msgs_sent < limit || self.req.rq_msgs_sent == self.comp.rq_msgs_acked
             }
         }
     }
@@ -289,8 +345,18 @@ impl Qp {
         }
         let mut bth = BthRepr::new(opcode, remote_qpn, self.req.psn);
         bth.solicited = w.flags.contains(SendFlags::SOLICITED);
-        self.req.psn = self.req.psn.next();
+        let psn = self.req.psn;
+        self.req.psn = psn.next();
         let tx = self.finish_packet(res, ctx, bth, headers, len, dst);
+        if let Some(t) = &tx {
+            let sent = SentPacket {
+                psn,
+                span: 1,
+                bytes: t.len,
+                retransmit: false,
+            };
+            self.cc.on_sent(ctx.now, &sent);
+        }
         self.complete_head(res, WcStatus::Success);
         tx
     }
@@ -312,6 +378,8 @@ impl Qp {
         }
     }
 
+    /// The next packet of an RC or UC send queue, from WQE `idx` at the
+    /// send position.
     fn send_connected(
         &mut self,
         res: &mut Resources,
@@ -319,122 +387,43 @@ impl Qp {
         idx: usize,
     ) -> Option<Transmit> {
         let dst = self.dest?;
-        let mtu = u64::from(self.mtu);
-        let transport = transport_of(self.qp_type);
         let w = self.req.sq[idx].view();
         let psn = self.req.psn;
         let offset = self.req.next_offset;
-        let remote_qpn = self.attr.dest_qp_num;
-        let mut zc = None;
-        let (bth, headers, payload_len, advance_psn) = match w.op {
-            SendOp::Read { remote_addr, rkey } => {
-                let reth = RethRepr {
-                    va: remote_addr.wrapping_add(offset),
-                    rkey,
-                    dma_len: (w.len - offset) as u32,
-                };
-                let mut bth = BthRepr::new(Opcode::RC_READ_REQUEST, remote_qpn, psn);
-                bth.ack_req = true;
-                let remaining_pkts = w.npkts - (offset / mtu) as u32;
-                (bth, Headers::Reth(reth), 0usize, remaining_pkts)
-            }
-            SendOp::CompareSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => {
-                let a = AtomicEthRepr {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: swap,
-                    compare,
-                };
-                let mut bth = BthRepr::new(Opcode::RC_COMPARE_SWAP, remote_qpn, psn);
-                bth.ack_req = true;
-                (bth, Headers::Atomic(a), 0, 1)
-            }
-            SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => {
-                let a = AtomicEthRepr {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: add,
-                    compare: 0,
-                };
-                let mut bth = BthRepr::new(Opcode::RC_FETCH_ADD, remote_qpn, psn);
-                bth.ack_req = true;
-                (bth, Headers::Atomic(a), 0, 1)
-            }
-            _ => {
-                let seg = (w.len - offset).min(mtu);
-                let first = offset == 0;
-                let last = offset + seg == w.len;
-                let position = match (first, last) {
-                    (true, true) => Position::Only,
-                    (true, false) => Position::First,
-                    (false, false) => Position::Middle,
-                    (false, true) => Position::Last,
-                };
-                let (kind, headers) = message_headers(&w.op, position, w.len);
-                let layout = headers.layout();
-                let opcode = Opcode::find(transport, kind, position, layout)?;
-                let mut bth = BthRepr::new(opcode, remote_qpn, psn);
-                bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
-                self.req.since_ack_req += 1;
-                let window_full = psn.next().distance_from(self.req.una) >= ctx.max_inflight;
-                bth.ack_req = self.qp_type == QpType::Rc
-                    && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
-                let off = payload_offset(&headers);
-                let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
-                let wqe = &self.req.sq[idx];
-                // By reference when the packet's payload lies in one SGE of
-                // a region that allows it; otherwise (and for every error,
-                // which the copy then reports) copied.
-                let by_ref = match &wqe.inline {
-                    None if ctx.gather && seg > 0 => {
-                        res.payload_ref(&wqe.sges, self.pd, offset, seg as usize)
-                    }
-                    _ => None,
-                };
-                if by_ref.is_none() {
-                    if let Err(s) = self.fill_payload(res, wqe, offset, dstbuf) {
-                        if idx == 0 {
-                            self.fail_head(res, s);
-                        } else {
-                            // Let earlier WQEs finish; the head check fails it later.
-                            self.req.sq[idx].assigned = false;
-                        }
-                        return None;
-                    }
-                }
-                zc = by_ref;
-                (bth, headers, seg as usize, 1)
-            }
-        };
-        if bth.ack_req {
+        let b = self.build_request(res, ctx, idx, offset, psn)?;
+        if b.bth.ack_req {
             self.req.since_ack_req = 0;
         }
         // Advance the send position.
-        let is_rd = w.op.is_read_or_atomic();
-        if is_rd || offset + payload_len as u64 >= w.len {
+        if w.op.is_read_or_atomic() || offset + b.payload_len as u64 >= w.len {
             self.req.next += 1;
             self.req.next_offset = 0;
         } else {
-            self.req.next_offset += payload_len as u64;
+            self.req.next_offset += b.payload_len as u64;
         }
-        self.req.psn = psn.add(advance_psn);
-        if psn.is_before(self.req.high) {
+        self.req.psn = psn.add(b.span);
+        let retransmit = psn.is_before(self.req.high);
+        if self.qp_type == QpType::Rc {
+            self.record_sent(ctx.now, idx, offset, psn, &b, retransmit);
+        }
+        if retransmit {
             self.counters.retransmits += 1;
             res.counters.retransmits += 1;
         }
         if self.req.high.is_before(self.req.psn) {
             self.req.high = self.req.psn;
         }
-        let tx = self.finish_packet_zc(res, ctx, bth, headers, payload_len, dst, zc);
+        let (span, payload_len) = (b.span, b.payload_len);
+        let tx = self.finish_packet_zc(res, ctx, b.bth, b.headers, payload_len, dst, b.zc);
+        if let Some(t) = &tx {
+            let sent = SentPacket {
+                psn,
+                span,
+                bytes: t.len,
+                retransmit,
+            };
+            self.cc.on_sent(ctx.now, &sent);
+        }
         match self.qp_type {
             QpType::Uc => {
                 if self.req.next > 0 {
@@ -443,7 +432,7 @@ impl Qp {
                 }
             }
             _ => {
-                if self.req.ack_deadline.is_none() {
+                if !self.timers.is_armed(Timer::Retransmit) {
                     self.arm_ack_timer(ctx.now);
                 }
             }
@@ -451,122 +440,175 @@ impl Qp {
         tx
     }
 
-    pub(crate) fn arm_ack_timer(&mut self, now: Instant) {
-        self.req.ack_deadline = local_ack_timeout(self.attr.timeout).map(|d| now + d);
-    }
-
-    fn progress(&mut self, now: Instant, new_una: Psn) {
-        if new_una.is_after(self.req.una) {
-            self.req.una = new_una;
-            self.req.retry_left = self.attr.retry_cnt;
-            self.req.rnr_retry_left = self.attr.rnr_retry;
-            self.req.read_gap = None;
-            if self.req.una == self.req.high {
-                self.req.ack_deadline = None;
-            } else {
-                self.arm_ack_timer(now);
-            }
-        }
-    }
-
-    fn is_active(&self) -> bool {
-        rules::requester_active(self.state)
-    }
-
-    /// Completes the head WQEs that an acknowledgement of every PSN up to and
-    /// including `psn` finishes: SEND and WRITE WQEs whose last PSN it covers.
-    /// READ and atomic WQEs finish only with their own responses, so the walk
-    /// stops at the first one; if `psn` covers it, its responses went missing
-    /// (lost, or overtaken) and `true` is returned.
-    fn ack_through(&mut self, res: &mut Resources, psn: Psn) -> bool {
-        while let Some(w) = self.req.sq.front() {
-            if !w.assigned || w.first_psn.is_after(psn) {
-                return false;
-            }
-            if w.op.is_read_or_atomic() {
-                // Missing unless every response up to `psn` is in (a NAK in
-                // the middle of a READ's responses follows those before it).
-                return !w.first_psn.add(w.read_done).is_after(psn);
-            }
-            if w.last_psn().is_after(psn) {
-                return false;
-            }
-            if consumes_rq(&w.op) {
-                self.req.rq_msgs_acked += 1;
-            }
-            self.complete_head(res, WcStatus::Success);
-        }
-        false
-    }
-
-    /// Bookkeeping once everything up to `acked` is acknowledged and the
-    /// finished WQEs are completed: move `una`, fail a WQE an earlier error
-    /// NAK was waiting for, and keep the send pointer at or after `una`.
-    fn after_ack(&mut self, res: &mut Resources, acked: Psn, now: Instant) {
-        let una = match self.req.sq.front() {
-            Some(w) if w.assigned => {
-                if w.op.is_read_or_atomic() {
-                    w.first_psn.add(w.read_done)
-                } else if w.first_psn.is_after(acked) {
-                    w.first_psn
-                } else {
-                    acked.next()
-                }
-            }
-            _ => acked.next(),
+    /// Keeps the send record of an RC request packet that is going out.
+    fn record_sent(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        offset: u64,
+        psn: Psn,
+        b: &BuiltRequest,
+        retransmit: bool,
+    ) {
+        let w = &self.req.sq[idx];
+        let len = match w.op {
+            SendOp::Read { .. } => w.len - offset,
+            _ => b.payload_len as u64,
         };
-        self.progress(now, una);
-        if let Some((p, status)) = self.req.pending_nak {
-            if let Some(w) = self.req.sq.front() {
-                if !w.assigned || w.first_psn.is_after(p) {
-                    self.req.pending_nak = None;
-                } else if p.in_window(w.first_psn, w.npkts) {
-                    self.req.pending_nak = None;
-                    self.fail_head(res, status);
-                    return;
-                }
+        let rec = SendRecord {
+            psn,
+            span: b.span,
+            wqe: w.serial,
+            offset,
+            len: len as u32,
+            opcode: b.bth.opcode,
+            sent_at: now,
+            retransmitted: retransmit,
+        };
+        let resume = (
+            self.req.base_serial() + self.req.next as u64,
+            self.req.next_offset,
+        );
+        self.req.records.sent(rec, !retransmit, resume);
+    }
+
+    /// Builds the request packet of WQE `idx` that starts at `offset` of its
+    /// message and carries PSN `psn`: its headers, and its payload placed in
+    /// `ctx.buf` (or left in the region, `zc`). The requester's next packet,
+    /// or any packet a send record describes (`position_of`). A payload that
+    /// cannot be read fails the WQE (the head at once; a later one when it
+    /// becomes the head) and builds nothing.
+    pub(crate) fn build_request(
+        &mut self,
+        res: &mut Resources,
+        ctx: &mut TxCtx<'_>,
+        idx: usize,
+        offset: u64,
+        psn: Psn,
+    ) -> Option<BuiltRequest> {
+        let w = self.req.sq[idx].view();
+        let remote_qpn = self.attr.dest_qp_num;
+        let atomic = |opcode, a: AtomicEthRepr| {
+            let mut bth = BthRepr::new(opcode, remote_qpn, psn);
+            bth.ack_req = true;
+            Some(BuiltRequest::header_only(bth, Headers::Atomic(a), 1))
+        };
+        match w.op {
+            SendOp::Read { remote_addr, rkey } => {
+                let reth = RethRepr {
+                    va: remote_addr.wrapping_add(offset),
+                    rkey,
+                    dma_len: (w.len - offset) as u32,
+                };
+                let mut bth = BthRepr::new(Opcode::RC_READ_REQUEST, remote_qpn, psn);
+                bth.ack_req = true;
+                let remaining_pkts = w.npkts - (offset / u64::from(self.mtu)) as u32;
+                Some(BuiltRequest::header_only(
+                    bth,
+                    Headers::Reth(reth),
+                    remaining_pkts,
+                ))
             }
-        }
-        // Completing a WQE that was being retransmitted leaves the send
-        // pointer behind `una`: skip what the peer already has.
-        if self.req.psn.is_before(self.req.una) {
-            let una = self.req.una;
-            self.rewind(una);
+            SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => atomic(
+                Opcode::RC_COMPARE_SWAP,
+                AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: swap,
+                    compare,
+                },
+            ),
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => atomic(
+                Opcode::RC_FETCH_ADD,
+                AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: add,
+                    compare: 0,
+                },
+            ),
+            _ => self.build_message_packet(res, ctx, idx, offset, psn),
         }
     }
 
-    /// Responses of the READ or atomic at `una` are missing: ask again,
-    /// once per gap (a timeout asks again if the re-request is lost too).
-    fn resend_missing_responses(&mut self) {
-        let una = self.req.una;
-        if self.req.read_gap != Some(una) {
-            self.req.read_gap = Some(una);
-            self.rewind(una);
+    /// [`Self::build_request`] for a SEND or WRITE packet: position in the
+    /// message, opcode, AckReq, and the payload.
+    fn build_message_packet(
+        &mut self,
+        res: &mut Resources,
+        ctx: &mut TxCtx<'_>,
+        idx: usize,
+        offset: u64,
+        psn: Psn,
+    ) -> Option<BuiltRequest> {
+        let w = self.req.sq[idx].view();
+        let seg = (w.len - offset).min(u64::from(self.mtu));
+        let first = offset == 0;
+        let last = offset + seg == w.len;
+        let position = match (first, last) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, false) => Position::Middle,
+            (false, true) => Position::Last,
+        };
+        let (kind, headers) = message_headers(&w.op, position, w.len);
+        let opcode = Opcode::find(transport_of(self.qp_type), kind, position, headers.layout())?;
+        let mut bth = BthRepr::new(opcode, self.attr.dest_qp_num, psn);
+        bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
+        self.req.since_ack_req += 1;
+        let window_full = psn.next().distance_from(self.comp.una) >= self.cc.window();
+        bth.ack_req = self.qp_type == QpType::Rc
+            && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
+        let off = payload_offset(&headers);
+        let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
+        let wqe = &self.req.sq[idx];
+        // By reference when the packet's payload lies in one SGE of
+        // a region that allows it; otherwise (and for every error,
+        // which the copy then reports) copied.
+        let by_ref = match &wqe.inline {
+            None if ctx.gather && seg > 0 => {
+                res.payload_ref(&wqe.sges, self.pd, offset, seg as usize)
+            }
+            _ => None,
+        };
+        if by_ref.is_none() {
+            if let Err(s) = self.fill_payload(res, wqe, offset, dstbuf) {
+                if idx == 0 {
+                    self.fail_head(res, s);
+                } else {
+                    // Let earlier WQEs finish; the head check fails it later.
+                    self.req.sq[idx].assigned = false;
+                }
+                return None;
+            }
         }
+        Some(BuiltRequest {
+            bth,
+            headers,
+            payload_len: seg as usize,
+            span: 1,
+            zc: by_ref,
+        })
     }
 
     /// Go back (or forward) to `psn`, which must lie in `[una, high]`: the next
     /// packet transmitted is the one with that PSN. A READ resumes its
     /// request at the first response still missing.
     pub(crate) fn rewind(&mut self, psn: Psn) {
-        let mtu = u64::from(self.mtu);
-        let mut idx = self.req.sq.len();
-        let mut offset = 0;
-        for (i, w) in self.req.sq.iter().enumerate() {
-            if !w.assigned {
-                idx = i;
-                break;
-            }
-            if psn.in_window(w.first_psn, w.npkts) {
-                idx = i;
-                offset = u64::from(psn.distance_from(w.first_psn)) * mtu;
-                break;
-            }
-        }
-        debug_assert!(
-            idx == self.req.sq.len() || self.req.sq[idx].assigned || psn == self.req.high,
-            "rewind to {psn:?}, outside the PSNs in use (high {:?})",
-            self.req.high
+        let (idx, offset) = self.position_of(psn);
+        debug_assert_eq!(
+            (idx, offset),
+            self.position_by_wqes(psn),
+            "the send records disagree with the WQEs about PSN {psn:?}"
         );
         self.req.next = idx;
         self.req.next_offset = offset;
@@ -574,290 +616,37 @@ impl Qp {
         self.req.since_ack_req = 0;
     }
 
-    /// An ACK, NAK, RNR NAK, READ response or atomic ACK arrived.
-    pub(crate) fn handle_response(
-        &mut self,
-        res: &mut Resources,
-        pkt: &PacketRepr<'_>,
-        now: Instant,
-    ) {
-        if !self.is_active() || self.qp_type != QpType::Rc {
-            self.counters.dropped += 1;
-            res.counters.dropped += 1;
-            return;
-        }
-        let psn = pkt.bth.psn;
-        // A response for a PSN never sent is bogus.
-        if !psn.is_before(self.req.high) {
-            self.counters.dropped += 1;
-            res.counters.dropped += 1;
-            return;
-        }
-        let info = pkt.bth.opcode.info();
-        match info.kind {
-            OpKind::Ack => {
-                let Some(a) = pkt.headers.aeth() else { return };
-                self.handle_aeth(res, psn, a.syndrome, now);
-            }
-            OpKind::ReadResponse => self.handle_read_response(res, pkt, now),
-            OpKind::AtomicAck => {
-                if let Headers::AtomicAck(a, orig) = pkt.headers {
-                    if let Syndrome::Ack { .. } = a.syndrome {
-                        self.handle_atomic_ack(res, psn, orig, now);
-                    } else {
-                        self.handle_aeth(res, psn, a.syndrome, now);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn handle_aeth(&mut self, res: &mut Resources, psn: Psn, syn: Syndrome, now: Instant) {
-        if let Syndrome::Ack { credits } = syn {
-            if psn.next().is_before(self.req.una) {
-                // Older than anything outstanding: a stale duplicate.
-                return;
-            }
-            let missing = self.ack_through(res, psn);
-            self.after_ack(res, psn, now);
-            if !self.is_active() {
-                return;
-            }
-            if missing {
-                self.resend_missing_responses();
-            }
-            if self.srq_peer_credits(credits) {
-                self.req.credit_limit =
-                    aeth::credits_from_code(credits).map(|c| self.req.rq_msgs_acked + u64::from(c));
-            }
-            return;
-        }
-        // A NAK for a PSN before `una` comes from before a retransmission
-        // that has since been acknowledged: stale, and acting on it would
-        // rewind into completed work.
-        if psn.is_before(self.req.una) {
-            return;
-        }
-        let before = self.req.una;
-        // A NAK acknowledges every PSN before its own.
-        let missing = self.ack_through(res, psn.sub(1));
-        self.after_ack(res, psn.sub(1), now);
-        if !self.is_active() {
-            return;
-        }
-        match syn {
-            Syndrome::Ack { .. } => {}
-            Syndrome::RnrNak { timer } => {
-                self.counters.rnr_naks_rcvd += 1;
-                res.counters.rnr_naks_rcvd += 1;
-                if self.req.rnr_retry_left == 0 {
-                    self.fail_head(res, WcStatus::RnrRetryExcErr);
-                    return;
-                }
-                if self.req.rnr_retry_left != 7 {
-                    self.req.rnr_retry_left -= 1;
-                }
-                let una = self.req.una;
-                self.rewind(una);
-                let wait = Duration::from_micros(aeth::rnr_timer_micros(timer));
-                self.req.rnr_until = Some(now + wait);
-                self.req.ack_deadline = None;
-            }
-            Syndrome::Nak(NakCode::PsnSequenceError) => {
-                self.counters.seq_naks_rcvd += 1;
-                res.counters.seq_naks_rcvd += 1;
-                // A retry is spent when the responder still expects our
-                // oldest unacknowledged PSN. A NAK for a later PSN shows it
-                // got everything before: if una did not move, what is
-                // missing are our READ responses (or atomic ACK), which are
-                // asked for again below; the local ACK timeout still bounds
-                // a path that loses them all.
-                if self.req.una == before && psn == self.req.una {
-                    if self.req.retry_left == 0 {
-                        self.fail_head(res, WcStatus::RetryExcErr);
-                        return;
-                    }
-                    self.req.retry_left -= 1;
-                }
-                // Go back to the oldest unacknowledged PSN: the NAKed one, or
-                // an earlier READ whose responses are missing.
-                let una = self.req.una;
-                self.rewind(una);
-                self.arm_ack_timer(now);
-            }
-            Syndrome::Nak(code) => {
-                let status = match code {
-                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-                    _ => WcStatus::RemInvReqErr,
-                };
-                if missing {
-                    // The responder executed an earlier READ or atomic whose
-                    // responses have not arrived: get them, then fail the
-                    // NAKed WQE.
-                    self.req.pending_nak = Some((psn, status));
-                    self.resend_missing_responses();
-                } else {
-                    // The head holds the NAKed PSN.
-                    self.fail_head(res, status);
-                }
-            }
-        }
-    }
-
-    fn srq_peer_credits(&self, code: u8) -> bool {
-        // 0x1F (invalid) means the responder does not count: no limit.
-        code != aeth::CREDITS_INVALID || self.req.credit_limit.is_some()
-    }
-
-    /// The WQE holding a response's PSN, if it was sent.
-    fn wqe_holding(&self, psn: Psn) -> Option<usize> {
-        self.req
-            .sq
-            .iter()
-            .position(|w| w.assigned && psn.in_window(w.first_psn, w.npkts))
-    }
-
-    /// A response for WQE `idx` acknowledges the SEND and WRITE WQEs before it.
-    /// Returns false when an earlier READ or atomic still lacks its responses
-    /// (they are asked for again) or the QP failed: the response is then ignored.
-    fn ack_before(&mut self, res: &mut Resources, idx: usize, now: Instant) -> bool {
-        if idx == 0 {
-            return true;
-        }
-        let before = self.req.sq[idx].first_psn.sub(1);
-        let missing = self.ack_through(res, before);
-        self.after_ack(res, before, now);
-        if !self.is_active() {
-            return false;
-        }
-        if missing {
-            self.resend_missing_responses();
-            return false;
-        }
-        true
-    }
-
-    /// A response that does not fit the WQE it is for (a READ response for a
-    /// WRITE, an atomic ACK for a READ, a response of the wrong size): the
-    /// WQE fails with BAD_RESP_ERR.
-    fn bad_response(&mut self, res: &mut Resources, idx: usize, now: Instant) {
-        if idx > 0 && !self.ack_before(res, idx, now) && !self.is_active() {
-            return;
-        }
-        if self.is_active() {
-            self.fail_head(res, WcStatus::BadRespErr);
-        }
-    }
-
-    fn handle_read_response(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>, now: Instant) {
-        let psn = pkt.bth.psn;
-        if psn.is_before(self.req.una) {
-            return; // duplicate of something already received
-        }
-        let Some(idx) = self.wqe_holding(psn) else {
-            return;
-        };
-        if !matches!(self.req.sq[idx].op, SendOp::Read { .. }) {
-            self.bad_response(res, idx, now);
-            return;
-        }
-        if !self.ack_before(res, idx, now) {
-            return;
-        }
-        // The READ is the head now.
-        let w = &self.req.sq[0];
-        let expected = w.first_psn.add(w.read_done);
-        if psn != expected {
-            if psn.is_after(expected) {
-                // A response went missing (or is late): ask again from it.
-                self.resend_missing_responses();
-            }
-            return;
-        }
+    /// Where the packet with PSN `psn` (in `[una, high]`) starts, as (index
+    /// in `sq`, offset in that WQE's message): from the record of the packet
+    /// that holds it, or for `high`, never sent, where transmission resumes.
+    pub(crate) fn position_of(&self, psn: Psn) -> (usize, u64) {
         let mtu = u64::from(self.mtu);
-        let offset = u64::from(w.read_done) * mtu;
-        let remaining = w.len - offset;
-        let is_last_pkt = w.read_done + 1 == w.npkts;
-        // A READ re-requested from the middle is answered starting with FIRST
-        // (or ONLY), so the position only has to agree with "last or not".
-        let pos = pkt.bth.opcode.info().position;
-        let pos_ok = if is_last_pkt {
-            matches!(pos, Position::Last | Position::Only)
-        } else {
-            matches!(pos, Position::First | Position::Middle)
+        let base = self.req.base_serial();
+        let (serial, offset) = match self.req.records.find(psn) {
+            // A READ's record covers all its responses: one MTU each.
+            Some(r) => (r.wqe, r.offset + u64::from(psn.distance_from(r.psn)) * mtu),
+            None => self.req.records.resume().unwrap_or((base, 0)),
         };
-        let want_len = remaining.min(mtu) as usize;
-        if !pos_ok || pkt.payload.len() != want_len {
-            self.bad_response(res, 0, now);
-            return;
+        match serial.checked_sub(base) {
+            Some(i) if i <= self.req.sq.len() as u64 => (i as usize, offset),
+            // The WQE is gone (only a flush retires WQEs still in flight).
+            _ => (self.req.sq.len(), 0),
         }
-        let sges = w.sges.clone();
-        if let Err(s) = res.scatter(&sges, self.pd, offset, pkt.payload) {
-            self.fail_head(res, s);
-            return;
-        }
-        self.req.sq[0].read_done += 1;
-        if is_last_pkt {
-            self.complete_head(res, WcStatus::Success);
-        }
-        self.after_ack(res, psn, now);
     }
 
-    fn handle_atomic_ack(&mut self, res: &mut Resources, psn: Psn, orig: u64, now: Instant) {
-        if psn.is_before(self.req.una) {
-            return;
-        }
-        let Some(idx) = self.wqe_holding(psn) else {
-            return;
-        };
-        if !self.req.sq[idx].op.is_atomic() {
-            self.bad_response(res, idx, now);
-            return;
-        }
-        if !self.ack_before(res, idx, now) {
-            return;
-        }
-        let sges = self.req.sq[0].sges.clone();
-        if let Err(s) = res.scatter(&sges, self.pd, 0, &orig.to_ne_bytes()) {
-            self.fail_head(res, s);
-            return;
-        }
-        self.req.sq[0].read_done = 1;
-        self.complete_head(res, WcStatus::Success);
-        self.after_ack(res, psn, now);
-    }
-
-    /// The local ACK timer or the RNR wait expired.
-    pub(crate) fn handle_requester_timeout(&mut self, res: &mut Resources, now: Instant) {
-        if let Some(t) = self.req.rnr_until {
-            if now >= t {
-                self.req.rnr_until = None;
-                self.arm_ack_timer(now);
+    /// [`Self::position_of`] worked out from the WQEs' PSNs instead of the
+    /// records: the check of the records in debug builds.
+    fn position_by_wqes(&self, psn: Psn) -> (usize, u64) {
+        let mtu = u64::from(self.mtu);
+        for (i, w) in self.req.sq.iter().enumerate() {
+            if !w.assigned {
+                return (i, 0);
+            }
+            if psn.in_window(w.first_psn, w.npkts) {
+                return (i, u64::from(psn.distance_from(w.first_psn)) * mtu);
             }
         }
-        let Some(t) = self.req.ack_deadline else {
-            return;
-        };
-        if now < t {
-            return;
-        }
-        if self.req.una == self.req.high {
-            self.req.ack_deadline = None;
-            return;
-        }
-        self.counters.timeouts += 1;
-        res.counters.timeouts += 1;
-        if self.req.retry_left == 0 {
-            self.fail_head(res, WcStatus::RetryExcErr);
-            return;
-        }
-        self.req.retry_left -= 1;
-        self.req.read_gap = None;
-        let una = self.req.una;
-        self.rewind(una);
-        self.arm_ack_timer(now);
+        (self.req.sq.len(), 0)
     }
 }
 

@@ -18,6 +18,7 @@ use crate::requester::{Transmit, TxCtx};
 use crate::resources::{Mr, RecvWqe, Resources};
 use crate::rules::{self, RemoteDenied};
 use crate::time::Instant;
+use crate::timers::Timer;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 /// Bytes of GRH space in front of every UD receive.
@@ -614,7 +615,7 @@ impl Qp {
         ctx: &mut TxCtx<'_>,
     ) -> Option<Transmit> {
         if self.resp.out.is_empty() {
-            self.resp.ack_hold = AckHold::None;
+            self.ack_released();
             return None;
         }
         let dst = self.dest?;
@@ -637,14 +638,24 @@ impl Qp {
                         match self.resp.ack_hold {
                             AckHold::None => {
                                 let until = Instant(ctx.now.0.saturating_add(ctx.ack_delay_ns));
-                                self.resp.ack_hold = AckHold::Until(until);
+                                self.resp.ack_hold = AckHold::Held;
+                                self.timers.set(Timer::AckDelay, until);
                                 return None;
                             }
-                            AckHold::Until(t) if ctx.now < t => return None,
+                            AckHold::Held
+                                if self
+                                    .timers
+                                    .get(Timer::AckDelay)
+                                    .is_some_and(|t| ctx.now < t) =>
+                            {
+                                return None
+                            }
                             _ => {}
                         }
                     }
+                    // Disjoint fields: `out` still borrows the queue.
                     self.resp.ack_hold = AckHold::None;
+                    self.timers.stop(Timer::AckDelay);
                     let mut syndrome = *syndrome;
                     if let Syndrome::Ack { .. } = syndrome {
                         let credits = match self.srq {

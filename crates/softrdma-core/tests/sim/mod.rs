@@ -41,6 +41,7 @@
 #![allow(dead_code)]
 
 pub mod alloc;
+pub mod node;
 pub mod oracle;
 pub mod scenario;
 
@@ -61,8 +62,10 @@ use alloc::Ring;
 use oracle::{OKind, Oracle};
 use scenario::{Mode, Poison, Scenario};
 
-/// A node: the production device core over a simulated port.
-pub type Node = DeviceCore<SimPort>;
+/// The suite's node: the production device core over a simulated port.
+pub type Core = DeviceCore<SimPort>;
+
+use node::HarnessNode;
 
 /// Local buffer pieces: (offset in a node's L region, length).
 type Pieces = Vec<(u64, u32)>;
@@ -301,23 +304,44 @@ struct WireEv {
 struct WireLog {
     events: Vec<WireEv>,
     bad_qkey_tx: u64,
-    /// FNV-1a over every tapped packet (stage, time, nodes, bytes): two
-    /// builds that put the same packets on the wire at the same instants
-    /// give the same digest.
-    digest: u64,
+    /// Every transmitted packet (time, nodes, endpoints, bytes) folded in
+    /// order: two runs with the same digest put the same bytes on the
+    /// wire at the same instants (`tests/wire_digest.rs`).
+    digest: WireDigest,
 }
 
-impl WireLog {
-    fn fold(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.digest = (self.digest ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3);
+/// FNV-1a (64-bit) over the packets the engines transmit, and their number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireDigest {
+    pub hash: u64,
+    pub packets: u64,
+}
+
+impl Default for WireDigest {
+    fn default() -> Self {
+        WireDigest {
+            hash: 0xCBF2_9CE4_8422_2325,
+            packets: 0,
+        }
+    }
+}
+
+impl WireDigest {
+    fn bytes(&mut self, b: &[u8]) {
+        for &x in b {
+            self.hash = (self.hash ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01B3);
         }
     }
 
-    fn fold_packet(&mut self, t: &Tapped<'_>) {
-        self.fold(&[t.stage as u8, t.from as u8, t.to as u8]);
-        self.fold(&t.now.nanos().to_le_bytes());
-        self.fold(t.data);
+    /// Folds in one transmitted packet.
+    pub fn packet(&mut self, t: &Tapped<'_>) {
+        self.packets += 1;
+        self.bytes(&t.now.nanos().to_le_bytes());
+        self.bytes(&[t.from as u8, t.to as u8]);
+        self.bytes(t.endpoints.src.to_string().as_bytes());
+        self.bytes(t.endpoints.dst.to_string().as_bytes());
+        self.bytes(&(t.data.len() as u32).to_le_bytes());
+        self.bytes(t.data);
     }
 }
 
@@ -344,13 +368,11 @@ pub struct Summary {
     /// oracle checked (data read, original value, target bytes).
     pub direct: u64,
     pub direct_verified: u64,
-    /// The digest of the seed's traffic (see `WireLog::digest`).
-    pub wire_digest: u64,
 }
 
-pub struct World {
+pub struct World<N: HarnessNode> {
     sc: Scenario,
-    net: SimNet<Node>,
+    net: SimNet<N>,
     rng: Rng,
     nodes: Vec<NodeH>,
     qps: Vec<QpH>,
@@ -371,8 +393,8 @@ fn npkts(len: u64, mtu: u32) -> u32 {
     len.div_ceil(u64::from(mtu)).max(1) as u32
 }
 
-impl World {
-    pub fn new(sc: Scenario, trace: bool) -> Check<World> {
+impl<N: HarnessNode> World<N> {
+    pub fn new(sc: Scenario, trace: bool) -> Check<Self> {
         let mut cfgs = Vec::new();
         for i in 0..sc.nodes {
             let mut c = EngineConfig::new(node_addr(i));
@@ -385,17 +407,8 @@ impl World {
         // Same host: every port on one host, whose direct path reaches the
         // regions each node shares (its R region).
         let host = SimHost::new();
-        let nodes = cfgs
-            .into_iter()
-            .map(|c| {
-                let port = if sc.same_host {
-                    SimPort::on_host(&host, c.local)
-                } else {
-                    SimPort::new()
-                };
-                DeviceCore::new(Engine::new(c), port)
-            })
-            .collect();
+        let on = sc.same_host.then_some(&host);
+        let nodes = cfgs.into_iter().map(|c| N::build(c, on)).collect();
         let mut net = SimNet::from_nodes(nodes, sc.seed, sc.net);
         net.set_jitter_fraction(sc.jitter_fraction);
         let mut w = World {
@@ -451,19 +464,13 @@ impl World {
     /// engine through the core's command path. True when it went direct.
     fn submit(&mut self, node: usize, qpn: u32, wr: &SendWr) -> softrdma_engine::Result<bool> {
         let now = self.net.now;
-        let core = &mut self.net.nodes[node];
-        if core.try_direct(qpn, wr) {
-            return Ok(true);
-        }
-        core.command(now, |e, now| e.post_send(now, qpn, wr)).0?;
-        Ok(false)
+        self.net.nodes[node].submit(now, qpn, wr)
     }
 
     /// The next event of node `n`: those the core has routed already, then
     /// any the engine still holds.
     fn next_event(&mut self, n: usize) -> Option<Event> {
-        let core = &mut self.net.nodes[n];
-        core.poll_event().or_else(|| core.engine.poll_event())
+        self.net.nodes[n].next_event()
     }
 
     fn log(&mut self, f: impl FnOnce() -> String) {
@@ -534,7 +541,7 @@ impl World {
             r_size[n] += 64;
         }
         for n in 0..sc.nodes {
-            let e = &mut self.net.nodes[n].engine;
+            let e = self.net.nodes[n].engine_mut();
             let pd = e.alloc_pd();
             let scq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
             let rcq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
@@ -569,10 +576,9 @@ impl World {
                 )
                 .map_err(|e| e.to_string())?;
             if let Some(mem) = shared {
-                let peers = self.net.nodes[n].port.peers_mut();
-                peers.expect("same-host port").share(rkeys.rkey, mem);
+                self.net.nodes[n].share(rkeys.rkey, mem);
             }
-            let e = &mut self.net.nodes[n].engine;
+            let e = self.net.nodes[n].engine_mut();
             let uses_srq = sc.conns.iter().any(|c| c.srq_b && c.b == n);
             let srq = if uses_srq {
                 let id = e
@@ -659,7 +665,7 @@ impl World {
                 sq_sig_all: false,
             };
             let qpn = self.net.nodes[node]
-                .engine
+                .engine_mut()
                 .create_qp(init)
                 .map_err(|e| format!("create_qp: {e}"))?;
             let l_off = l_used[node];
@@ -775,7 +781,7 @@ impl World {
         let now = self.net.now;
         let q = &self.qps[i];
         let (node, qpn, t) = (q.node, q.qpn, q.qp_type);
-        let e = &mut self.net.nodes[node].engine;
+        let e = self.net.nodes[node].engine_mut();
         let mut a = QpAttr {
             qp_state: QpState::Init,
             port_num: 1,
@@ -845,9 +851,10 @@ impl World {
 
     fn install_tap(&mut self) {
         let log = self.wire.clone();
-        log.borrow_mut().digest = 0xCBF2_9CE4_8422_2325;
         self.net.set_tap(Some(Box::new(move |t: &Tapped<'_>| {
-            log.borrow_mut().fold_packet(t);
+            if t.stage == TapStage::Transmit {
+                log.borrow_mut().digest.packet(t);
+            }
             if t.stage == TapStage::Deliver
                 && t.corrupted
                 && icrc::verify(&t.endpoints, t.data).is_err()
@@ -1440,13 +1447,15 @@ impl World {
     fn start_drain(&mut self, qi: usize) -> Check {
         let q = &self.qps[qi];
         let node = q.node;
-        if self.net.nodes[node].engine.qp_state(q.qpn) != Some(QpState::Rts) {
+        if self.net.nodes[node].engine().qp_state(q.qpn) != Some(QpState::Rts) {
             return Ok(());
         }
-        // What the core sent (into its port's outbox) counts as started:
-        // see it on the wire first.
-        self.net.flush();
-        self.process_wire()?;
+        // What a core sent (into its port's outbox) counts as started: see
+        // it on the wire first.
+        if N::SENDS_AT_POST {
+            self.net.flush();
+            self.process_wire()?;
+        }
         let q = &self.qps[qi];
         let boundary = match q.max_tx {
             None => q.first_psn.sub(1),
@@ -1459,7 +1468,7 @@ impl World {
         let qpn = q.qpn;
         let now = self.net.now;
         self.net.nodes[node]
-            .engine
+            .engine_mut()
             .modify_qp(
                 now,
                 qpn,
@@ -1606,8 +1615,7 @@ impl World {
                 let qpn = self.qps[qi].qpn;
                 let now = self.net.now;
                 self.net.nodes[node]
-                    .command(now, |e, _| e.post_recv(qpn, &wr))
-                    .0
+                    .post_recv(now, qpn, &wr)
                     .map_err(|e| format!("q{qi}: post_recv failed: {e}"))?;
                 self.qps[qi].rq.push_back(RecvBuf {
                     wr_id,
@@ -1659,8 +1667,7 @@ impl World {
                 let id = self.nodes[n].srq.as_ref().unwrap().id;
                 let now = self.net.now;
                 self.net.nodes[n]
-                    .command(now, |e, _| e.post_srq_recv(id, &wr))
-                    .0
+                    .post_srq_recv(now, id, &wr)
                     .map_err(|e| format!("node {n}: post_srq_recv failed: {e}"))?;
                 self.nodes[n].srq.as_mut().unwrap().posted.insert(
                     wr_id,
@@ -1888,7 +1895,7 @@ impl World {
         }
         let w = &self.qps[qi].sq[pos];
         let (op, len, wr_id, poison) = (w.op, w.len, w.wr_id, w.poison);
-        let state = self.net.nodes[node].engine.qp_state(wc.qp_num);
+        let state = self.net.nodes[node].engine().qp_state(wc.qp_num);
         match wc.status {
             WcStatus::Success => {
                 ensure!(
@@ -1942,7 +1949,7 @@ impl World {
                 );
                 let peer_failed = self.qps[qi].peer.is_some_and(|p| {
                     let pq = &self.qps[p];
-                    self.net.nodes[pq.node].engine.qp_state(pq.qpn) == Some(QpState::Err)
+                    self.net.nodes[pq.node].engine().qp_state(pq.qpn) == Some(QpState::Err)
                 });
                 self.excuse_retry_exc(qi, wr_id, peer_failed)?;
                 if peer_failed {
@@ -2076,7 +2083,7 @@ impl World {
         match wc.status {
             WcStatus::Success => {}
             WcStatus::WrFlushErr => {
-                let st = self.net.nodes[node].engine.qp_state(wc.qp_num);
+                let st = self.net.nodes[node].engine().qp_state(wc.qp_num);
                 ensure!(
                     st == Some(QpState::Err),
                     "q{qi}: receive WR {:#x} flushed while the QP is {st:?}",
@@ -2322,7 +2329,7 @@ impl World {
             wcs.clear();
             let scq = self.nodes[n].scq;
             self.net.nodes[n]
-                .engine
+                .engine_mut()
                 .poll_cq(scq, usize::MAX, &mut wcs)
                 .unwrap();
             for wc in wcs.drain(..) {
@@ -2331,7 +2338,7 @@ impl World {
             }
             let rcq = self.nodes[n].rcq;
             self.net.nodes[n]
-                .engine
+                .engine_mut()
                 .poll_cq(rcq, usize::MAX, &mut wcs)
                 .unwrap();
             for wc in wcs.drain(..) {
@@ -2342,7 +2349,7 @@ impl World {
                 match ev {
                     Event::QpFatal { qpn } | Event::LastWqeReached { qpn } => {
                         let qi = self.by_qpn[&(n, qpn)];
-                        let st = self.net.nodes[n].engine.qp_state(qpn);
+                        let st = self.net.nodes[n].engine().qp_state(qpn);
                         ensure!(
                             st == Some(QpState::Err),
                             "q{qi}: {ev:?} while the QP is {st:?}"
@@ -2363,10 +2370,10 @@ impl World {
                         );
                         self.summary.drains += 1;
                         self.log(|| format!("q{qi} drained"));
-                        if self.net.nodes[n].engine.qp_state(qpn) == Some(QpState::Sqd) {
+                        if self.net.nodes[n].engine().qp_state(qpn) == Some(QpState::Sqd) {
                             let now = self.net.now;
                             self.net.nodes[n]
-                                .engine
+                                .engine_mut()
                                 .modify_qp(
                                     now,
                                     qpn,
@@ -2421,7 +2428,7 @@ impl World {
                     q.qp_type,
                     q.node,
                     q.qpn,
-                    self.net.nodes[q.node].engine.qp_state(q.qpn),
+                    self.net.nodes[q.node].engine().qp_state(q.qpn),
                     q.sq.len(),
                     q.sq.front().map(|w| (w.wr_id, w.op, w.len)),
                     q.ops_left,
@@ -2429,7 +2436,7 @@ impl World {
                     q.rq.len(),
                     q.errored
                 );
-                if let Some(c) = self.net.nodes[q.node].engine.qp_counters(q.qpn) {
+                if let Some(c) = self.net.nodes[q.node].engine().qp_counters(q.qpn) {
                     let _ = write!(s, "\n     counters {c:?}");
                 }
             }
@@ -2507,7 +2514,6 @@ impl World {
         s.packets = self.net.stats.sent;
         s.corrupted = self.net.stats.corrupted;
         s.virtual_ms = (self.net.now - self.start).as_millis() as u64;
-        s.wire_digest = self.wire.borrow().digest;
         Ok(s)
     }
 
@@ -2521,13 +2527,13 @@ impl World {
             .net
             .nodes
             .iter()
-            .map(|c| c.engine.counters().icrc_errors)
+            .map(|c| c.engine().counters().icrc_errors)
             .sum();
         let malformed: u64 = self
             .net
             .nodes
             .iter()
-            .map(|c| c.engine.counters().malformed)
+            .map(|c| c.engine().counters().malformed)
             .sum();
         let st = self.net.stats;
         ensure!(
@@ -2543,7 +2549,7 @@ impl World {
             .net
             .nodes
             .iter()
-            .map(|c| c.engine.counters().qkey_violations)
+            .map(|c| c.engine().counters().qkey_violations)
             .sum();
         let bad_tx = self.wire.borrow().bad_qkey_tx;
         ensure!(
@@ -2612,12 +2618,25 @@ pub fn av_for(node: usize) -> AhAttr {
 }
 
 /// Runs one seed; `Err` describes the first violated invariant.
-pub fn run_seed(seed: u64, trace: bool) -> (Check<Summary>, Option<String>) {
+pub fn run_seed<N: HarnessNode>(seed: u64, trace: bool) -> (Check<Summary>, Option<String>) {
     let sc = Scenario::from_seed(seed);
-    let mut w = match World::new(sc, trace) {
+    let mut w = match World::<N>::new(sc, trace) {
         Ok(w) => w,
         Err(e) => return (Err(format!("setup: {e}")), None),
     };
     let r = w.run();
     (r, w.trace_dump())
+}
+
+/// Runs one seed and returns, with its result, the digest of every packet
+/// the engines transmitted.
+pub fn run_seed_digest<N: HarnessNode>(seed: u64) -> (Check<Summary>, WireDigest) {
+    let sc = Scenario::from_seed(seed);
+    let mut w = match World::<N>::new(sc, false) {
+        Ok(w) => w,
+        Err(e) => return (Err(format!("setup: {e}")), WireDigest::default()),
+    };
+    let r = w.run();
+    let d = w.wire.borrow().digest;
+    (r, d)
 }
