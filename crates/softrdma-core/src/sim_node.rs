@@ -30,8 +30,7 @@ impl SimNode for DeviceCore<SimPort> {
 
     /// The outbox first; when it is empty, what the engine has ready (the
     /// harness may have called the engine directly) goes through the
-    /// core's transmit path into it. A port does not say which QP sent a
-    /// packet: `qpn` is 0.
+    /// core's transmit path into it.
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8], _gather: bool) -> Option<Transmit> {
         let p = match self.port.take_sent() {
             Some(p) => p,
@@ -45,7 +44,7 @@ impl SimNode for DeviceCore<SimPort> {
         Some(Transmit {
             len: p.data.len(),
             endpoints: p.endpoints,
-            qpn: 0,
+            qpn: p.qpn,
             ecn: p.ecn,
             payload: None,
         })

@@ -30,6 +30,8 @@ use crate::port::{
 pub struct SimPacket {
     pub endpoints: Endpoints,
     pub ecn: Ecn,
+    /// The QP that sent it.
+    pub qpn: u32,
     pub data: Vec<u8>,
 }
 
@@ -110,15 +112,17 @@ impl Port for SimPort {
     }
 
     fn send(&mut self, _: Instant, out: &mut Outgoing<'_>) {
-        let outbox = &mut self.outbox;
-        out.send_each(|endpoints, ecn, d| {
-            outbox.push_back(SimPacket {
+        for i in 0..out.len() {
+            let (endpoints, ecn, qpn) = (out.endpoints(i), out.ecn(i), out.transmit(i).qpn);
+            let data = out.whole(i).to_vec();
+            self.outbox.push_back(SimPacket {
                 endpoints,
                 ecn,
-                data: d.to_vec(),
+                qpn,
+                data,
             });
-            true
-        });
+        }
+        out.clear();
     }
 
     fn peers(&mut self) -> Option<&mut SimPeers> {

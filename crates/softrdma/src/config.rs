@@ -11,8 +11,8 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use crate::fault::FaultSpec;
 use crate::Error;
+use softrdma_core::FaultSpec;
 
 /// The UDP port of RoCEv2.
 pub const ROCE_PORT: u16 = 4791;

@@ -31,8 +31,9 @@
 pub mod cm;
 pub mod config;
 mod device;
-mod fault;
 mod fence;
+mod shm_port;
+mod udp_port;
 /// The atomics `fence.rs` is written against (loom's in its model check).
 mod fence_atomic {
     pub use std::sync::atomic::{AtomicU32, Ordering};
@@ -52,8 +53,8 @@ use std::fmt;
 
 pub use config::{devices, DeviceConfig};
 pub use device::{active_mtu_for, DriverCounters};
-pub use fault::FaultSpec;
 pub use region::{OwnedRegion, RawRegion};
+pub use softrdma_core::FaultSpec;
 pub use softrdma_engine::{
     errno, AccessFlags, AhAttr, AttrMask, Counters, Event, Gid, Mtu, QpAttr, QpCap, QpState,
     QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, VerbsError, WcFlags, WcOpcode,
@@ -121,3 +122,9 @@ impl From<VerbsError> for Error {
 
 /// Result of the softrdma API.
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<softrdma_core::FaultSpecError> for Error {
+    fn from(e: softrdma_core::FaultSpecError) -> Self {
+        Error::Config(e.0)
+    }
+}

@@ -264,13 +264,6 @@ fn mappings_cover(
     false
 }
 
-/// The u64 at `p` as an atomic, when `p` is 8-aligned.
-pub fn atomic_at<'a>(p: *mut u8) -> Option<&'a std::sync::atomic::AtomicU64> {
-    // SAFETY: aligned (checked), inside a live mapping the caller checked,
-    // accessed only atomically or by raw copies.
-    ((p as usize) & 7 == 0).then(|| unsafe { std::sync::atomic::AtomicU64::from_ptr(p.cast()) })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ fn shm_device() -> Context {
 }
 
 fn refused(ctx: &Context) -> u64 {
-    ctx.dev.lock().shm.counters.links_refused
+    ctx.dev.lock().shm().counters.links_refused
 }
 
 /// Runs the victim's progress until `done` or 5 s.
@@ -189,7 +189,7 @@ fn crafted_handshakes_are_refused_and_get_nothing() {
         "nothing sent to the silent peer"
     );
     assert_eq!(
-        victim.dev.lock().shm.counters.links,
+        victim.dev.lock().shm().counters.links,
         1,
         "only the honest link"
     );
@@ -217,8 +217,8 @@ fn link_two(a: &Context, b: &Context) -> bool {
     qa.post_send(&crate::SendWr::new(1, op, vec![ma.sge(0, 64)]))
         .unwrap();
     ca.wait_ok(Duration::from_secs(10)).is_ok()
-        && a.dev.lock().shm.has_links()
-        && b.dev.lock().shm.has_links()
+        && a.dev.lock().shm().has_links()
+        && b.dev.lock().shm().has_links()
 }
 
 /// A peer with a connected QP asks for regions it may not reach: one with
@@ -269,7 +269,7 @@ fn grant_requests_for_memory_verbs_forbid_are_refused() {
     let link = attacker
         .dev
         .lock()
-        .shm
+        .shm_mut()
         .peer_link(victim.addr())
         .expect("linked");
     let ask = |rkey: u32, target_qpn: u32, access: AccessFlags| {
@@ -280,14 +280,14 @@ fn grant_requests_for_memory_verbs_forbid_are_refused() {
             access: access.bits(),
         };
         let mut st = attacker.dev.lock();
-        st.shm.links[link].inn.forget_all();
-        st.shm.ask_grant(link, req);
+        st.shm_mut().links[link].inn.forget_all();
+        st.shm_mut().ask_grant(link, req);
     };
-    let held = || attacker.dev.lock().shm.grants_held();
-    let standing = || victim.dev.lock().shm.standing_grants().len();
+    let held = || attacker.dev.lock().shm().grants_held();
+    let standing = || victim.dev.lock().shm().standing_grants().len();
     // Forget the grant the READ above may have asked for.
     std::thread::sleep(Duration::from_millis(50));
-    attacker.dev.lock().shm.links[link].inn.forget_all();
+    attacker.dev.lock().shm_mut().links[link].inn.forget_all();
     let w = AccessFlags::REMOTE_WRITE;
     let r = AccessFlags::REMOTE_READ;
     for (what, rkey, qpn, access) in [
@@ -429,14 +429,18 @@ fn crafted_grants_from_a_hostile_target_are_refused() {
     ];
     // A grant needs no request to be refused: each is sent as it is.
     for (what, bytes, fd) in cases {
-        let before = honest.dev.lock().shm.counters.links_refused;
+        let before = honest.dev.lock().shm().counters.links_refused;
         send_fds(&s, &bytes, &[fd.as_raw_fd()]).unwrap();
         assert!(
-            drive(&honest, || honest.dev.lock().shm.counters.links_refused
+            drive(&honest, || honest.dev.lock().shm().counters.links_refused
                 > before),
             "{what}: not refused"
         );
-        assert_eq!(honest.dev.lock().shm.grants_held(), 0, "{what}: installed");
+        assert_eq!(
+            honest.dev.lock().shm().grants_held(),
+            0,
+            "{what}: installed"
+        );
     }
     // A valid grant, unasked, for a second QP (its send queue empty, so
     // its WRITEs may go direct): a region of 4096 bytes. A WRITE of 64
@@ -467,7 +471,7 @@ fn crafted_grants_from_a_hostile_target_are_refused() {
     };
     send_fds(&s, &LinkMsg::Grant(grant).to_bytes(), &[region.as_raw_fd()]).unwrap();
     assert!(
-        drive(&honest, || honest.dev.lock().shm.grants_held() == 1),
+        drive(&honest, || honest.dev.lock().shm().grants_held() == 1),
         "the valid grant is installed"
     );
     let direct0 = honest.driver_counters().direct_ops;

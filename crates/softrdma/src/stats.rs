@@ -189,7 +189,7 @@ fn snapshot(dev: &Device, uptime: Duration) -> String {
                 (q, ty, state, e.qp_counters(q).copied().unwrap_or_default())
             })
             .collect();
-        (st.shm.counters, rows)
+        (st.shm().counters, rows)
     };
     let mut o = String::with_capacity(1024 + qps.len() * 512);
     let _ = write!(

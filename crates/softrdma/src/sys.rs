@@ -288,6 +288,29 @@ pub fn enable_gro(sock: &UdpSocket) -> bool {
     set_int_opt(sock, libc::SOL_UDP, UDP_GRO, 1)
 }
 
+/// Asks the kernel for each received datagram's TOS byte (IPv4) or
+/// traffic class (IPv6) as a control message: its two low bits are the
+/// ECN codepoint ([`RecvBatch::ecn`]). False when refused.
+pub fn enable_recv_tos(sock: &UdpSocket, v6: bool) -> bool {
+    if v6 {
+        // An IPv6 socket may also receive IPv4-mapped traffic.
+        let _ = set_int_opt(sock, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
+        set_int_opt(sock, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+    } else {
+        set_int_opt(sock, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    }
+}
+
+/// Sets the TOS byte (IPv4) or traffic class (IPv6) of what `sock` sends:
+/// the ECN codepoint of its packets is its two low bits.
+pub fn set_tos(sock: &UdpSocket, v6: bool, tos: u8) -> bool {
+    if v6 {
+        set_int_opt(sock, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos.into())
+    } else {
+        set_int_opt(sock, libc::IPPROTO_IP, libc::IP_TOS, tos.into())
+    }
+}
+
 /// True when the kernel knows UDP GSO (`UDP_SEGMENT`, Linux 4.18). Setting
 /// the socket-wide default segment size to 0 (no segmentation) changes
 /// nothing else; sends then ask for GSO per message with a control message.
@@ -335,6 +358,8 @@ pub struct RecvBatch {
     lens: Vec<usize>,
     /// Segment size of each received buffer (its length when not coalesced).
     segs: Vec<usize>,
+    /// TOS byte or traffic class of each received buffer (0 when absent).
+    tos: Vec<u8>,
     ctrl: Vec<[u64; CMSG_WORDS]>,
     iov: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
@@ -368,6 +393,7 @@ impl RecvBatch {
             addrs: vec![unsafe { std::mem::zeroed() }; count],
             lens: vec![0; count],
             segs: vec![0; count],
+            tos: vec![0; count],
             ctrl: vec![[0; CMSG_WORDS]; count],
             iov: Vec::new(),
             hdrs: Vec::new(),
@@ -442,6 +468,7 @@ impl RecvBatch {
                 _ => len,
             };
             most_segs = most_segs.max(len.div_ceil(self.segs[i].max(1)));
+            self.tos[i] = tos_of(&self.hdrs[i].msg_hdr).unwrap_or(0);
         }
         if self.n > 0 {
             self.want = (RX_BYTES / largest.max(1)).clamp(RX_MIN.min(count), count);
@@ -499,6 +526,12 @@ impl RecvBatch {
             .collect();
     }
 
+    /// The ECN codepoint buffer `i` of the last `recv` arrived with (every
+    /// datagram GRO coalesced into one buffer carried the same).
+    pub fn ecn(&self, i: usize) -> softrdma_wire::Ecn {
+        softrdma_wire::Ecn::from_tos(self.tos.get(i).copied().unwrap_or(0))
+    }
+
     /// Buffer `i` of the last `recv`: its sender, its bytes, and the size
     /// of the datagrams in it (the last may be shorter; equal to the
     /// length for a single datagram). Use [`segments`] to split it.
@@ -541,6 +574,42 @@ fn gro_segment_size(h: &libc::msghdr) -> Option<usize> {
             {
                 let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
                 return usize::try_from(v).ok();
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
+/// The TOS byte (IP_TOS) or traffic class (IPV6_TCLASS) in a received
+/// message's control data, if any.
+// msg_controllen and cmsg_len are usize with glibc, u32 with musl.
+#[allow(clippy::unnecessary_cast)]
+fn tos_of(h: &libc::msghdr) -> Option<u8> {
+    if h.msg_control.is_null() || (h.msg_controllen as usize) < std::mem::size_of::<libc::cmsghdr>()
+    {
+        return None;
+    }
+    // SAFETY: as in `gro_segment_size`: our own control buffer as the kernel
+    // filled it, walked with the CMSG_* macros within msg_controllen; each
+    // read is checked against the message's length first.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let cm = &*c;
+            let room = cm.cmsg_len as usize;
+            if cm.cmsg_level == libc::IPPROTO_IP
+                && cm.cmsg_type == libc::IP_TOS
+                && room >= libc::CMSG_LEN(1) as usize
+            {
+                return Some(*libc::CMSG_DATA(c));
+            }
+            if cm.cmsg_level == libc::IPPROTO_IPV6
+                && cm.cmsg_type == libc::IPV6_TCLASS
+                && room >= libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize
+            {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return Some(v as u8);
             }
             c = libc::CMSG_NXTHDR(h, c);
         }

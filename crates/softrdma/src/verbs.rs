@@ -16,10 +16,10 @@ use softrdma_engine::{
 use softrdma_wire::Psn;
 
 use crate::config::{devices, DeviceConfig};
-use crate::device::SharedRegion;
 use crate::device::{ChannelShared, Device, DriverCounters, Lifetime};
 use crate::region::{OwnedRegion, RawRegion};
 use crate::segment::{Segment, SegmentRegion};
+use crate::shm_port::SharedRegion;
 use crate::sys::{self, EventFd};
 use crate::{Error, Result};
 
@@ -270,7 +270,7 @@ impl Context {
 
     /// Counters of the shared-memory transport.
     pub fn shm_counters(&self) -> crate::shm::ShmCounters {
-        self.dev.lock().shm.counters
+        self.dev.lock().shm().counters
     }
 
     /// Counters of one QP.
@@ -540,7 +540,7 @@ impl Pd {
             // The region's bytes start at `base`, in the segment at the
             // same distance from its start.
             let offset = (at.base - seg.base() as usize) as u64;
-            st.regions.insert(mr.rkey, SharedRegion { seg, offset });
+            st.share_region(mr.rkey, SharedRegion { seg, offset });
         }
     }
 
@@ -660,17 +660,12 @@ impl fmt::Debug for Mr {
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        let (k, rkey) = (self.lkey, self.rkey);
-        // First take the grants back and wait (bounded) until no same-host
-        // peer is inside the region; then deregister. The segment, when the
+        let k = self.lkey;
+        // Deregistration takes the grants back (the core follows the
+        // engine's change) and waits (bounded) until no same-host peer is
+        // inside the region, before the call returns. The segment, when the
         // last reference to it goes, punches its memory out: a peer's
         // mapping then reaches nothing, whatever it does.
-        {
-            let mut st = self.ctx.dev.lock();
-            if st.regions.remove(&rkey).is_some() {
-                st.shm.revoke(|_, g| g.rkey == rkey);
-            }
-        }
         let _ = self.ctx.dev.with_engine(|e, _| e.dereg_mr(k));
         self.adopted = None;
     }

@@ -1,17 +1,30 @@
-//! Fault injection (1% loss, 1% reordering, 0.5% duplication) on both
-//! devices: a 64 MiB stream of WRITEs and SENDs arrives with every byte
-//! intact, and the counters show the recovery (retransmissions, NAKs,
-//! duplicates). Two devices in one process, over RoCEv2/UDP on loopback.
+//! Fault injection (1% loss, 1% reordering, 0.5% duplication, 0.1%
+//! corruption) on both devices: a 64 MiB stream of WRITEs and SENDs
+//! arrives with every byte intact, and the counters show the recovery
+//! (retransmissions, NAKs, duplicates, ICRC errors). Two devices in one
+//! process, over RoCEv2/UDP on loopback and over the shared-memory rings:
+//! faults wrap every port, and they turn the direct path off (they act on
+//! packets), so over shared memory every byte goes through the rings.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
+use softrdma::shm::Transport;
 use softrdma::*;
 
 #[test]
-fn lossy_reordering_duplicating_wire_delivers_64_mib_intact() {
+fn lossy_reordering_duplicating_corrupting_udp_delivers_64_mib_intact() {
+    faulty_stream(Transport::Udp);
+}
+
+#[test]
+fn lossy_reordering_duplicating_corrupting_shm_delivers_64_mib_intact() {
+    faulty_stream(Transport::Shm);
+}
+
+fn faulty_stream(transport: Transport) {
     const CHUNK: usize = 2 << 20;
     const CHUNKS: usize = 32; // 16 WRITEs and 16 SENDs, interleaved: 64 MiB
     const TOTAL: usize = CHUNK * CHUNKS;
@@ -19,11 +32,12 @@ fn lossy_reordering_duplicating_wire_delivers_64_mib_intact() {
         loss: 0.01,
         reorder: 0.01,
         dup: 0.005,
-        corrupt: 0.0,
+        corrupt: 0.001,
         seed,
     };
-    let a = Context::open_with(&udp_loopback().fault(spec(11))).unwrap();
-    let b = Context::open_with(&udp_loopback().fault(spec(12))).unwrap();
+    let cfg = |seed| udp_loopback().transport(transport).fault(spec(seed));
+    let a = Context::open_with(&cfg(11)).unwrap();
+    let b = Context::open_with(&cfg(12)).unwrap();
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
     let src = pa.alloc_mr(TOTAL, access()).unwrap();
@@ -88,7 +102,18 @@ fn lossy_reordering_duplicating_wire_delivers_64_mib_intact() {
 
     let (ka, kb) = (a.counters(), b.counters());
     let (da, db) = (a.driver_counters(), b.driver_counters());
-    eprintln!("64 MiB in {took:?}\nrequester {ka:?}\n{da:?}\nresponder {kb:?}\n{db:?}");
+    let (sa, sb) = (a.shm_counters(), b.shm_counters());
+    eprintln!(
+        "{transport:?}: 64 MiB in {took:?}\nrequester {ka:?}\n{da:?}\n{sa:?}\nresponder {kb:?}\n{db:?}\n{sb:?}"
+    );
+    match transport {
+        Transport::Shm => assert!(
+            sa.tx_packets > 0 && sb.rx_packets > 0,
+            "the packets crossed the rings: {sa:?} {sb:?}"
+        ),
+        _ => assert_eq!(sa.tx_packets + sb.tx_packets, 0, "UDP only"),
+    }
+    assert_eq!(da.direct_ops, 0, "faults turn the direct path off");
     assert!(
         da.faults_injected > 0 && db.faults_injected > 0,
         "faults on both ends"
@@ -103,6 +128,9 @@ fn lossy_reordering_duplicating_wire_delivers_64_mib_intact() {
         kb.duplicates > 0,
         "duplicates were seen and dropped: {kb:?}"
     );
-    assert_eq!(kb.icrc_errors + ka.icrc_errors, 0);
+    assert!(
+        kb.icrc_errors + ka.icrc_errors > 0,
+        "corrupted packets were caught by their ICRC"
+    );
     assert!(took < Duration::from_secs(30), "took {took:?}");
 }

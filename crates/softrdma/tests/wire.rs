@@ -226,6 +226,47 @@ fn device_capture_holds_both_directions_with_good_icrcs() {
     }
 }
 
+/// Capture wraps every port: over shared memory it holds the packets the
+/// rings carried, both directions, with good ICRCs, one frame per packet.
+#[test]
+fn capture_over_shared_memory_holds_the_rings_packets() {
+    let dir = TempDir::new("capture-shm");
+    let pcap = dir.path("s.pcap");
+    let shm = || udp_loopback().transport(softrdma::shm::Transport::Shm);
+    let a = Context::open_with(&shm().capture(&pcap)).unwrap();
+    let b = Context::open_with(&shm()).unwrap();
+    let rc = RcPair::connect(&a, &b, 64 << 10);
+    let data = pattern(5, 20_000);
+    rc.ma.write(0, &data).unwrap();
+    let len = data.len() as u32;
+    rc._qb
+        .post_recv(&RecvWr {
+            wr_id: 7,
+            sg_list: vec![rc.mb.sge(0, len)],
+        })
+        .unwrap();
+    // A SEND: never direct, so its packets cross the rings.
+    rc.qa
+        .post_send(&SendWr::new(1, SendOp::Send, vec![rc.ma.sge(0, len)]))
+        .unwrap();
+    rc.ca.wait_ok(OP_TIMEOUT).unwrap();
+    rc._cb.wait_ok(OP_TIMEOUT).unwrap();
+    assert_eq!(diff(&read_mr(&rc.mb, 0, data.len()), &data), None);
+    let (ka, sa) = (a.counters(), a.shm_counters());
+    assert!(sa.tx_packets > 0 && sa.rx_packets > 0, "{sa:?}");
+    let (ia, ib) = (a.addr().ip(), b.addr().ip());
+    drop((rc, a, b)); // closes (and flushes) the capture
+
+    let cap = check_capture(&pcap);
+    assert!(cap.icrc_bad.is_empty(), "bad ICRC in {:?}", cap.icrc_bad);
+    assert_eq!(cap.flows, [(ia, ib), (ib, ia)].into_iter().collect());
+    assert_eq!(cap.frames, ka.tx_packets + ka.rx_packets, "{cap:?}");
+    // SEND first, middle, last out; an ACK in.
+    for op in [0x00, 0x01, 0x02, 0x11] {
+        assert!(cap.opcodes.contains(&op), "opcode {op:#04x}: {cap:?}");
+    }
+}
+
 /// UDP GSO and GRO on loopback: runs of MTU-sized packets leave as one
 /// send and arrive as one buffer, yet the engine and the capture see one
 /// RoCE packet per datagram with its own good ICRC, and the data is intact.
