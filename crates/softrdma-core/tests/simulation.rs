@@ -14,8 +14,10 @@
 //! * `SOFTRDMA_SIM_SEEDS=100000 cargo test --release -p softrdma-core --test simulation soak -- --nocapture`
 //!   runs a long soak on every core (`SOFTRDMA_SIM_START` moves the first seed, default 1000;
 //!   `SOFTRDMA_SIM_THREADS` sets the number of threads).
+//! * `fabric_0000_0249` runs 250 seeds (`FABRIC + k`) with every node on
+//!   one switch: links with a rate and a delay, bounded queues, CE marks.
 //! * `fresh_block` runs a few hundred seeds that no earlier run chose (and
-//!   a hundred of the same numbers on one host): its
+//!   a hundred of the same numbers on one host, and on a fabric): its
 //!   first seed comes from the clock on every run (CI passes
 //!   `SOFTRDMA_SIM_FRESH_START`, printed in its log), so that every test
 //!   run explores new ground; the failure message names the start.
@@ -28,7 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sim::{run_seed, scenario::Scenario, scenario::SAME_HOST, Core, Summary};
+use sim::scenario::{Scenario, FABRIC, SAME_HOST};
+use sim::{run_seed, Core, Summary};
 
 fn replay_cmd(seed: u64) -> String {
     format!(
@@ -68,6 +71,8 @@ struct Totals {
     virtual_ms: u64,
     direct: u64,
     direct_verified: u64,
+    tail_drops: u64,
+    ce_marks: u64,
 }
 
 impl Totals {
@@ -89,6 +94,8 @@ impl Totals {
         self.virtual_ms += s.virtual_ms;
         self.direct += s.direct;
         self.direct_verified += s.direct_verified;
+        self.tail_drops += s.tail_drops;
+        self.ce_marks += s.ce_marks;
     }
 }
 
@@ -145,7 +152,7 @@ fn run_range_named(seeds: std::ops::Range<u64>, context: &str) -> Totals {
     println!(
         "seeds {seeds:?}: {} passed in {:.1?}: {} WRs, {} send and {} receive completions, {} packets \
          ({} corrupted), {} RETRY_EXC_ERR on cut paths, {} excused by the wire under loss, {} after \
-         the peer failed, {} invalid WRs failed as they must, {} SQD drains, {} ms virtual{}",
+         the peer failed, {} invalid WRs failed as they must, {} SQD drains, {} ms virtual{}{}",
         totals.seeds,
         t0.elapsed(),
         totals.ops,
@@ -163,6 +170,14 @@ fn run_range_named(seeds: std::ops::Range<u64>, context: &str) -> Totals {
             format!(
                 "; {} WRs executed directly on the same host, {} of them checked at their completion",
                 totals.direct, totals.direct_verified
+            )
+        } else {
+            String::new()
+        },
+        if totals.tail_drops + totals.ce_marks > 0 {
+            format!(
+                "; on the fabric {} tail drops and {} CE marks (each counted by its receiver)",
+                totals.tail_drops, totals.ce_marks
             )
         } else {
             String::new()
@@ -227,6 +242,20 @@ fn same_host_0000_0249() {
     run_same_host(0..250, " on one host");
 }
 
+/// Seeds `FABRIC + 0..250`: every node on one switch, links with a rate, a
+/// delay, bounded queues and CE marking; the block must have dropped at
+/// queue tails and marked.
+#[test]
+fn fabric_0000_0249() {
+    let t = run_range_named(FABRIC..FABRIC + 250, " on a fabric");
+    assert!(
+        t.tail_drops > 0 && t.ce_marks > 0,
+        "the fabric block dropped {} packets at queue tails and marked {}",
+        t.tail_drops,
+        t.ce_marks
+    );
+}
+
 /// Seeds beyond the fixed blocks above that once failed, each with what it
 /// found. They run in every test run, so none comes back.
 const REGRESSIONS: &[(u64, &str)] = &[
@@ -268,10 +297,10 @@ fn regressions() {
     );
 }
 
-/// How many seeds [`fresh_block`] runs, and how many more on one host
-/// (the same numbers with [`SAME_HOST`] set).
+/// How many seeds [`fresh_block`] runs, and how many more on one host and
+/// on a fabric (the first numbers with [`SAME_HOST`], then [`FABRIC`], set).
 const FRESH_BLOCK: u64 = 400;
-const FRESH_SAME_HOST: u64 = 100;
+const FRESH_MORE: u64 = 100;
 
 /// The first seed of [`fresh_block`]: `SOFTRDMA_SIM_FRESH_START`, or one
 /// drawn from the clock, at or above 10^9 (above the fixed blocks and the
@@ -304,7 +333,8 @@ fn fresh_block() {
     );
     let context = format!(" in the fresh block from SOFTRDMA_SIM_FRESH_START={start}");
     run_range_named(start..start + FRESH_BLOCK, &context);
-    run_same_host(start..start + FRESH_SAME_HOST, &context);
+    run_same_host(start..start + FRESH_MORE, &context);
+    run_range_named(FABRIC + start..FABRIC + start + FRESH_MORE, &context);
 }
 
 /// `SOFTRDMA_SIM_SEED=n` replays seed n (with `SOFTRDMA_SIM_TRACE=1`, printing

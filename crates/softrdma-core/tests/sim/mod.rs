@@ -54,7 +54,9 @@ use std::time::Duration;
 
 use softrdma_core::sim_port::{HostMemory, SimHost, SimPort};
 use softrdma_core::DeviceCore;
-use softrdma_engine::sim::{node_addr, LinkChange, SimNet, TapStage, Tapped, Verdict};
+use softrdma_engine::sim::{
+    node_addr, LinkChange, LinkConfig, QueueState, SimNet, TapStage, Tapped, Verdict,
+};
 use softrdma_engine::*;
 use softrdma_wire::{icrc, NakCode, OpKind, Opcode, PacketRepr, Psn, Syndrome, Transport};
 
@@ -368,6 +370,10 @@ pub struct Summary {
     /// oracle checked (data read, original value, target bytes).
     pub direct: u64,
     pub direct_verified: u64,
+    /// On a fabric: packets its queues dropped, and CE marks its ports made
+    /// (each counted by its receiver).
+    pub tail_drops: u64,
+    pub ce_marks: u64,
 }
 
 pub struct World<N: HarnessNode> {
@@ -411,6 +417,23 @@ impl<N: HarnessNode> World<N> {
         let nodes = cfgs.into_iter().map(|c| N::build(c, on)).collect();
         let mut net = SimNet::from_nodes(nodes, sc.seed, sc.net);
         net.set_jitter_fraction(sc.jitter_fraction);
+        if let Some(f) = sc.fabric {
+            let star = net.star(LinkConfig {
+                queue_bytes: f.queue_bytes,
+                ..LinkConfig::ethernet(f.rate_bps, f.delay)
+            });
+            for &l in star.down.iter().filter(|_| f.ecn_from.is_some()) {
+                let k = f.ecn_from.unwrap_or(0);
+                let mark = move |q: &QueueState| {
+                    if q.queued_bytes >= k {
+                        softrdma_wire::Ecn::Ce
+                    } else {
+                        q.ecn
+                    }
+                };
+                net.set_ecn_hook(l, Some(Box::new(mark)));
+            }
+        }
         let mut w = World {
             rng: Rng::new(sc.seed ^ 0xA99),
             net,
@@ -2513,6 +2536,8 @@ impl<N: HarnessNode> World<N> {
         s.mode = Some(self.sc.mode);
         s.packets = self.net.stats.sent;
         s.corrupted = self.net.stats.corrupted;
+        s.tail_drops = self.net.stats.tail_drops;
+        s.ce_marks = self.net.stats.ecn_marked;
         s.virtual_ms = (self.net.now - self.start).as_millis() as u64;
         Ok(s)
     }
@@ -2543,6 +2568,18 @@ impl<N: HarnessNode> World<N> {
             st.corrupted_undetectable
         );
         ensure!(malformed == 0, "{malformed} packets counted malformed");
+        // Every CE mark the switch made reached a receiver, which counted it.
+        let ce: u64 = self
+            .net
+            .nodes
+            .iter()
+            .map(|c| c.engine().counters().ecn_ce_rcvd)
+            .sum();
+        ensure!(
+            ce == st.ecn_marked,
+            "the receivers counted {ce} CE marks, the fabric made {}",
+            st.ecn_marked
+        );
         // Q_Key violations: never more than the wrong-key packets sent (and
         // their duplicates); exactly that many on a perfect network.
         let qv: u64 = self
