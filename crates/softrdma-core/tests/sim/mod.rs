@@ -2350,20 +2350,14 @@ impl<N: HarnessNode> World<N> {
         let mut wcs = Vec::new();
         for n in 0..self.nodes.len() {
             wcs.clear();
-            let scq = self.nodes[n].scq;
-            self.net.nodes[n]
-                .engine_mut()
-                .poll_cq(scq, usize::MAX, &mut wcs)
-                .unwrap();
+            let (scq, now) = (self.nodes[n].scq, self.net.now);
+            self.net.nodes[n].poll_cq(now, scq, &mut wcs).unwrap();
             for wc in wcs.drain(..) {
                 any = true;
                 self.on_send_wc(n, wc)?;
             }
             let rcq = self.nodes[n].rcq;
-            self.net.nodes[n]
-                .engine_mut()
-                .poll_cq(rcq, usize::MAX, &mut wcs)
-                .unwrap();
+            self.net.nodes[n].poll_cq(now, rcq, &mut wcs).unwrap();
             for wc in wcs.drain(..) {
                 any = true;
                 self.on_recv_wc(n, wc)?;

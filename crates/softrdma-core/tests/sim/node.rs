@@ -8,7 +8,9 @@ use std::sync::Arc;
 use softrdma_core::sim_port::{HostMemory, SimHost, SimPort};
 use softrdma_core::DeviceCore;
 use softrdma_engine::sim::SimNode;
-use softrdma_engine::{Engine, EngineConfig, Event, Instant, RecvWr, Result, SendWr};
+use softrdma_engine::{
+    Engine, EngineConfig, Event, Instant, RecvWr, Result, SendWr, WorkCompletion,
+};
 
 /// A node the harness can build and drive like an application would.
 pub trait HarnessNode: SimNode + Sized {
@@ -28,6 +30,9 @@ pub trait HarnessNode: SimNode + Sized {
     fn post_recv(&mut self, now: Instant, qpn: u32, wr: &RecvWr) -> Result<()>;
     fn post_srq_recv(&mut self, now: Instant, srq: u32, wr: &RecvWr) -> Result<()>;
     fn next_event(&mut self) -> Option<Event>;
+    /// Takes every completion of `cq` into `out`, as an application's
+    /// `poll_cq` does.
+    fn poll_cq(&mut self, now: Instant, cq: u32, out: &mut Vec<WorkCompletion>) -> Result<usize>;
     /// Offers region `rkey` to same-host peers (nothing without a host).
     fn share(&mut self, rkey: u32, mem: Arc<HostMemory>);
 }
@@ -56,12 +61,16 @@ impl HarnessNode for Engine {
     fn next_event(&mut self) -> Option<Event> {
         self.poll_event()
     }
+    fn poll_cq(&mut self, _: Instant, cq: u32, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        Engine::poll_cq(self, cq, usize::MAX, out)
+    }
     fn share(&mut self, _: u32, _: Arc<HostMemory>) {}
 }
 
 /// The application's calls as a driver makes them through the core: the
 /// direct path first, then `command` (which sends what the call produced
-/// and runs progress); events the core routed first, then the engine's.
+/// and runs progress); `poll_cq` with the inline progress and idle policy
+/// of the device's poll; events the core routed first, then the engine's.
 impl HarnessNode for DeviceCore<SimPort> {
     const SENDS_AT_POST: bool = true;
 
@@ -93,6 +102,17 @@ impl HarnessNode for DeviceCore<SimPort> {
     }
     fn next_event(&mut self) -> Option<Event> {
         self.poll_event().or_else(|| self.engine.poll_event())
+    }
+    /// The device's inline poll: the CQ; when it is empty, progress unless
+    /// the core's idle policy says nothing can be pending; the CQ again.
+    fn poll_cq(&mut self, now: Instant, cq: u32, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        let n = self.engine.poll_cq(cq, usize::MAX, out)?;
+        if n > 0 || !self.poll_wanted() {
+            return Ok(n);
+        }
+        self.forget_routes();
+        self.progress(now, false);
+        self.engine.poll_cq(cq, usize::MAX, out)
     }
     fn share(&mut self, rkey: u32, mem: Arc<HostMemory>) {
         if let Some(p) = self.port.peers_mut() {
