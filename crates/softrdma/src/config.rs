@@ -52,6 +52,13 @@ pub struct DeviceConfig {
     /// sees the kernel's buffers before they are split, shows the
     /// difference.
     pub gso: bool,
+    /// Reads the ECN codepoint of every received datagram (IP_RECVTOS), so
+    /// that CE marks reach the engine's congestion control (default off;
+    /// SOFTRDMA_ECN=1 turns it on). The control message it adds to each
+    /// received datagram cost about 0.1 µs of a 3.5 µs UDP ping-pong on
+    /// loopback, where nothing marks packets; what is sent always carries
+    /// the ECN codepoint the engine chose.
+    pub ecn: bool,
 }
 
 impl DeviceConfig {
@@ -65,6 +72,7 @@ impl DeviceConfig {
             seed: None,
             transport: crate::shm::Transport::Auto,
             gso: true,
+            ecn: false,
         }
         .with_env()
     }
@@ -79,6 +87,7 @@ impl DeviceConfig {
             seed: None,
             transport: crate::shm::Transport::Auto,
             gso: true,
+            ecn: false,
         }
     }
 
@@ -106,6 +115,12 @@ impl DeviceConfig {
         self
     }
 
+    /// Reads received ECN marks or not (see [`DeviceConfig::ecn`]).
+    pub fn ecn(mut self, on: bool) -> Self {
+        self.ecn = on;
+        self
+    }
+
     /// Fixes the key seed (tests that want reproducible keys).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -113,8 +128,16 @@ impl DeviceConfig {
     }
 
     /// Applies SOFTRDMA_CAPTURE and SOFTRDMA_FAULT when set and not already
-    /// configured, SOFTRDMA_TRANSPORT, and SOFTRDMA_GSO=0 (no GSO sends).
+    /// configured, SOFTRDMA_TRANSPORT, SOFTRDMA_GSO=0 (no GSO sends) and
+    /// SOFTRDMA_ECN=1 (received ECN marks read).
     pub fn with_env(mut self) -> Self {
+        if let Ok(v) = std::env::var("SOFTRDMA_ECN") {
+            match v.as_str() {
+                "0" | "off" | "no" => self.ecn = false,
+                "1" | "on" | "yes" => self.ecn = true,
+                _ => eprintln!("softrdma: ignoring SOFTRDMA_ECN={v:?} (0 or 1)"),
+            }
+        }
         if let Ok(v) = std::env::var("SOFTRDMA_GSO") {
             match v.as_str() {
                 "0" | "off" | "no" => self.gso = false,
@@ -168,6 +191,7 @@ fn parse_entry(entry: &str) -> Result<DeviceConfig, Error> {
             seed: None,
             transport: crate::shm::Transport::Auto,
             gso: true,
+            ecn: false,
         });
     }
     let sa = if let Ok(sa) = addr.parse::<SocketAddr>() {

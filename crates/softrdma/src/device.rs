@@ -246,9 +246,14 @@ impl Device {
         // Coalesced receives cost nothing when unused; GSO sends only when
         // the kernel knows them and the configuration allows them.
         sys::enable_gro(&sock);
-        // Received ECN marks reach the engine (`RxMeta`); without them it
-        // sees none.
-        sys::enable_recv_tos(&sock, sock.local_addr().is_ok_and(|a| a.is_ipv6()));
+        // Received ECN marks reach the engine (`RxMeta`) when asked for:
+        // the control message costs every received datagram.
+        if cfg.ecn && !sys::enable_recv_tos(&sock, sock.local_addr().is_ok_and(|a| a.is_ipv6())) {
+            eprintln!(
+                "softrdma: device {}: received ECN marks cannot be read",
+                cfg.name
+            );
+        }
         let gso = cfg.gso && sys::gso_available(&sock);
         let addr = sock.local_addr().map_err(|e| Error::Io(e.to_string()))?;
         let link_mtu = sys::link_mtu(addr.ip());
