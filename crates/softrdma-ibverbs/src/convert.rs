@@ -1,4 +1,5 @@
-//! Translation between the C structs of `abi` and the engine's types.
+//! Translation between the C structs of `abi` and the data types of
+//! softrdma's API (the engine's, re-exported by `softrdma`).
 //!
 //! The engine already uses libibverbs numbering for states, MTUs, masks,
 //! access flags, opcodes and statuses, so this is mostly field copying.
@@ -9,14 +10,13 @@
 use std::ffi::{c_int, c_uint};
 
 use softrdma::{
-    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Mtu, PortAttr, QpAttr, QpCap, QpState,
-    SendFlags, SendOp, Sge, WcFlags, WorkCompletion,
+    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Mtu, PortAttr, Psn, QpAttr, QpCap,
+    QpState, SendFlags, SendOp, Sge, WcFlags, WorkCompletion,
 };
-use softrdma_wire::Psn;
 
 use crate::abi::*;
 
-/// `struct ibv_sge` → engine SGE.
+/// `struct ibv_sge` → softrdma SGE.
 pub fn sge(s: &ibv_sge) -> Sge {
     Sge {
         addr: s.addr,
@@ -75,7 +75,7 @@ pub fn send_flags(flags: c_uint) -> SendFlags {
     SendFlags(flags & IBV_SEND_KNOWN)
 }
 
-/// Engine completion → `struct ibv_wc`.
+/// softrdma completion → `struct ibv_wc`.
 pub fn wc(w: &WorkCompletion) -> ibv_wc {
     let mut flags = 0;
     let mut imm = 0;
@@ -107,7 +107,7 @@ pub fn wc(w: &WorkCompletion) -> ibv_wc {
     }
 }
 
-/// `struct ibv_ah_attr` → engine address vector.
+/// `struct ibv_ah_attr` → softrdma address vector.
 pub fn ah_attr(a: &ibv_ah_attr) -> AhAttr {
     AhAttr {
         dgid: Gid(a.grh.dgid.raw()),
@@ -124,7 +124,7 @@ pub fn ah_attr(a: &ibv_ah_attr) -> AhAttr {
     }
 }
 
-/// Engine address vector → `struct ibv_ah_attr`.
+/// softrdma address vector → `struct ibv_ah_attr`.
 pub fn ah_attr_to_c(a: &AhAttr) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
@@ -143,7 +143,7 @@ pub fn ah_attr_to_c(a: &AhAttr) -> ibv_ah_attr {
     }
 }
 
-/// `struct ibv_qp_cap` → engine queue sizes.
+/// `struct ibv_qp_cap` → softrdma queue sizes.
 pub fn qp_cap(c: &ibv_qp_cap) -> QpCap {
     QpCap {
         max_send_wr: c.max_send_wr,
@@ -154,7 +154,7 @@ pub fn qp_cap(c: &ibv_qp_cap) -> QpCap {
     }
 }
 
-/// Engine queue sizes → `struct ibv_qp_cap`.
+/// softrdma queue sizes → `struct ibv_qp_cap`.
 pub fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
     ibv_qp_cap {
         max_send_wr: c.max_send_wr,
@@ -165,7 +165,7 @@ pub fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
     }
 }
 
-/// `struct ibv_qp_attr` + mask → engine attributes. Enumerations are only
+/// `struct ibv_qp_attr` + mask → softrdma attributes. Enumerations are only
 /// checked where the mask names them (a modify ignores the other fields);
 /// an out-of-range value there is EINVAL, as from the kernel.
 pub fn qp_attr(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, String> {
@@ -215,7 +215,7 @@ pub fn qp_attr(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, String> {
     })
 }
 
-/// Engine attributes → `struct ibv_qp_attr` (`ibv_query_qp`).
+/// softrdma attributes → `struct ibv_qp_attr` (`ibv_query_qp`).
 pub fn qp_attr_to_c(a: &QpAttr) -> ibv_qp_attr {
     ibv_qp_attr {
         qp_state: a.qp_state.to_ibv(),
@@ -337,7 +337,7 @@ pub enum EventObject {
     Srq(u32),
 }
 
-/// Engine event → (`enum ibv_event_type`, object); `None` for completion
+/// softrdma event → (`enum ibv_event_type`, object); `None` for completion
 /// notifications, which go to completion channels instead.
 pub fn async_event(e: &Event) -> Option<(c_uint, EventObject)> {
     Some(match *e {

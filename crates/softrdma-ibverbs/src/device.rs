@@ -260,17 +260,21 @@ fn new_vctx(device: *mut ibv_device, async_fd: c_int) -> verbs_context {
     }
 }
 
-/// Closes the device. Objects still open on it become invalid, as with
-/// rdma-core; the device's socket and thread go away with its last user.
+/// Closes the device. Objects the program left open on it are destroyed,
+/// as the kernel does for rdma-core (their C structs stay allocated, and
+/// verbs on them fail with EINVAL); the device's socket and thread go away
+/// with its last context.
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     guard(libc::EIO, || {
         if context.is_null() {
             return ffi::fail_with("ibv_close_device", libc::EINVAL, "NULL context");
         }
-        // SAFETY: a live context from ibv_open_device, freed exactly once here.
+        // SAFETY: a live context from ibv_open_device, freed exactly once
+        // here, after the objects the program left open on it.
         unsafe {
-            let c = Ctx::from_ptr(context) as *const Ctx as *mut Ctx;
-            objects::free(c);
+            let c = Ctx::from_ptr(context);
+            c.release_objects();
+            objects::free(c as *const Ctx as *mut Ctx);
         }
         0
     })
@@ -633,18 +637,19 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
             Ok(ch) => {
                 let fd = ch.fd();
                 ffi::set_blocking(fd);
-                objects::leak(Chan {
+                let p = objects::leak(Chan {
                     ibv: ibv_comp_channel {
                         context,
                         fd,
                         refcnt: 0,
                     },
-                    ch,
-                })
-                .cast()
+                    ch: Some(ch),
+                });
+                c.objects().chans.insert(p as usize);
+                p.cast()
             }
             Err(e) => {
-                ffi::fail_with("ibv_create_comp_channel", e.errno(), &e.to_string());
+                ffi::fail("ibv_create_comp_channel", &e);
                 null_mut()
             }
         }
@@ -666,6 +671,10 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
                     "CQs still use the channel",
                 );
             }
+            Ctx::from_ptr((*channel).context)
+                .objects()
+                .chans
+                .remove(&(channel as usize));
             objects::free(channel.cast::<Chan>());
         }
         0

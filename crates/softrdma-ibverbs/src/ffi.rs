@@ -8,8 +8,6 @@ use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-use softrdma::VerbsError;
-
 /// Runs `f`; if it panics, reports the panic (the default hook already
 /// printed it), sets errno to EIO and returns `on_panic` instead of
 /// unwinding into C.
@@ -38,13 +36,8 @@ fn debug() -> bool {
 
 /// A verb failed: sets errno, prints the reason under SOFTRDMA_IBV_DEBUG,
 /// and returns the errno (what most verbs return).
-pub fn fail(verb: &str, e: &VerbsError) -> c_int {
-    let n = e.errno();
-    if debug() {
-        eprintln!("softrdma: {verb}: {e} (errno {n})");
-    }
-    set_errno(n);
-    n
+pub fn fail(verb: &str, e: &softrdma::Error) -> c_int {
+    fail_with(verb, e.errno(), &e.to_string())
 }
 
 /// Like [`fail`] for a failure that is only an errno and a message.

@@ -11,12 +11,13 @@
 //! Layers: a program calls the verbs here (or, for the inline data-path
 //! verbs of `<infiniband/verbs.h>`, the function pointers this library puts
 //! into `ctx->ops`); they translate the C structs ([`abi`], `convert`) and
-//! call the sans-I/O engine of `softrdma-engine` through
-//! `softrdma::Context`, whose UDP driver and progress thread move the
-//! packets.
+//! call softrdma's public Rust API — the same one every Rust program uses,
+//! with no access to the engine underneath — on the `softrdma::Qp`,
+//! `softrdma::Cq`, … behind each C object; its drivers and progress thread
+//! move the packets.
 //!
 //! Modules: `abi` (the C structs, with layout asserts), `objects` (what
-//! stands behind the pointers handed out), `convert` (C ↔ engine types),
+//! stands behind the pointers handed out), `convert` (C ↔ softrdma types),
 //! `device` (device list, contexts, queries, async events), `verbs` (the
 //! object verbs and the data path), `strings` (names and rates), `stubs`
 //! (symbols that fail cleanly), `ffi` (panic guard, errno, fds).

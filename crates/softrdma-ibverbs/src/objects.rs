@@ -2,19 +2,22 @@
 //!
 //! Each object is a `#[repr(C)]` Rust struct whose first field is the C
 //! struct the application sees, so the application's pointer is also a
-//! pointer to the whole object. Engine handles live in the C structs'
-//! own `handle` fields (`ibv_pd.handle`, `ibv_cq.handle`, `ibv_qp.qp_num`,
-//! `ibv_mr.lkey`, …), so the hot paths need no lookups. A context is the
-//! exception: the application gets `&vctx.context`, 320 bytes into a
-//! `verbs_context`, because that is where the header's inline functions
-//! look for the extended operations.
+//! pointer to the whole object, and behind the C struct is the softrdma
+//! object whose methods every verb calls (the hot paths need no lookups).
+//! The objects with a destroy verb that can fail (EBUSY) hold theirs in an
+//! `Option`: the destroy takes it out, and puts it back when it fails.
+//! It is `None` only if a destroy panicked midway; the verbs then refuse
+//! the object with EINVAL. A context is the exception to the layout: the
+//! application gets `&vctx.context`, 320 bytes into a `verbs_context`,
+//! because that is where the header's inline functions look for the
+//! extended operations.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::mem::offset_of;
 use std::sync::Mutex;
 
-use softrdma::{CompChannel, Context, DeviceConfig, QpCap};
+use softrdma::{CompChannel, Context, DeviceConfig};
 
 use crate::abi::*;
 
@@ -37,12 +40,20 @@ pub struct Ctx {
     pub objs: Mutex<Objects>,
 }
 
-/// Engine handles of live objects, mapped to their C structs (addresses).
+/// The live objects of a context (addresses of their C structs): QPs,
+/// CQs and SRQs by handle, to name the object of an event; all of them so
+/// that closing the context releases what the program left open, as the
+/// kernel does for rdma-core (perftest's `ib_send_bw`, for one, leaves
+/// its receive CQ). Each softrdma object holds the device open.
 #[derive(Default)]
 pub struct Objects {
     pub qps: HashMap<u32, usize>,
     pub cqs: HashMap<u32, usize>,
     pub srqs: HashMap<u32, usize>,
+    pub pds: HashSet<usize>,
+    pub mrs: HashSet<usize>,
+    pub ahs: HashSet<usize>,
+    pub chans: HashSet<usize>,
 }
 
 /// A protection domain: softrdma's, so regions registered in it are
@@ -50,7 +61,7 @@ pub struct Objects {
 #[repr(C)]
 pub struct Pd {
     pub ibv: ibv_pd,
-    pub pd: softrdma::Pd,
+    pub pd: Option<softrdma::Pd>,
 }
 
 /// A memory region: softrdma's, whose drop withdraws it from same-host
@@ -58,35 +69,45 @@ pub struct Pd {
 #[repr(C)]
 pub struct Mr {
     pub ibv: ibv_mr,
-    pub mr: softrdma::Mr,
+    pub mr: Option<softrdma::Mr>,
 }
 
-/// A queue pair, with the queue sizes the engine gave it. They never
-/// change (no `ibv_modify_qp` takes IBV_QP_CAP), so the data path reads
-/// them without a lock to check a caller's counts before it reads the
-/// caller's arrays.
+/// A completion queue.
+#[repr(C)]
+pub struct Cq {
+    pub ibv: ibv_cq,
+    pub cq: Option<softrdma::Cq>,
+}
+
+/// A queue pair. Its queue sizes ([`softrdma::Qp::cap`]) never change, so
+/// the data path checks a caller's counts against them, with no lock,
+/// before it reads the caller's arrays.
 #[repr(C)]
 pub struct Qp {
     pub ibv: ibv_qp,
-    pub cap: QpCap,
+    pub qp: Option<softrdma::Qp>,
 }
 
-/// A shared receive queue; remembers its attributes for `ibv_query_srq`,
-/// and its fixed sizes (SRQs cannot be resized) for `ibv_post_srq_recv`'s
-/// checks.
+/// A shared receive queue; remembers its attributes for `ibv_query_srq`.
 #[repr(C)]
 pub struct Srq {
     pub ibv: ibv_srq,
+    pub srq: Option<softrdma::Srq>,
     pub attr: Mutex<ibv_srq_attr>,
-    pub max_wr: u32,
-    pub max_sge: u32,
+}
+
+/// An address handle.
+#[repr(C)]
+pub struct Ah {
+    pub ibv: ibv_ah,
+    pub ah: Option<softrdma::Ah>,
 }
 
 /// A completion channel.
 #[repr(C)]
 pub struct Chan {
     pub ibv: ibv_comp_channel,
-    pub ch: CompChannel,
+    pub ch: Option<CompChannel>,
 }
 
 /// Offset of the application's `ibv_context` inside [`Ctx`].
@@ -121,6 +142,45 @@ impl Ctx {
     /// Updates the handle maps.
     pub fn objects(&self) -> std::sync::MutexGuard<'_, Objects> {
         self.objs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// At `ibv_close_device`: destroys the softrdma objects the program
+    /// left open, users before what they use (QPs, then SRQs, AHs, MRs,
+    /// CQs, channels, PDs), so that the device closes with its context.
+    /// The C structs stay allocated: a program that still uses one gets
+    /// EINVAL, not freed memory.
+    ///
+    /// # Safety
+    /// Every address in the maps is a live object of its kind, which no
+    /// other thread uses meanwhile (using objects while their context
+    /// closes breaks the libibverbs contract).
+    pub unsafe fn release_objects(&self) {
+        let o = std::mem::take(&mut *self.objects());
+        // SAFETY: per the contract; each assignment drops the softrdma
+        // object (its destroy), once, and leaves the C struct in place.
+        unsafe {
+            for &a in o.qps.values() {
+                (*(a as *mut Qp)).qp = None;
+            }
+            for &a in o.srqs.values() {
+                (*(a as *mut Srq)).srq = None;
+            }
+            for &a in &o.ahs {
+                (*(a as *mut Ah)).ah = None;
+            }
+            for &a in &o.mrs {
+                (*(a as *mut Mr)).mr = None;
+            }
+            for &a in o.cqs.values() {
+                (*(a as *mut Cq)).cq = None;
+            }
+            for &a in &o.chans {
+                (*(a as *mut Chan)).ch = None;
+            }
+            for &a in &o.pds {
+                (*(a as *mut Pd)).pd = None;
+            }
+        }
     }
 }
 

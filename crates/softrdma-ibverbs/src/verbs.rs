@@ -4,13 +4,14 @@
 //! `poll_cq`, `req_notify_cq`), which programs reach through the function
 //! pointers in `ctx->ops` because the header makes them inline.
 //!
-//! Every verb runs on the device's engine under its lock
-//! (`Context::with_engine`, which then transmits what the call queued);
-//! `poll_cq` runs `Context::poll_engine`: the program's polling drives
-//! receive, timers and transmit with no thread hand-off, and the device's
-//! background thread,
-//! which wakes when packets arrive, serves one-sided operations to a
-//! program that is busy elsewhere (spinning on memory, blocked in
+//! Every verb is a call of softrdma's public API on the object behind the
+//! C struct (`softrdma::Qp::post_send`, `softrdma::Cq::poll`, …): this
+//! module translates the C structs, checks what the C ABI lets a caller
+//! get wrong (counts, NULLs), and reports errors the libibverbs way. The
+//! API runs progress inline: the program's polling drives receive, timers
+//! and transmit with no thread hand-off, and the device's background
+//! thread, which wakes when packets arrive, serves one-sided operations to
+//! a program that is busy elsewhere (spinning on memory, blocked in
 //! `ibv_get_cq_event`).
 
 use std::cell::RefCell;
@@ -20,14 +21,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use softrdma::{
-    AccessFlags, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
+    AccessFlags, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, WorkCompletion,
 };
-use softrdma_engine::{QpInit, SrqInit};
 
 use crate::abi::*;
 use crate::convert;
 use crate::ffi::{self, fail, fail_with, guard};
-use crate::objects::{self, Chan, Ctx, Mr, Pd, Qp, Srq};
+use crate::objects::{self, Ah, Chan, Cq, Ctx, Mr, Pd, Qp, Srq};
 
 /// # Safety
 /// `p` must be a live object of this library whose first field is an
@@ -49,14 +49,17 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         // SAFETY: live context.
         let c = unsafe { Ctx::from_ptr(context) };
         match c.dev.alloc_pd() {
-            Ok(pd) => objects::leak(Pd {
-                ibv: ibv_pd {
-                    context,
-                    handle: pd.handle(),
-                },
-                pd,
-            })
-            .cast(),
+            Ok(pd) => {
+                let p = objects::leak(Pd {
+                    ibv: ibv_pd {
+                        context,
+                        handle: pd.handle(),
+                    },
+                    pd: Some(pd),
+                });
+                c.objects().pds.insert(p as usize);
+                p.cast()
+            }
             Err(e) => {
                 fail_with("ibv_alloc_pd", e.errno(), &e.to_string());
                 null_mut()
@@ -65,19 +68,27 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     })
 }
 
-/// What every destroy verb does: EINVAL for NULL, the engine's destroy on
-/// the object's handle (its errno on refusal: EBUSY for an object in use),
-/// then `release` drops the library's bookkeeping and frees the C object.
+/// The softrdma object inside a C object (see `objects`), or EINVAL.
+fn live<'a, T>(verb: &str, slot: &'a Option<T>) -> Result<&'a T, c_int> {
+    slot.as_ref()
+        .ok_or_else(|| fail_with(verb, libc::EINVAL, "the object was destroyed"))
+}
+
+/// What every destroy verb does: EINVAL for NULL, then softrdma's destroy
+/// of the object in `slot` (its errno on refusal, EBUSY for an object in
+/// use, and the object stays as it was), then `release` drops the
+/// library's bookkeeping and frees the C object.
 ///
 /// # Safety
 /// `obj` is NULL or a live object of this library whose first field is an
-/// `ibv_context *`; on success it is freed and must not be used again.
-unsafe fn destroy<T>(
+/// `ibv_context *`, and `slot` gives the address of its softrdma object;
+/// on success it is freed and must not be used again.
+unsafe fn destroy<O, T>(
     verb: &str,
-    obj: *mut T,
-    handle: impl FnOnce(&T) -> u32,
-    engine: impl FnOnce(&mut softrdma_engine::Engine, u32) -> softrdma_engine::Result<()>,
-    release: impl FnOnce(&Ctx, *mut T, u32),
+    obj: *mut O,
+    slot: impl FnOnce(*mut O) -> *mut Option<T>,
+    destroy: impl FnOnce(T) -> Result<(), (T, softrdma::Error)>,
+    release: impl FnOnce(&Ctx, *mut O),
 ) -> c_int {
     guard(libc::EIO, || {
         if obj.is_null() {
@@ -85,14 +96,19 @@ unsafe fn destroy<T>(
             let what = verb.rsplit('_').next().unwrap_or(verb);
             return fail_with(verb, libc::EINVAL, &format!("NULL {what}"));
         }
-        // SAFETY: a live object, per the contract.
+        // SAFETY: a live object, per the contract, not used by another
+        // thread while it is destroyed (the libibverbs contract).
         unsafe {
             let c = ctx_of(obj);
-            let h = handle(&*obj);
-            if let Err(e) = c.dev.with_engine(|e, _| engine(e, h)) {
+            let slot = slot(obj);
+            let Some(inner) = (*slot).take() else {
+                return fail_with(verb, libc::EINVAL, "the object was destroyed");
+            };
+            if let Err((inner, e)) = destroy(inner) {
+                *slot = Some(inner);
                 return fail(verb, &e);
             }
-            release(c, obj, h);
+            release(c, obj);
         }
         0
     })
@@ -100,18 +116,18 @@ unsafe fn destroy<T>(
 
 /// EBUSY while MRs, QPs, SRQs or AHs still use it.
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    // EBUSY comes from the engine; on success the softrdma::Pd's own drop
-    // finds the PD gone and has nothing left to do.
     // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
-    // the release closure runs inside it on that live object, once.
+    // the closures run inside it on that live object, the last once.
     unsafe {
         destroy(
             "ibv_dealloc_pd",
-            pd,
-            |p| p.handle,
-            |e, h| e.dealloc_pd(h),
-            // A live Pd object, freed once.
-            |_, p, _| objects::free(p.cast::<Pd>()),
+            pd.cast::<Pd>(),
+            |p| ptr::addr_of_mut!((*p).pd),
+            softrdma::Pd::dealloc,
+            |c, p| {
+                c.objects().pds.remove(&(p as usize));
+                objects::free(p);
+            },
         )
     }
 }
@@ -144,24 +160,30 @@ unsafe fn reg_mr(
         | IBV_ACCESS_ZERO_BASED);
     // SAFETY: a live PD (a Pd object); the caller keeps addr..addr+len
     // valid until ibv_dereg_mr (the ibv_reg_mr contract), which
-    // register_raw requires.
+    // register_raw_shared requires, and does not write it meanwhile.
     unsafe {
         let p = &*pd.cast::<Pd>();
+        let Ok(softpd) = live("ibv_reg_mr", &p.pd) else {
+            return null_mut();
+        };
         let access = AccessFlags::from_bits_retain(bits);
-        match p.pd.register_raw_shared(addr.cast(), len, iova, access) {
-            Ok(mr) => objects::leak(Mr {
-                ibv: ibv_mr {
-                    context: p.ibv.context,
-                    pd,
-                    addr,
-                    length: len,
-                    handle: mr.lkey(),
-                    lkey: mr.lkey(),
-                    rkey: mr.rkey(),
-                },
-                mr,
-            })
-            .cast(),
+        match softpd.register_raw_shared(addr.cast(), len, iova, access) {
+            Ok(mr) => {
+                let m = objects::leak(Mr {
+                    ibv: ibv_mr {
+                        context: p.ibv.context,
+                        pd,
+                        addr,
+                        length: len,
+                        handle: mr.lkey(),
+                        lkey: mr.lkey(),
+                        rkey: mr.rkey(),
+                    },
+                    mr: Some(mr),
+                });
+                ctx_of(pd).objects().mrs.insert(m as usize);
+                m.cast()
+            }
             Err(e) => {
                 fail_with("ibv_reg_mr", e.errno(), &e.to_string());
                 null_mut()
@@ -220,7 +242,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         }
         // SAFETY: a live MR (an Mr object), freed once: its drop
         // withdraws it from same-host peers and deregisters it.
-        unsafe { objects::free(mr.cast::<Mr>()) };
+        unsafe {
+            ctx_of(mr).objects().mrs.remove(&(mr as usize));
+            objects::free(mr.cast::<Mr>());
+        }
         0
     })
 }
@@ -246,33 +271,43 @@ pub unsafe extern "C" fn ibv_create_cq(
         // SAFETY: live context; channel is NULL or a live channel.
         unsafe {
             let c = Ctx::from_ptr(context);
-            let handle = match c.dev.with_engine(|e, _| e.create_cq(cqe as u32)) {
-                Ok(h) => h,
+            let r = if channel.is_null() {
+                c.dev.create_cq(cqe as u32)
+            } else {
+                let Ok(ch) = live("ibv_create_cq", &(*channel.cast::<Chan>()).ch) else {
+                    return null_mut();
+                };
+                c.dev.create_cq_with_channel(cqe as u32, ch)
+            };
+            let soft = match r {
+                Ok(cq) => cq,
                 Err(e) => {
                     fail("ibv_create_cq", &e);
                     return null_mut();
                 }
             };
-            let cq = objects::leak(ibv_cq {
-                context,
-                channel,
-                cq_context,
-                handle,
-                cqe,
-                mutex: objects::new_mutex(),
-                cond: objects::new_cond(),
-                comp_events_completed: 0,
-                async_events_completed: 0,
+            let handle = soft.handle();
+            let cq = objects::leak(Cq {
+                ibv: ibv_cq {
+                    context,
+                    channel,
+                    cq_context,
+                    handle,
+                    cqe,
+                    mutex: objects::new_mutex(),
+                    cond: objects::new_cond(),
+                    comp_events_completed: 0,
+                    async_events_completed: 0,
+                },
+                cq: Some(soft),
             });
             // Known before any event of it can be looked up.
             c.objects().cqs.insert(handle, cq as usize);
             if !channel.is_null() {
-                let ch = &*channel.cast::<Chan>();
-                c.dev.bind_cq_channel(handle, &ch.ch);
                 AtomicU32::from_ptr(ptr::addr_of_mut!((*channel).refcnt).cast())
                     .fetch_add(1, Ordering::Relaxed);
             }
-            cq
+            cq.cast()
         }
     })
 }
@@ -280,19 +315,18 @@ pub unsafe extern "C" fn ibv_create_cq(
 /// EBUSY while QPs use it.
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
-    // the release closure runs inside it on that live object, once.
+    // the closures run inside it on that live object, the last once.
     unsafe {
         destroy(
             "ibv_destroy_cq",
-            cq,
-            |q| q.handle,
-            |e, h| e.destroy_cq(h),
-            |c, cq, h| {
+            cq.cast::<Cq>(),
+            |q| ptr::addr_of_mut!((*q).cq),
+            softrdma::Cq::destroy,
+            |c, cq| {
+                let (h, channel) = ((*cq).ibv.handle, (*cq).ibv.channel);
                 c.objects().cqs.remove(&h);
-                // A live CQ (its channel, if any, outlives it), freed once.
-                let channel = (*cq).channel;
+                // Its channel, if any, outlives it.
                 if !channel.is_null() {
-                    c.dev.unbind_cq_channel(h);
                     AtomicU32::from_ptr(ptr::addr_of_mut!((*channel).refcnt).cast())
                         .fetch_sub(1, Ordering::Relaxed);
                 }
@@ -308,7 +342,7 @@ pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
 }
 
 thread_local! {
-    /// Completions on their way from the engine to the caller's array.
+    /// Completions on their way from softrdma to the caller's array.
     static WCS: RefCell<Vec<WorkCompletion>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -325,10 +359,13 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
         if num_entries <= 0 {
             return 0;
         }
-        // SAFETY: a live CQ; wc has room for num_entries entries.
+        // SAFETY: a live CQ (a Cq object); wc has room for num_entries
+        // entries.
         unsafe {
-            let c = ctx_of(cq);
-            let h = (*cq).handle;
+            let q = match live("ibv_poll_cq", &(*cq.cast::<Cq>()).cq) {
+                Ok(q) => q,
+                Err(n) => return -n,
+            };
             WCS.with(|cell| {
                 let mut v = cell.borrow_mut();
                 v.clear();
@@ -343,7 +380,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
                 // same receive batch as the ACK this poll waits for, and a
                 // WRITE that comes later is served by the background thread
                 // once the program has stopped polling for its window.
-                match c.dev.poll_cq(h, num_entries as usize, &mut v, true) {
+                match q.poll(&mut v, num_entries as usize) {
                     Ok(n) => {
                         for (i, w) in v.iter().take(n).enumerate() {
                             wc.add(i).write(convert::wc(w));
@@ -363,16 +400,15 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
         if cq.is_null() {
             return libc::EINVAL;
         }
-        // SAFETY: a live CQ.
-        unsafe {
-            let h = (*cq).handle;
-            match ctx_of(cq)
-                .dev
-                .with_engine(|e, _| e.req_notify_cq(h, solicited_only != 0))
-            {
-                Ok(()) => 0,
-                Err(e) => fail("ibv_req_notify_cq", &e),
-            }
+        const VERB: &str = "ibv_req_notify_cq";
+        // SAFETY: a live CQ (a Cq object).
+        let q = match live(VERB, unsafe { &(*cq.cast::<Cq>()).cq }) {
+            Ok(q) => q,
+            Err(n) => return n,
+        };
+        match q.req_notify(solicited_only != 0) {
+            Ok(()) => 0,
+            Err(e) => fail(VERB, &e),
         }
     })
 }
@@ -393,6 +429,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         // SAFETY: a live channel and context; out pointers are writable.
         unsafe {
             let ch = &*channel.cast::<Chan>();
+            let Ok(soft) = live("ibv_get_cq_event", &ch.ch) else {
+                return -1;
+            };
             let c = Ctx::from_ptr(ch.ibv.context);
             let fd = ch.ibv.fd;
             loop {
@@ -401,7 +440,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                     // Drain before looking: a later event signals again.
                     ffi::drain_eventfd(fd);
                 }
-                while let Some(h) = ch.ch.try_get_event() {
+                while let Some(h) = soft.try_get_event() {
                     // An event of a CQ destroyed since is dropped.
                     let Some(cq) = c.lookup(|o| o.cqs.get(&h).copied()) else {
                         continue;
@@ -450,23 +489,21 @@ pub unsafe extern "C" fn ibv_create_srq(
             fail_with("ibv_create_srq", libc::EINVAL, "NULL pd or attributes");
             return null_mut();
         }
-        // SAFETY: a live PD; init is readable and writable.
+        // SAFETY: a live PD (a Pd object); init is readable.
         unsafe {
             let c = ctx_of(pd);
+            let Ok(p) = live("ibv_create_srq", &(*pd.cast::<Pd>()).pd) else {
+                return null_mut();
+            };
             let a = (*init).attr;
-            let p = (*pd).handle;
-            let r = c.dev.with_engine(|e, _| {
-                e.create_srq(
-                    p,
-                    SrqInit {
-                        max_wr: a.max_wr,
-                        max_sge: a.max_sge,
-                        limit: a.srq_limit,
-                    },
-                )
+            let r = p.create_srq_with(SrqInit {
+                max_wr: a.max_wr,
+                max_sge: a.max_sge,
+                limit: a.srq_limit,
             });
             match r {
-                Ok(handle) => {
+                Ok(soft) => {
+                    let handle = soft.handle();
                     let srq = objects::leak(Srq {
                         ibv: ibv_srq {
                             context: c.as_ibv(),
@@ -477,9 +514,8 @@ pub unsafe extern "C" fn ibv_create_srq(
                             cond: objects::new_cond(),
                             events_completed: 0,
                         },
+                        srq: Some(soft),
                         attr: Mutex::new(a),
-                        max_wr: a.max_wr,
-                        max_sge: a.max_sge,
                     });
                     c.objects().srqs.insert(handle, srq as usize);
                     srq.cast()
@@ -520,12 +556,12 @@ pub unsafe extern "C" fn ibv_modify_srq(
         // SAFETY: a live SRQ (a Srq object); attr is readable.
         unsafe {
             let s = &*srq.cast::<Srq>();
+            let soft = match live("ibv_modify_srq", &s.srq) {
+                Ok(q) => q,
+                Err(n) => return n,
+            };
             let limit = (*attr).srq_limit;
-            let h = s.ibv.handle;
-            match ctx_of(srq)
-                .dev
-                .with_engine(|e, _| e.arm_srq_limit(h, limit))
-            {
+            match soft.arm_limit(limit) {
                 Ok(()) => {
                     s.attr.lock().unwrap_or_else(|e| e.into_inner()).srq_limit = limit;
                     0
@@ -553,23 +589,70 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
 /// EBUSY while QPs use it.
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
-    // the release closure runs inside it on that live object, once.
+    // the closures run inside it on that live object, the last once.
     unsafe {
         destroy(
             "ibv_destroy_srq",
-            srq,
-            |q| q.handle,
-            |e, h| e.destroy_srq(h),
-            |c, srq, h| {
-                c.objects().srqs.remove(&h);
-                // A live Srq object, freed once.
-                objects::free(srq.cast::<Srq>());
+            srq.cast::<Srq>(),
+            |q| ptr::addr_of_mut!((*q).srq),
+            softrdma::Srq::destroy,
+            |c, srq| {
+                c.objects().srqs.remove(&(*srq).ibv.handle);
+                objects::free(srq);
             },
         )
     }
 }
 
 // ----- queue pairs -----
+
+/// The softrdma CQ behind a C CQ, or EINVAL.
+///
+/// # Safety
+/// `cq` is NULL or a live CQ of this library.
+unsafe fn soft_cq<'a>(verb: &str, cq: *mut ibv_cq) -> Result<&'a softrdma::Cq, c_int> {
+    if cq.is_null() {
+        return Err(fail_with(
+            verb,
+            libc::EINVAL,
+            "send_cq and recv_cq are required",
+        ));
+    }
+    // SAFETY: per the contract, a live Cq object.
+    live(verb, unsafe { &(*cq.cast::<Cq>()).cq })
+}
+
+/// Creates the softrdma QP that `a` describes.
+///
+/// # Safety
+/// `pd` is a live PD; the CQs and SRQ of `a` are NULL or live objects.
+unsafe fn new_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<softrdma::Qp, c_int> {
+    const VERB: &str = "ibv_create_qp";
+    // SAFETY: per the contract.
+    let (p, scq, rcq) = unsafe {
+        (
+            live(VERB, &(*pd.cast::<Pd>()).pd)?,
+            soft_cq(VERB, a.send_cq)?,
+            soft_cq(VERB, a.recv_cq)?,
+        )
+    };
+    let Some(qp_type) = QpType::from_ibv(a.qp_type) else {
+        return Err(fail_with(
+            VERB,
+            libc::EOPNOTSUPP,
+            &format!("QP type {} (softrdma has RC, UC and UD)", a.qp_type),
+        ));
+    };
+    let mut b = p
+        .create_qp(qp_type, scq, rcq)
+        .cap(convert::qp_cap(&a.cap))
+        .sq_sig_all(a.sq_sig_all != 0);
+    if !a.srq.is_null() {
+        // SAFETY: per the contract, a live Srq object.
+        b = b.srq(live(VERB, unsafe { &(*a.srq.cast::<Srq>()).srq })?);
+    }
+    b.build().map_err(|e| fail(VERB, &e))
+}
 
 pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
@@ -585,67 +668,45 @@ pub unsafe extern "C" fn ibv_create_qp(
         unsafe {
             let c = ctx_of(pd);
             let a = &mut *init;
-            if a.send_cq.is_null() || a.recv_cq.is_null() {
-                fail_with(
-                    "ibv_create_qp",
-                    libc::EINVAL,
-                    "send_cq and recv_cq are required",
-                );
-                return null_mut();
-            }
-            let Some(qp_type) = QpType::from_ibv(a.qp_type) else {
-                fail_with(
-                    "ibv_create_qp",
-                    libc::EOPNOTSUPP,
-                    &format!("QP type {} (softrdma has RC, UC and UD)", a.qp_type),
-                );
+            let Ok(soft) = new_qp(pd, a) else {
                 return null_mut();
             };
-            let qi = QpInit {
-                pd: (*pd).handle,
-                qp_type,
-                send_cq: (*a.send_cq).handle,
-                recv_cq: (*a.recv_cq).handle,
-                srq: (!a.srq.is_null()).then(|| (*a.srq).handle),
-                cap: convert::qp_cap(&a.cap),
-                sq_sig_all: a.sq_sig_all != 0,
-            };
-            let r = c.dev.with_engine(|e, _| {
-                let qpn = e.create_qp(qi)?;
-                let cap = e.query_qp(qpn).map(|(_, i)| i.cap).unwrap_or(qi.cap);
-                Ok::<_, softrdma::VerbsError>((qpn, cap))
+            a.cap = convert::cap_to_c(&soft.cap());
+            let qpn = soft.qpn();
+            let qp = objects::leak(Qp {
+                ibv: ibv_qp {
+                    context: c.as_ibv(),
+                    qp_context: a.qp_context,
+                    pd,
+                    send_cq: a.send_cq,
+                    recv_cq: a.recv_cq,
+                    srq: a.srq,
+                    handle: qpn,
+                    qp_num: qpn,
+                    state: 0,
+                    qp_type: a.qp_type,
+                    mutex: objects::new_mutex(),
+                    cond: objects::new_cond(),
+                    events_completed: 0,
+                },
+                qp: Some(soft),
             });
-            match r {
-                Ok((qpn, cap)) => {
-                    a.cap = convert::cap_to_c(&cap);
-                    let qp = objects::leak(Qp {
-                        ibv: ibv_qp {
-                            context: c.as_ibv(),
-                            qp_context: a.qp_context,
-                            pd,
-                            send_cq: a.send_cq,
-                            recv_cq: a.recv_cq,
-                            srq: a.srq,
-                            handle: qpn,
-                            qp_num: qpn,
-                            state: 0,
-                            qp_type: a.qp_type,
-                            mutex: objects::new_mutex(),
-                            cond: objects::new_cond(),
-                            events_completed: 0,
-                        },
-                        cap,
-                    });
-                    c.objects().qps.insert(qpn, qp as usize);
-                    qp.cast()
-                }
-                Err(e) => {
-                    fail("ibv_create_qp", &e);
-                    null_mut()
-                }
-            }
+            c.objects().qps.insert(qpn, qp as usize);
+            qp.cast()
         }
     })
+}
+
+/// The softrdma QP behind a C QP, read without making a reference to the
+/// `ibv_qp`, which the application may be reading (and `ibv_modify_qp`
+/// writing, its `state`) on another thread.
+///
+/// # Safety
+/// `qp` is a live QP of this library.
+unsafe fn soft_qp<'a>(verb: &str, qp: *mut ibv_qp) -> Result<&'a softrdma::Qp, c_int> {
+    // SAFETY: per the contract, a live Qp object; only its `qp` field is
+    // borrowed.
+    live(verb, unsafe { &*ptr::addr_of!((*qp.cast::<Qp>()).qp) })
 }
 
 /// `ibv_modify_qp`: the transition and attribute mask are checked as the
@@ -655,32 +716,29 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
+    const VERB: &str = "ibv_modify_qp";
     guard(libc::EIO, || {
         if qp.is_null() || attr.is_null() {
-            return fail_with("ibv_modify_qp", libc::EINVAL, "NULL argument");
+            return fail_with(VERB, libc::EINVAL, "NULL argument");
         }
         // SAFETY: a live QP; attr is readable.
         unsafe {
+            let soft = match soft_qp(VERB, qp) {
+                Ok(q) => q,
+                Err(n) => return n,
+            };
             let a = match convert::qp_attr(&*attr, mask) {
                 Ok(a) => a,
-                Err(why) => return fail_with("ibv_modify_qp", libc::EINVAL, &why),
+                Err(why) => return fail_with(VERB, libc::EINVAL, &why),
             };
-            let qpn = (*qp).qp_num;
-            let c = ctx_of(qp);
-            let r = c.dev.with_engine(|e, now| {
-                e.modify_qp(now, qpn, &a, softrdma::AttrMask(mask as u32))?;
-                Ok::<_, softrdma::VerbsError>(e.qp_state(qpn))
-            });
-            match r {
-                Ok(state) => {
-                    // Same-host peers see the new state (direct operations).
-                    c.dev.publish_qp(qpn);
-                    if let Some(s) = state {
-                        (*qp).state = s.to_ibv();
-                    }
+            // Same-host peers see the new state: softrdma takes back the
+            // grants it no longer allows.
+            match soft.modify(&a, softrdma::AttrMask(mask as u32)) {
+                Ok(()) => {
+                    (*qp).state = soft.state().to_ibv();
                     0
                 }
-                Err(e) => fail("ibv_modify_qp", &e),
+                Err(e) => fail(VERB, &e),
             }
         }
     })
@@ -694,52 +752,53 @@ pub unsafe extern "C" fn ibv_query_qp(
     _mask: c_int,
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
+    const VERB: &str = "ibv_query_qp";
     guard(libc::EIO, || {
         if qp.is_null() || attr.is_null() {
-            return fail_with("ibv_query_qp", libc::EINVAL, "NULL argument");
+            return fail_with(VERB, libc::EINVAL, "NULL argument");
         }
         // SAFETY: a live QP; attr and init (if not NULL) are writable.
         unsafe {
-            let qpn = (*qp).qp_num;
-            match ctx_of(qp).dev.with_engine(|e, _| e.query_qp(qpn)) {
-                Ok((a, i)) => {
-                    attr.write(convert::qp_attr_to_c(&a));
-                    (*qp).state = a.qp_state.to_ibv();
-                    if !init.is_null() {
-                        init.write(ibv_qp_init_attr {
-                            qp_context: (*qp).qp_context,
-                            send_cq: (*qp).send_cq,
-                            recv_cq: (*qp).recv_cq,
-                            srq: (*qp).srq,
-                            cap: convert::cap_to_c(&i.cap),
-                            qp_type: i.qp_type.to_ibv(),
-                            sq_sig_all: c_int::from(i.sq_sig_all),
-                        });
-                    }
-                    0
-                }
-                Err(e) => fail("ibv_query_qp", &e),
+            let soft = match soft_qp(VERB, qp) {
+                Ok(q) => q,
+                Err(n) => return n,
+            };
+            let a = match soft.query() {
+                Ok(a) => a,
+                Err(e) => return fail(VERB, &e),
+            };
+            attr.write(convert::qp_attr_to_c(&a));
+            (*qp).state = a.qp_state.to_ibv();
+            if !init.is_null() {
+                init.write(ibv_qp_init_attr {
+                    qp_context: (*qp).qp_context,
+                    send_cq: (*qp).send_cq,
+                    recv_cq: (*qp).recv_cq,
+                    srq: (*qp).srq,
+                    cap: convert::cap_to_c(&soft.cap()),
+                    qp_type: soft.qp_type().to_ibv(),
+                    sq_sig_all: c_int::from(soft.sq_sig_all()),
+                });
             }
+            0
         }
     })
 }
 
-/// Outstanding work is discarded without completions.
+/// Outstanding work is discarded without completions; same-host peers
+/// lose what they were granted through the QP (softrdma's `Qp::destroy`).
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
-    // the release closure runs inside it on that live object, once.
+    // the closures run inside it on that live object, the last once.
     unsafe {
         destroy(
             "ibv_destroy_qp",
-            qp,
-            |q| q.qp_num,
-            |e, qpn| e.destroy_qp(qpn),
-            |c, qp, qpn| {
-                // Withdrawn from same-host peers.
-                c.dev.publish_qp(qpn);
-                c.objects().qps.remove(&qpn);
-                // A live Qp object, freed once.
-                objects::free(qp.cast::<Qp>());
+            qp.cast::<Qp>(),
+            |q| ptr::addr_of_mut!((*q).qp),
+            softrdma::Qp::destroy,
+            |c, qp| {
+                c.objects().qps.remove(&(*qp).ibv.qp_num);
+                objects::free(qp);
             },
         )
     }
@@ -761,35 +820,45 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
 /// # Safety
 /// `pd` is a live PD.
 unsafe fn create_ah(pd: *mut ibv_pd, a: &softrdma::AhAttr) -> *mut ibv_ah {
-    // SAFETY: per the contract.
-    unsafe {
-        let c = ctx_of(pd);
-        let p = (*pd).handle;
-        match c.dev.with_engine(|e, _| e.create_ah(p, *a)) {
-            Ok(handle) => objects::leak(ibv_ah {
-                context: c.as_ibv(),
-                pd,
-                handle,
-            }),
-            Err(e) => {
-                fail("ibv_create_ah", &e);
-                null_mut()
-            }
+    // SAFETY: per the contract, a live Pd object.
+    let p = unsafe { &*pd.cast::<Pd>() };
+    let Ok(soft) = live("ibv_create_ah", &p.pd) else {
+        return null_mut();
+    };
+    match soft.create_ah_attr(*a) {
+        Ok(ah) => {
+            let a = objects::leak(Ah {
+                ibv: ibv_ah {
+                    context: p.ibv.context,
+                    pd,
+                    handle: ah.handle(),
+                },
+                ah: Some(ah),
+            });
+            // SAFETY: a live PD, per the contract.
+            unsafe { ctx_of(pd) }.objects().ahs.insert(a as usize);
+            a.cast()
+        }
+        Err(e) => {
+            fail("ibv_create_ah", &e);
+            null_mut()
         }
     }
 }
 
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
-    // the release closure runs inside it on that live object, once.
+    // the closures run inside it on that live object, the last once.
     unsafe {
         destroy(
             "ibv_destroy_ah",
-            ah,
-            |a| a.handle,
-            |e, h| e.destroy_ah(h),
-            // A live AH, freed once.
-            |_, ah, _| objects::free(ah),
+            ah.cast::<Ah>(),
+            |a| ptr::addr_of_mut!((*a).ah),
+            softrdma::Ah::destroy,
+            |c, ah| {
+                c.objects().ahs.remove(&(ah as usize));
+                objects::free(ah);
+            },
         )
     }
 }
@@ -957,8 +1026,8 @@ unsafe fn gather_inline(sg: &[Sge], out: &mut Vec<u8>) {
 
 /// What `post_send` needs to know of its QP.
 #[derive(Clone, Copy)]
-struct SendQueue {
-    qpn: u32,
+struct SendQueue<'a> {
+    qp: &'a softrdma::Qp,
     ud: bool,
     cap: softrdma::QpCap,
 }
@@ -985,19 +1054,20 @@ pub unsafe extern "C" fn post_send(
             if wr.is_null() {
                 return fail_with("ibv_post_send", libc::EINVAL, "empty WR list");
             }
-            let c = ctx_of(qp);
+            let soft = match soft_qp("ibv_post_send", qp) {
+                Ok(q) => q,
+                Err(n) => return n,
+            };
             let q = SendQueue {
-                qpn: (*qp).qp_num,
-                ud: (*qp).qp_type == QpType::Ud.to_ibv(),
-                // Fixed at creation; read through the raw pointer, as
-                // ibv_modify_qp may write `state` meanwhile.
-                cap: (*qp.cast::<Qp>()).cap,
+                qp: soft,
+                ud: soft.qp_type() == QpType::Ud,
+                cap: soft.cap(),
             };
             let mut cur = wr;
             let mut posted = 0u32;
             while !cur.is_null() {
                 let room = posted < q.cap.max_send_wr;
-                if let Err(n) = post_one(c, q, &*cur, room) {
+                if let Err(n) = post_one(q, &*cur, room) {
                     *bad_wr = cur;
                     return n;
                 }
@@ -1015,18 +1085,18 @@ thread_local! {
 }
 
 /// Posts one send WR, after checking it against the QP's limits (`room`:
-/// this call has not yet posted `max_send_wr` WRs): a WRITE, READ or
-/// atomic to a same-host peer is done directly in its memory when softrdma
-/// can (docs/shm.md), anything else goes to the engine (a direct
-/// completion raises its CQ event at once).
+/// this call has not yet posted `max_send_wr` WRs), with softrdma's
+/// `Qp::post_send` (which does a WRITE, READ or atomic to a same-host peer
+/// directly in its memory when it can, docs/shm.md) or, for
+/// IBV_SEND_INLINE, `Qp::post_send_inline`.
 ///
 /// # Safety
 /// `w` is readable, its SGE list holds `num_sge` SGEs if that passes the
 /// checks, and its AH (UD) is live.
-unsafe fn post_one(c: &Ctx, q: SendQueue, w: &ibv_send_wr, room: bool) -> Result<(), c_int> {
+unsafe fn post_one(q: SendQueue, w: &ibv_send_wr, room: bool) -> Result<(), c_int> {
     let mut sg = SEND_SGES.with(|v| std::mem::take(&mut *v.borrow_mut()));
     // SAFETY: per the contract.
-    let r = unsafe { post_one_with(c, q, w, room, &mut sg) };
+    let r = unsafe { post_one_with(q, w, room, &mut sg) };
     SEND_SGES.with(|v| *v.borrow_mut() = sg);
     r
 }
@@ -1036,7 +1106,6 @@ unsafe fn post_one(c: &Ctx, q: SendQueue, w: &ibv_send_wr, room: bool) -> Result
 /// # Safety
 /// As [`post_one`].
 unsafe fn post_one_with(
-    c: &Ctx,
     q: SendQueue,
     w: &ibv_send_wr,
     room: bool,
@@ -1096,7 +1165,6 @@ unsafe fn post_one_with(
         None
     };
     let sg = std::mem::take(buf);
-    let qpn = q.qpn;
     let mut swr = SendWr {
         wr_id: w.wr_id,
         op,
@@ -1104,28 +1172,17 @@ unsafe fn post_one_with(
         flags,
         ud,
     };
-    let direct = matches!(
-        op,
-        SendOp::Write { .. }
-            | SendOp::Read { .. }
-            | SendOp::CompareSwap { .. }
-            | SendOp::FetchAdd { .. }
-    ) && !inline_op
-        && ud.is_none();
-    let r = if direct && c.dev.try_direct(qpn, &swr) {
-        Ok(())
-    } else if inline_op {
+    let r = if inline_op {
         INLINE.with(|buf| {
             let mut data = buf.borrow_mut();
             // SAFETY: per the contract, the SGEs describe readable memory
             // (at most max_inline_data bytes, checked above).
             unsafe { gather_inline(&swr.sg_list, &mut data) };
             swr.sg_list.clear();
-            c.dev
-                .with_engine(|e, now| e.post_send_inline(now, qpn, &swr, &data))
+            q.qp.post_send_inline(&swr, &data)
         })
     } else {
-        c.dev.with_engine(|e, now| e.post_send(now, qpn, &swr))
+        q.qp.post_send(&swr)
     };
     *buf = swr.sg_list;
     r.map_err(|err| fail(VERB, &err))
@@ -1144,61 +1201,89 @@ struct RecvQueue {
     max_sge: (&'static str, u32),
 }
 
-/// Posts a receive list: each WR is refused with ENOMEM once the call has
-/// posted `q.max_wr` WRs, then with EINVAL when its `num_sge` is over the
-/// limit (rxe's order), before its SGEs are read; `*bad_wr` is the WR that
-/// failed, and nothing after it is read.
+/// Where a receive list stands while softrdma takes its WRs (see
+/// [`post_recv_list`]).
+struct RecvWalk {
+    /// The next WR to read.
+    cur: *mut ibv_recv_wr,
+    /// The last WR read: the one refused, when one is.
+    last: *mut ibv_recv_wr,
+    /// WRs handed out so far.
+    taken: u32,
+    /// The errno of a WR refused by the checks here (before softrdma saw it).
+    refused: Option<c_int>,
+}
+
+impl RecvWalk {
+    /// The next WR of the list as softrdma's, unless the list ended or
+    /// this WR fails the checks: ENOMEM once `q.max_wr` were taken, then
+    /// EINVAL for a bad `num_sge` (rxe's order), before its SGEs are read.
+    ///
+    /// # Safety
+    /// `cur` is NULL or a readable receive WR, with the SGEs its num_sge
+    /// counts when that passes, whose `next` is the same.
+    unsafe fn next_wr(&mut self, verb: &str, q: RecvQueue) -> Option<RecvWr> {
+        if self.cur.is_null() || self.refused.is_some() {
+            return None;
+        }
+        // SAFETY: per the contract.
+        let w = unsafe { &*self.cur };
+        self.last = self.cur;
+        if self.taken >= q.max_wr {
+            self.refused = Some(fail_with(
+                verb,
+                libc::ENOMEM,
+                &format!("the list is longer than the queue ({} WRs)", q.max_wr),
+            ));
+            return None;
+        }
+        let mut sg_list = Vec::new();
+        // SAFETY: per the contract; the count is checked first.
+        if let Err(n) = unsafe { sges_into(verb, w.sg_list, w.num_sge, q.max_sge, &mut sg_list) } {
+            self.refused = Some(n);
+            return None;
+        }
+        self.taken += 1;
+        self.cur = w.next;
+        Some(RecvWr {
+            wr_id: w.wr_id,
+            sg_list,
+        })
+    }
+}
+
+/// Posts a receive list with `post` (softrdma's `post_recv_list` of a QP
+/// or SRQ), which takes the WRs one by one under the device's lock: the
+/// list is read no further than the WR that failed, the checks here or
+/// softrdma's, and `*bad_wr` is that WR.
 ///
 /// # Safety
 /// `wr` is a NULL-terminated list of readable receive WRs, each with the
 /// SGEs its num_sge counts when that passes; `bad_wr` is writable.
 unsafe fn post_recv_list(
     verb: &str,
-    c: &Ctx,
     q: RecvQueue,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
-    post: impl Fn(&mut softrdma_engine::Engine, &RecvWr) -> Result<(), softrdma::VerbsError>,
+    post: impl FnOnce(&mut dyn Iterator<Item = RecvWr>) -> Result<usize, (usize, softrdma::Error)>,
 ) -> c_int {
-    // SAFETY: per the contract.
-    unsafe {
-        let (err, bad) = c.dev.with_engine(|e, _| {
-            let mut cur = wr;
-            let mut posted = 0u32;
-            while !cur.is_null() {
-                let w = &*cur;
-                let r = if posted >= q.max_wr {
-                    Err(fail_with(
-                        verb,
-                        libc::ENOMEM,
-                        &format!("the list is longer than the queue ({} WRs)", q.max_wr),
-                    ))
-                } else {
-                    let mut sg_list = Vec::new();
-                    sges_into(verb, w.sg_list, w.num_sge, q.max_sge, &mut sg_list).and_then(|()| {
-                        post(
-                            e,
-                            &RecvWr {
-                                wr_id: w.wr_id,
-                                sg_list,
-                            },
-                        )
-                        .map_err(|err| fail(verb, &err))
-                    })
-                };
-                if let Err(n) = r {
-                    return (n, cur);
-                }
-                posted += 1;
-                cur = w.next;
-            }
-            (0, null_mut())
-        });
-        if err != 0 {
-            *bad_wr = bad;
-        }
-        err
+    let mut walk = RecvWalk {
+        cur: wr,
+        last: null_mut(),
+        taken: 0,
+        refused: None,
+    };
+    // SAFETY: per the contract, each `next` is NULL or the same.
+    let r = post(&mut std::iter::from_fn(|| unsafe { walk.next_wr(verb, q) }));
+    let err = match r {
+        Err((_, e)) => fail(verb, &e),
+        Ok(_) => walk.refused.unwrap_or(0),
+    };
+    if err != 0 {
+        // SAFETY: writable, per the contract.
+        unsafe { *bad_wr = walk.last };
     }
+    err
 }
 
 /// `ctx->ops.post_recv`. As rxe: a NULL `bad_wr` or an empty list is
@@ -1225,14 +1310,17 @@ pub unsafe extern "C" fn post_recv(
                 *bad_wr = wr;
                 return fail_with(VERB, libc::EINVAL, "the QP uses an SRQ; post to the SRQ");
             }
-            let qpn = (*qp).qp_num;
+            let soft = match soft_qp(VERB, qp) {
+                Ok(q) => q,
+                Err(n) => return n,
+            };
             // Fixed at creation (see post_send).
-            let cap = (*qp.cast::<Qp>()).cap;
+            let cap = soft.cap();
             let q = RecvQueue {
                 max_wr: cap.max_recv_wr,
                 max_sge: ("max_recv_sge", cap.max_recv_sge),
             };
-            post_recv_list(VERB, ctx_of(qp), q, wr, bad_wr, |e, r| e.post_recv(qpn, r))
+            post_recv_list(VERB, q, wr, bad_wr, |wrs| soft.post_recv_list(wrs))
         }
     })
 }
@@ -1256,15 +1344,15 @@ pub unsafe extern "C" fn post_srq_recv(
             if wr.is_null() {
                 return 0;
             }
-            let h = (*srq).handle;
-            let s = srq.cast::<Srq>();
-            let q = RecvQueue {
-                max_wr: (*s).max_wr,
-                max_sge: ("max_sge", (*s).max_sge),
+            let soft = match live(VERB, &*ptr::addr_of!((*srq.cast::<Srq>()).srq)) {
+                Ok(s) => s,
+                Err(n) => return n,
             };
-            post_recv_list(VERB, ctx_of(srq), q, wr, bad_wr, |e, r| {
-                e.post_srq_recv(h, r)
-            })
+            let q = RecvQueue {
+                max_wr: soft.max_wr(),
+                max_sge: ("max_sge", soft.max_sge()),
+            };
+            post_recv_list(VERB, q, wr, bad_wr, |wrs| soft.post_recv_list(wrs))
         }
     })
 }

@@ -1,40 +1,165 @@
-//! A CRC-32 (the Ethernet/zlib polynomial, reflected) folded in 256-byte
-//! blocks, with its folding state kept wide until the end, for the ICRC.
+//! The CRC-32 behind the ICRC (the Ethernet/zlib polynomial, reflected: the
+//! CRC `crc32fast` computes), folded in one pass with its state kept wide
+//! until the end, on every CPU class.
 //!
-//! `crc32fast` folds with VPCLMULQDQ as fast as this does, but each of its
-//! `update` calls ends by collapsing its streams and reducing to 32 bits:
-//! the ICRC, taken as two updates (the 40 or 60 pseudo-header bytes, then
-//! the packet), pays that twice, and the short first update is a chain of
+//! `crc32fast` folds as fast as the kernels here, but each of its `update`
+//! calls ends by collapsing its streams and reducing to 32 bits: the ICRC,
+//! taken as two updates (the 40 or 60 pseudo-header bytes, then the
+//! packet), pays that twice, and the short first update is a chain of
 //! dependent multiplies on its own; a length that is not a whole number of
-//! its blocks ends in a byte-wise tail. Here [`checksum`] pads the input at
-//! the front with zeros to whole 256-byte blocks (the pseudo-header and the
-//! start of the packet form the first one or two), folds them into four
-//! 512-bit accumulators and collapses those once (as a tree). On CPUs
-//! without AVX-512F and VPCLMULQDQ it is `crc32fast` throughout. Results
-//! are identical either way (tested against `crc32fast` below and in
-//! `icrc`).
+//! its blocks ends in a serial tail. Here the input is padded at the front
+//! with zeros to whole blocks (the pseudo-header and the start of the
+//! packet form the first one or two, built in a buffer and folded last:
+//! see `x86.rs`), folded, and collapsed once. Inputs of 32 to 511 bytes
+//! take one pass of the 128-bit kernel on every x86 path.
 //!
-//! The fold constants for a fold by `D` bits are the pair
-//! `(reflect(x^(D+32) mod P) << 1, reflect(x^(D-32) mod P) << 1)`, as in
-//! `crc32fast` and the Intel paper it follows.
+//! Which kernel runs is a [`Path`], chosen once per process: the widest the
+//! CPU has (see [`Path::detect`]), or the one `SOFTRDMA_CRC32` names
+//! (`avx512`, `avx2`, `pclmul`, `portable`) if the CPU has it, or one set
+//! by [`force`] (tests and benchmarks, to measure on one machine what
+//! another CPU class would run). Every path gives the same CRC (tested
+//! below against `crc32fast`, and in `tests/crc32_paths.rs`).
 
 #![allow(unsafe_code)]
 
-/// Bytes per block.
-pub(crate) const BLOCK: usize = 256;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// The longest head the folding kernels take in their first blocks.
+const MAX_HEAD: usize = 256;
+
+/// The shortest input the 128-bit kernel takes in one pass (below, and on
+/// [`Path::Portable`], `crc32fast`).
+const SHORT_MIN: usize = 32;
+
+/// A CRC-32 implementation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// 512-bit VPCLMULQDQ folding (x86-64 with AVX-512F and VPCLMULQDQ).
+    Avx512,
+    /// 256-bit VPCLMULQDQ folding (x86-64 with AVX2 and VPCLMULQDQ and no
+    /// AVX-512, such as AMD Zen 3).
+    Avx2,
+    /// 128-bit PCLMULQDQ folding (x86-64 with PCLMULQDQ and SSE4.1).
+    Pclmul,
+    /// `crc32fast` throughout, with whatever kernel it picks for the CPU
+    /// (on AArch64 its CRC32/PMULL code, on CPUs without carry-less
+    /// multiply its table-driven code).
+    Portable,
+}
+
+impl Path {
+    /// Every path, widest first.
+    pub const ALL: [Path; 4] = [Path::Avx512, Path::Avx2, Path::Pclmul, Path::Portable];
+
+    /// The name `SOFTRDMA_CRC32` takes.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Path::Avx512 => "avx512",
+            Path::Avx2 => "avx2",
+            Path::Pclmul => "pclmul",
+            Path::Portable => "portable",
+        }
+    }
+
+    /// The path called `name` ([`Path::name`]), if any.
+    pub fn from_name(name: &str) -> Option<Path> {
+        Path::ALL.into_iter().find(|p| p.name() == name.trim())
+    }
+
+    /// Whether this CPU has every feature the path's kernel uses.
+    pub fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self {
+                Path::Avx512 => x86::has_avx512(),
+                Path::Avx2 => x86::has_avx2(),
+                Path::Pclmul => x86::has_pclmul(),
+                Path::Portable => true,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Path::Portable
+        }
+    }
+
+    /// The widest path this CPU supports.
+    pub fn detect() -> Path {
+        Path::ALL
+            .into_iter()
+            .find(|p| p.supported())
+            .unwrap_or(Path::Portable)
+    }
+
+    /// Bytes per folding block, and the shortest input (head and body) the
+    /// kernel takes: below it `crc32fast` is as fast. `None` for
+    /// [`Path::Portable`].
+    const fn kernel(self) -> Option<(usize, usize)> {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => Some((x86::avx512::BLOCK, 2 * x86::avx512::BLOCK)),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => Some((x86::avx2::BLOCK, 2 * x86::avx2::BLOCK)),
+            #[cfg(target_arch = "x86_64")]
+            Path::Pclmul => Some((x86::pclmul::BLOCK, 2 * x86::pclmul::BLOCK)),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The chosen path (an index into [`Path::ALL`]), or `UNSET`.
+static ACTIVE: AtomicU8 = AtomicU8::new(UNSET);
+const UNSET: u8 = u8::MAX;
+
+/// The path every CRC in this process takes: the one [`force`]d last, else
+/// the one `SOFTRDMA_CRC32` names if the CPU supports it, else
+/// [`Path::detect`]. Chosen on first use; always a supported path.
+pub fn active() -> Path {
+    match Path::ALL.get(usize::from(ACTIVE.load(Ordering::Relaxed))) {
+        Some(&p) => p,
+        None => {
+            let p = std::env::var("SOFTRDMA_CRC32")
+                .ok()
+                .and_then(|s| Path::from_name(&s))
+                .filter(|p| p.supported())
+                .unwrap_or_else(Path::detect);
+            store(p);
+            p
+        }
+    }
+}
+
+/// Makes `path` the one every later CRC takes, process-wide, if the CPU
+/// supports it (returns whether it does; if not, nothing changes). For
+/// tests and benchmarks: results are the same on every path, only speed
+/// differs.
+pub fn force(path: Path) -> bool {
+    let ok = path.supported();
+    if ok {
+        store(path);
+    }
+    ok
+}
+
+fn store(p: Path) {
+    let i = Path::ALL.iter().position(|&q| q == p).unwrap_or(0);
+    ACTIVE.store(i as u8, Ordering::Relaxed);
+}
 
 /// The CRC continuing from `crc` (as `crc32fast` takes it) over `head`
-/// then `body`.
-///
-/// With the wide fold the input is padded at the front with zero bytes up
-/// to whole blocks, the running value entering at the first real byte:
-/// leading zeros do not change a CRC taken that way, and nothing is left
-/// over for a short tail, so there is one reduction to 32 bits and no
-/// `crc32fast` pass for the tail. Elsewhere (or for short inputs) it is
-/// `crc32fast` over both.
+/// then `body`, on the [`active`] path.
 pub(crate) fn checksum(crc: u32, head: &[u8], body: &[u8]) -> u32 {
-    // SAFETY: a slice is valid for reads of its whole length.
-    unsafe { checksum_raw(crc, head, body.as_ptr(), body.len()) }
+    // SAFETY: `active` returns only supported paths; a slice is readable.
+    unsafe { on_path(active(), crc, head, body.as_ptr(), body.len(), Some(body)) }
 }
 
 /// [`checksum`] over a body given by address, for bytes that must not be
@@ -45,47 +170,80 @@ pub(crate) fn checksum(crc: u32, head: &[u8], body: &[u8]) -> u32 {
 /// # Safety
 /// `body` must be valid for reads of `len` bytes for the duration of the call.
 pub(crate) unsafe fn checksum_raw(crc: u32, head: &[u8], body: *const u8, len: usize) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    if head.len() + len >= 2 * BLOCK && (4..=BLOCK).contains(&head.len()) && wide::available() {
-        let total = head.len() + len;
-        let pad = (BLOCK - total % BLOCK) % BLOCK;
-        let h = head.len();
-        let mut first = [0u8; 2 * BLOCK];
-        first[pad..pad + h].copy_from_slice(head);
-        for (b, c) in first[pad..pad + 4].iter_mut().zip((!crc).to_le_bytes()) {
-            *b ^= c;
+    // SAFETY: `active` returns only supported paths; the body by the contract.
+    unsafe { on_path(active(), crc, head, body, len, None) }
+}
+
+/// [`checksum_raw`] on a given path (an unsupported one runs as
+/// [`Path::Portable`]): for tests that compare the paths.
+///
+/// # Safety
+/// As [`checksum_raw`].
+#[cfg(test)]
+pub(crate) unsafe fn checksum_raw_on(
+    path: Path,
+    crc: u32,
+    head: &[u8],
+    body: *const u8,
+    len: usize,
+) -> u32 {
+    let path = if path.supported() {
+        path
+    } else {
+        Path::Portable
+    };
+    // SAFETY: checked just above; the body by the contract.
+    unsafe { on_path(path, crc, head, body, len, None) }
+}
+
+/// The CRC over `head` then the `len` bytes at `body` on `path`, through
+/// its kernel where it has one and the input suits it, else `crc32fast`
+/// (over `slice`, the same bytes, when the caller may borrow them).
+///
+/// # Safety
+/// `path` is supported; `body` is readable for `len` bytes.
+unsafe fn on_path(
+    path: Path,
+    crc: u32,
+    head: &[u8],
+    body: *const u8,
+    len: usize,
+    slice: Option<&[u8]>,
+) -> u32 {
+    if let Some((block, min)) = path.kernel() {
+        // The kernels take a whole block from the body (after up to 4
+        // bytes that a short head takes into it).
+        if head.len() + len >= min && len >= block + 4 {
+            // SAFETY: passed on.
+            return unsafe { folded(path, crc, head, body, len) };
         }
-        // The padded input is a whole number of blocks, at least two: the
-        // first one or two are built here, `body` supplies the rest whole.
-        let first_len = if pad + h <= BLOCK { BLOCK } else { 2 * BLOCK };
-        let split = first_len - pad - h;
-        if split <= len {
-            // SAFETY: `body` is readable for `len >= split` bytes (caller's
-            // contract); `first` has room for them after the head.
-            unsafe {
-                std::ptr::copy_nonoverlapping(body, first[pad + h..].as_mut_ptr(), split);
-            }
-            let b0: &[u8; BLOCK] = first[..BLOCK].try_into().unwrap_or(&[0; BLOCK]);
-            // SAFETY: `available()` checked every feature these enable; the
-            // rest of the body, `len - split` bytes (a whole number of
-            // blocks) from `body + split`, is readable by the caller's contract.
-            return unsafe {
-                // The running value is already in the bytes: start from 0.
-                let mut acc = wide::begin(u32::MAX, b0);
-                wide::fold(
-                    &mut acc,
-                    first[BLOCK..first_len].as_ptr(),
-                    first_len - BLOCK,
-                );
-                wide::fold(&mut acc, body.add(split), len - split);
-                wide::collapse(&acc)
-            };
+        // Short inputs (a header and a little payload: ACKs, small
+        // messages) in one pass of the 128-bit kernel, which every x86
+        // path's CPU has.
+        #[cfg(target_arch = "x86_64")]
+        if head.len() + len >= SHORT_MIN && (4..=MAX_HEAD).contains(&head.len()) {
+            // SAFETY: `path` is an x86 path with a kernel, so the CPU has
+            // PCLMULQDQ and SSE4.1; the body as passed on.
+            return unsafe { padded(Path::Pclmul, crc, head, body, len) };
         }
     }
     let mut h = crc32fast::Hasher::new_with_initial(crc);
     h.update(head);
-    // Through a bounce buffer: no slice of the body is ever formed.
-    let mut chunk = [0u8; 512];
+    match slice {
+        Some(s) => h.update(s),
+        // SAFETY: passed on.
+        None => unsafe { update_raw(&mut h, body, len) },
+    }
+    h.finalize()
+}
+
+/// Feeds the `len` bytes at `body` to `h` through a bounce buffer: no
+/// slice of the body is ever formed.
+///
+/// # Safety
+/// `body` is readable for `len` bytes.
+unsafe fn update_raw(h: &mut crc32fast::Hasher, body: *const u8, len: usize) {
+    let mut chunk = [0u8; 4096];
     let mut done = 0;
     while done < len {
         let n = (len - done).min(chunk.len());
@@ -94,153 +252,92 @@ pub(crate) unsafe fn checksum_raw(crc: u32, head: &[u8], body: *const u8, len: u
         h.update(&chunk[..n]);
         done += n;
     }
-    h.finalize()
 }
 
-#[cfg(target_arch = "x86_64")]
-mod wide {
-    use super::BLOCK;
-    use core::arch::x86_64::*;
-
-    // Fold constants (see the module comment), low then high quadword.
-    const K128: (i64, i64) = (0x1751997d0, 0x0ccaa009e);
-    const K256: (i64, i64) = (0x0f1da05aa, 0x15a546366);
-    const K384: (i64, i64) = (0x03db1ecdc, 0x174359406);
-    const K512: (i64, i64) = (0x154442bd4, 0x1c6e41596);
-    const K1024: (i64, i64) = (0x1e88ef372, 0x14a7fe880);
-    const K2048: (i64, i64) = (0x11542778a, 0x1322d1430);
-    const K5: i64 = 0x163cd6124;
-    const P_X: i64 = 0x1DB710641;
-    const U_PRIME: i64 = 0x1F7011641;
-
-    /// AVX-512F and VPCLMULQDQ (with PCLMULQDQ and SSE4.1 for the final
-    /// reduction) are present. `std` caches the detection.
-    #[inline]
-    pub(super) fn available() -> bool {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("vpclmulqdq")
-            && std::is_x86_feature_detected!("pclmulqdq")
-            && std::is_x86_feature_detected!("sse4.1")
+/// [`on_path`] through `path`'s kernel. A head of fewer than 4 bytes takes
+/// its first body bytes into it (the running value enters through the
+/// first 4 bytes); a head longer than [`MAX_HEAD`] goes first on its own.
+///
+/// # Safety
+/// As [`on_path`], and `path` has a kernel whose block the body, less 4
+/// bytes, still holds.
+unsafe fn folded(path: Path, crc: u32, head: &[u8], body: *const u8, len: usize) -> u32 {
+    if head.len() > MAX_HEAD {
+        let (a, b) = head.split_at(MAX_HEAD);
+        // SAFETY: a slice is readable; `path` unchanged. `on_path` takes
+        // any length (short ones to `crc32fast`).
+        let crc = unsafe { on_path(path, crc, a, b.as_ptr(), b.len(), Some(b)) };
+        // SAFETY: passed on.
+        return unsafe { on_path(path, crc, &[], body, len, None) };
     }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn load(b: &[u8]) -> __m512i {
-        let b: &[u8; 64] = b[..64].try_into().unwrap_or(&[0; 64]);
-        // SAFETY: `b` is 64 readable bytes; an unaligned load has no other requirement.
-        unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
+    if head.len() < 4 {
+        let (h, k) = (head.len(), (4 - head.len()).min(len));
+        let mut four = [0u8; 4];
+        four[..h].copy_from_slice(head);
+        // SAFETY: `k <= len` bytes of the body are readable.
+        unsafe { std::ptr::copy_nonoverlapping(body, four[h..].as_mut_ptr(), k) };
+        // SAFETY: the rest of the body, from `body + k`.
+        return unsafe { padded(path, crc, &four[..h + k], body.add(k), len - k) };
     }
+    // SAFETY: passed on.
+    unsafe { padded(path, crc, head, body, len) }
+}
 
-    /// 64 bytes from `p`.
-    ///
-    /// # Safety
-    /// `p` must be readable for 64 bytes.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn load_raw(p: *const u8) -> __m512i {
-        // SAFETY: the caller's contract; an unaligned load has no other requirement.
-        unsafe { _mm512_loadu_si512(p.cast()) }
+/// Runs `path`'s kernel over `head` (4 to [`MAX_HEAD`] bytes) then `body`,
+/// padded at the front with zero bytes to whole blocks, the running value
+/// XORed into the first real bytes: leading zeros do not change a CRC taken
+/// that way (the register starts at zero), and nothing is left over for a
+/// tail, so there is one reduction to 32 bits.
+///
+/// # Safety
+/// `path` is supported and has a kernel, `4 <= head.len() <= MAX_HEAD`,
+/// and `body` is readable for `len` bytes.
+unsafe fn padded(path: Path, crc: u32, head: &[u8], body: *const u8, len: usize) -> u32 {
+    let Some((block, _)) = path.kernel() else {
+        return crc; // unreachable: only paths with a kernel come here
+    };
+    let h = head.len();
+    let pad = (block - (h + len) % block) % block;
+    // The padded input is whole blocks: the first ones (the pad, the head
+    // and the start of the body) are built here, `body` supplies the rest.
+    // Fixed-size writes where possible (no `memset`/`memcpy` calls): zeros
+    // over the largest pad, the head, then a block of the body (or all of
+    // a shorter one).
+    let mut first = std::mem::MaybeUninit::<[u8; 3 * MAX_HEAD]>::uninit();
+    let f = first.as_mut_ptr().cast::<u8>();
+    // SAFETY: all writes land in `first`: pad < block <= MAX_HEAD, and
+    // pad + h + block <= 3 * MAX_HEAD; at most `len` body bytes are read.
+    unsafe {
+        std::ptr::write_bytes(f, 0, MAX_HEAD);
+        std::ptr::copy_nonoverlapping(head.as_ptr(), f.add(pad), h);
+        let w = f.add(pad).cast::<u32>();
+        w.write_unaligned(w.read_unaligned() ^ (!crc).to_le());
+        std::ptr::copy_nonoverlapping(body, f.add(pad + h), block.min(len));
     }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn keys512(k: (i64, i64)) -> __m512i {
-        _mm512_set_epi64(k.1, k.0, k.1, k.0, k.1, k.0, k.1, k.0)
-    }
-
-    /// `b ^ fold(a)`: each 128-bit lane of `a` moved forward by the distance `k` is for.
-    #[inline]
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
-    fn fold512(a: __m512i, b: __m512i, k: __m512i) -> __m512i {
-        let lo = _mm512_clmulepi64_epi128(a, k, 0x00);
-        let hi = _mm512_clmulepi64_epi128(a, k, 0x11);
-        // 0x96: three-way XOR.
-        _mm512_ternarylogic_epi64(lo, hi, b, 0x96)
-    }
-
-    /// The accumulators after `first`, starting from CRC value `crc`.
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
-    pub(super) fn begin(crc: u32, first: &[u8; BLOCK]) -> [__m512i; 4] {
-        let v0 = load(&first[0..]);
-        // The running CRC enters as the first 32 bits, inverted.
-        let v0 = _mm512_xor_si512(v0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(!crc as i32)));
-        [
-            v0,
-            load(&first[64..]),
-            load(&first[128..]),
-            load(&first[192..]),
-        ]
-    }
-
-    /// Folds the whole blocks of the `len` bytes at `data` into the accumulators.
-    ///
-    /// # Safety
-    /// `data` must be readable for `len` bytes.
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
-    pub(super) unsafe fn fold(acc: &mut [__m512i; 4], mut data: *const u8, mut len: usize) {
-        let [mut v0, mut v1, mut v2, mut v3] = *acc;
-        let k = keys512(K2048);
-        while len >= BLOCK {
-            // SAFETY: the next BLOCK bytes at `data` are readable (caller's contract).
-            unsafe {
-                v0 = fold512(v0, load_raw(data), k);
-                v1 = fold512(v1, load_raw(data.add(64)), k);
-                v2 = fold512(v2, load_raw(data.add(128)), k);
-                v3 = fold512(v3, load_raw(data.add(192)), k);
-                data = data.add(BLOCK);
-            }
-            len -= BLOCK;
+    let first_len = (pad + h).div_ceil(block) * block;
+    // The whole padded length is a multiple of `block` and at least
+    // `pad + h`, so at least `first_len`: the body has `split < block` bytes.
+    let split = first_len - pad - h;
+    let (rest, rest_len) = (body.wrapping_add(split), len - split);
+    // SAFETY: `path` is supported (caller's contract), so its kernel's
+    // features are present; `first` holds `first_len` initialised bytes
+    // and the remaining `rest_len` body bytes (whole blocks) are readable.
+    unsafe {
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => x86::avx512::run(f, first_len, rest, rest_len),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => x86::avx2::run(f, first_len, rest, rest_len),
+            #[cfg(target_arch = "x86_64")]
+            Path::Pclmul => x86::pclmul::run(f, first_len, rest, rest_len),
+            _ => crc,
         }
-        *acc = [v0, v1, v2, v3];
-    }
-
-    /// The CRC value of everything folded so far.
-    #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse4.1")]
-    pub(super) fn collapse(acc: &[__m512i; 4]) -> u32 {
-        let [v0, v1, v2, v3] = *acc;
-        // As a tree: v0 → v2 and v1 → v3 (128 bytes on), then the first into the second (64).
-        let k1024 = keys512(K1024);
-        let a = fold512(v0, v2, k1024);
-        let b = fold512(v1, v3, k1024);
-        let c = fold512(a, b, keys512(K512));
-        // Lanes 0, 1 and 2 moved onto lane 3 (48, 32 and 16 bytes on) in one multiply.
-        let k = _mm512_set_epi64(0, 0, K128.1, K128.0, K256.1, K256.0, K384.1, K384.0);
-        let lo = _mm512_clmulepi64_epi128(c, k, 0x00);
-        let hi = _mm512_clmulepi64_epi128(c, k, 0x11);
-        let last = _mm512_maskz_mov_epi64(0xC0, c);
-        let t = _mm512_ternarylogic_epi64(lo, hi, last, 0x96);
-        let x = _mm_xor_si128(
-            _mm_xor_si128(_mm512_castsi512_si128(t), _mm512_extracti32x4_epi32(t, 1)),
-            _mm_xor_si128(
-                _mm512_extracti32x4_epi32(t, 2),
-                _mm512_extracti32x4_epi32(t, 3),
-            ),
-        );
-        reduce_128(x)
-    }
-
-    /// 128 bits to the 32-bit CRC value: two folds and a Barrett reduction,
-    /// as `crc32fast` ends.
-    #[inline]
-    #[target_feature(enable = "pclmulqdq,sse4.1")]
-    fn reduce_128(x: __m128i) -> u32 {
-        let k3k4 = _mm_set_epi64x(K128.1, K128.0);
-        let mask32 = _mm_set_epi32(0, 0, 0, !0);
-        let x = _mm_xor_si128(_mm_clmulepi64_si128(x, k3k4, 0x10), _mm_srli_si128(x, 8));
-        let x = _mm_xor_si128(
-            _mm_clmulepi64_si128(_mm_and_si128(x, mask32), _mm_set_epi64x(0, K5), 0x00),
-            _mm_srli_si128(x, 4),
-        );
-        let pu = _mm_set_epi64x(U_PRIME, P_X);
-        let t1 = _mm_clmulepi64_si128(_mm_and_si128(x, mask32), pu, 0x10);
-        let t2 = _mm_clmulepi64_si128(_mm_and_si128(t1, mask32), pu, 0x00);
-        !(_mm_extract_epi32(_mm_xor_si128(x, t2), 1) as u32)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::checksum;
+    use super::{checksum_raw_on, Path};
 
     fn bytes(n: usize, seed: u32) -> Vec<u8> {
         let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
@@ -254,21 +351,75 @@ mod tests {
             .collect()
     }
 
+    fn reference(init: u32, data: &[u8]) -> u32 {
+        let mut h = crc32fast::Hasher::new_with_initial(init);
+        h.update(data);
+        h.finalize()
+    }
+
+    fn on(path: Path, init: u32, head: &[u8], body: &[u8]) -> u32 {
+        // SAFETY: a slice is readable for its length.
+        unsafe { checksum_raw_on(path, init, head, body.as_ptr(), body.len()) }
+    }
+
+    fn paths() -> Vec<Path> {
+        let p: Vec<Path> = Path::ALL.into_iter().filter(|p| p.supported()).collect();
+        eprintln!("paths this CPU supports: {p:?}");
+        p
+    }
+
     #[test]
-    fn checksum_matches_crc32fast_for_every_length_and_head() {
-        for len in (0..1400).chain([2047, 2048, 4096, 4112, 4152, 4172, 9000]) {
-            let data = bytes(len, len as u32 ^ 0x55);
-            for head in [0, 3, 4, 40, 60, 200, 256, 300] {
-                if head > len {
-                    continue;
-                }
-                for init in [0u32, 0x2144_DF1C, 0xFFFF_FFFF] {
-                    let mut want = crc32fast::Hasher::new_with_initial(init);
-                    want.update(&data);
-                    let got = checksum(init, &data[..head], &data[head..]);
-                    assert_eq!(got, want.finalize(), "len {len} head {head} init {init:#x}");
+    fn every_path_matches_crc32fast_for_every_length_up_to_4200() {
+        // Every length, each at a different alignment, head length and
+        // initial value (the sweeps below vary those on their own).
+        let data = bytes(4200 + 64, 7);
+        let heads = [0, 1, 3, 4, 12, 40, 60, 88, 255, 256, 300];
+        let inits = [0u32, 0x2144_DF1C, 0xFFFF_FFFF, 0x1234_5678];
+        let paths = paths();
+        for len in 0..=4200 {
+            let align = len % 64;
+            let d = &data[align..align + len];
+            let head = heads[len % heads.len()].min(len);
+            let init = inits[len % inits.len()];
+            let want = reference(init, d);
+            for &p in &paths {
+                assert_eq!(
+                    on(p, init, &d[..head], &d[head..]),
+                    want,
+                    "{p} len {len} align {align} head {head} init {init:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_path_matches_crc32fast_at_every_alignment_and_head() {
+        let data = bytes(9100, 11);
+        let paths = paths();
+        for len in [
+            0, 3, 4, 127, 128, 255, 256, 511, 512, 1052, 2048, 4124, 4152, 9000,
+        ] {
+            for align in 0..64 {
+                let d = &data[align..align + len];
+                for head in [0, 2, 4, 40, 60, 128, 200, 256, 257, 600] {
+                    let head = head.min(len);
+                    let want = reference(0x2144_DF1C, d);
+                    for &p in &paths {
+                        let got = on(p, 0x2144_DF1C, &d[..head], &d[head..]);
+                        assert_eq!(got, want, "{p} len {len} align {align} head {head}");
+                    }
                 }
             }
         }
+    }
+
+    #[test]
+    fn path_names_round_trip() {
+        for p in Path::ALL {
+            assert_eq!(Path::from_name(p.name()), Some(p));
+        }
+        assert_eq!(Path::from_name("avx1024"), None);
+        assert!(Path::Portable.supported());
+        assert!(Path::detect().supported());
     }
 }

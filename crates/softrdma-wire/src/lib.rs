@@ -26,7 +26,7 @@
 pub mod aeth;
 pub mod atomic_eth;
 pub mod bth;
-mod crc32;
+pub mod crc32;
 pub mod ecn;
 mod error;
 pub mod frame;

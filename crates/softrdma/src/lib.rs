@@ -57,9 +57,11 @@ pub use region::{OwnedRegion, RawRegion};
 pub use softrdma_core::FaultSpec;
 pub use softrdma_engine::{
     errno, AccessFlags, AhAttr, AttrMask, Counters, Event, Gid, Mtu, QpAttr, QpCap, QpState,
-    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, VerbsError, WcFlags, WcOpcode,
+    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, VerbsError, WcFlags, WcOpcode,
     WcStatus, WorkCompletion, GRH_LEN,
 };
+/// Packet sequence numbers (24 bits), as [`QpAttr`]'s `sq_psn` and `rq_psn` hold them.
+pub use softrdma_wire::Psn;
 pub use verbs::{
     Ah, CompChannel, ConnectOptions, Context, Cq, DeviceAttr, Mr, Pd, PortAttr, Qp, QpBuilder,
     QpEndpoint, RemoteRegion, Srq,

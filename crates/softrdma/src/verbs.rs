@@ -2,6 +2,7 @@
 //! lives as long as any object does) and its engine handle, and is destroyed
 //! on drop like `ibv_destroy_*`.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -10,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, AhAttr, AttrMask, Counters, Event, Gid, Mtu, QpAttr, QpCap, QpInit, QpState,
-    QpType, RecvWr, RegionMemory, SendWr, Sge, SrqInit, WorkCompletion,
+    AccessFlags, AhAttr, AttrMask, Counters, Engine, Event, Gid, Mtu, QpAttr, QpCap, QpInit,
+    QpState, QpType, RecvWr, RegionMemory, SendWr, Sge, SrqInit, WorkCompletion,
 };
 use softrdma_wire::Psn;
 
@@ -219,6 +220,7 @@ impl Context {
         Ok(Pd {
             ctx: self.clone(),
             handle,
+            destroyed: false,
         })
     }
 
@@ -229,10 +231,13 @@ impl Context {
             ctx: self.clone(),
             handle,
             channel: None,
+            destroyed: false,
         })
     }
 
-    /// `ibv_create_cq` bound to a completion channel.
+    /// `ibv_create_cq` bound to a completion channel: once armed with
+    /// [`Cq::req_notify`], its next completion makes the channel's fd
+    /// readable and [`CompChannel::get_event`] names it.
     pub fn create_cq_with_channel(&self, depth: u32, channel: &CompChannel) -> Result<Cq> {
         let handle = self.dev.with_engine(|e, _| e.create_cq(depth))?;
         self.dev
@@ -243,6 +248,7 @@ impl Context {
             ctx: self.clone(),
             handle,
             channel: Some(channel.shared.clone()),
+            destroyed: false,
         })
     }
 
@@ -298,39 +304,12 @@ impl Context {
         self.dev.async_fd.as_raw_fd()
     }
 
-    /// Low-level access for bindings (the C library): runs `f` on the
-    /// device's engine under the device lock, then progress (transmit what
-    /// `f` queued). Handles passed to the engine are engine handles
-    /// (`Pd::handle`, `Cq::handle`, QPNs, lkeys).
-    pub fn with_engine<R>(
-        &self,
-        f: impl FnOnce(&mut softrdma_engine::Engine, softrdma_engine::Instant) -> R,
-    ) -> R {
-        self.dev.with_engine(f)
-    }
-
-    /// Low-level access for bindings: runs receive/timer/transmit progress as a
-    /// polling application does, then `f` on the engine (e.g. `poll_cq`).
-    pub fn poll_engine<R>(&self, f: impl FnOnce(&mut softrdma_engine::Engine) -> R) -> R {
-        self.dev.poll_progress(
-            true,
-            &mut (),
-            |_, _| None,
-            |st, _| {
-                st.forget_routes();
-                f(&mut st.engine)
-            },
-        )
-    }
-
-    /// Low-level access for bindings: `ibv_poll_cq` on the CQ with engine
-    /// handle `cq`, as [`Cq::poll`] does: the completions waiting, else
-    /// progress and then those. `mark_app` says the application is polling,
-    /// which keeps the background thread away from the network while it
-    /// does (it takes over about 100 µs after the last marked poll); the C
-    /// library passes false, because its programs may poll a CQ and then
-    /// spin on memory that the thread must keep serving.
-    pub fn poll_cq(
+    /// `ibv_poll_cq` on the CQ with engine handle `cq`, for [`Cq::poll`]:
+    /// the completions waiting, else progress and then those. `mark_app`
+    /// says the application is polling, which keeps the background thread
+    /// away from the network while it does (it takes over about 100 µs
+    /// after the last marked poll).
+    pub(crate) fn poll_cq(
         &self,
         cq: u32,
         max: usize,
@@ -348,36 +327,10 @@ impl Context {
         )
     }
 
-    /// Low-level access for bindings: binds a CQ (engine handle) to a
-    /// completion channel so its events signal the channel's fd.
-    pub fn bind_cq_channel(&self, cq: u32, channel: &CompChannel) {
-        self.dev.lock().channels.insert(cq, channel.shared.clone());
-    }
-
-    /// Low-level access for bindings: unbinds a CQ from its channel.
-    pub fn unbind_cq_channel(&self, cq: u32) {
-        self.dev.lock().channels.remove(&cq);
-    }
-
     /// Runs progress once (receive, timers, transmit) from this thread.
     pub fn progress(&self) {
         self.dev
             .poll_progress(true, &mut (), |_, _| None, |_, _| ());
-    }
-
-    /// Low-level access for bindings: after a QP was modified or destroyed
-    /// through the engine, takes back the same-host grants made through it
-    /// that no longer hold, as [`Qp::modify`] and dropping a [`Qp`] do.
-    pub fn publish_qp(&self, qpn: u32) {
-        self.dev.qp_changed(qpn);
-    }
-
-    /// Low-level access for bindings: executes a WRITE, READ or atomic
-    /// directly in a same-host peer's memory when that is exactly what the
-    /// engine would do, as [`Qp::post_send`] does (docs/shm.md); false when
-    /// the WR must be posted to the engine instead. Takes the device lock.
-    pub fn try_direct(&self, qpn: u32, wr: &SendWr) -> bool {
-        self.dev.try_direct(qpn, wr)
     }
 }
 
@@ -398,6 +351,8 @@ const REMOTE_RIGHTS: u32 =
 pub struct Pd {
     ctx: Context,
     handle: u32,
+    /// Set by [`Pd::dealloc`], so that the drop after it does nothing.
+    destroyed: bool,
 }
 
 impl fmt::Debug for Pd {
@@ -408,12 +363,33 @@ impl fmt::Debug for Pd {
 
 impl Drop for Pd {
     fn drop(&mut self) {
-        let h = self.handle;
-        let _ = self.ctx.dev.with_engine(|e, _| e.dealloc_pd(h));
+        if !self.destroyed {
+            // Still in use: the engine keeps the PD until its users go.
+            let _ = self.release();
+        }
     }
 }
 
 impl Pd {
+    fn release(&self) -> Result<()> {
+        let h = self.handle;
+        Ok(self.ctx.dev.with_engine(|e, _| e.dealloc_pd(h))?)
+    }
+
+    /// `ibv_dealloc_pd`. While MRs, QPs, SRQs or AHs still use the PD it
+    /// stays, and comes back with the error (EBUSY,
+    /// [`VerbsError::Busy`](softrdma_engine::VerbsError::Busy)); dropping
+    /// a PD instead ignores that error.
+    pub fn dealloc(mut self) -> std::result::Result<(), (Pd, Error)> {
+        match self.release() {
+            Ok(()) => {
+                self.destroyed = true;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+
     /// The context.
     pub fn context(&self) -> &Context {
         &self.ctx
@@ -486,7 +462,7 @@ impl Pd {
 
     /// Registers caller memory like [`Pd::register_raw`], and for same-host
     /// peers moves it into a segment of its own when it can
-    /// ([`Segment::adopt`]: whole pages of private anonymous memory are
+    /// (`segment.rs`: whole pages of private anonymous memory are
     /// remapped, in place, to shared pages holding the same bytes), so
     /// that a peer granted it does WRITEs, READs and atomics on it as plain
     /// copies and CPU atomics. Deregistration gives the pages back private
@@ -597,20 +573,25 @@ impl Pd {
 
     /// `ibv_create_srq`.
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq> {
+        self.create_srq_with(SrqInit {
+            max_wr,
+            max_sge,
+            limit: 0,
+        })
+    }
+
+    /// `ibv_create_srq` with every attribute of `struct ibv_srq_attr`: a
+    /// nonzero `limit` arms the limit event at once (as
+    /// [`Srq::arm_limit`] does later).
+    pub fn create_srq_with(&self, init: SrqInit) -> Result<Srq> {
         let pd = self.handle;
-        let handle = self.ctx.dev.with_engine(|e, _| {
-            e.create_srq(
-                pd,
-                SrqInit {
-                    max_wr,
-                    max_sge,
-                    limit: 0,
-                },
-            )
-        })?;
+        let handle = self.ctx.dev.with_engine(|e, _| e.create_srq(pd, init))?;
         Ok(Srq {
             ctx: self.ctx.clone(),
             handle,
+            max_wr: init.max_wr,
+            max_sge: init.max_sge,
+            destroyed: false,
         })
     }
 
@@ -632,6 +613,7 @@ impl Pd {
         Ok(Ah {
             ctx: self.ctx.clone(),
             handle,
+            destroyed: false,
         })
     }
 }
@@ -827,7 +809,10 @@ impl Mr {
 pub struct Cq {
     ctx: Context,
     handle: u32,
+    /// The channel its events signal, if any (kept open while the CQ is).
     channel: Option<Arc<ChannelShared>>,
+    /// Set by [`Cq::destroy`], so that the drop after it does nothing.
+    destroyed: bool,
 }
 
 impl fmt::Debug for Cq {
@@ -838,15 +823,39 @@ impl fmt::Debug for Cq {
 
 impl Drop for Cq {
     fn drop(&mut self) {
-        let h = self.handle;
-        if self.channel.is_some() {
-            self.ctx.dev.lock().channels.remove(&h);
+        if !self.destroyed {
+            // Still in use: the engine keeps the CQ until its QPs go.
+            let _ = self.release();
         }
-        let _ = self.ctx.dev.with_engine(|e, _| e.destroy_cq(h));
     }
 }
 
 impl Cq {
+    /// Destroys the CQ in the engine and, in the same critical section,
+    /// unbinds its channel: no event of it is routed after.
+    fn release(&self) -> Result<()> {
+        let h = self.handle;
+        let mut st = self.ctx.dev.lock();
+        st.engine.destroy_cq(h)?;
+        if self.channel.is_some() {
+            st.channels.remove(&h);
+        }
+        Ok(())
+    }
+
+    /// `ibv_destroy_cq`. While QPs still use the CQ it stays (bound to its
+    /// channel), and comes back with the error (EBUSY); dropping a CQ
+    /// instead ignores that error.
+    pub fn destroy(mut self) -> std::result::Result<(), (Cq, Error)> {
+        match self.release() {
+            Ok(()) => {
+                self.destroyed = true;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+
     /// The engine handle (what completion channels report).
     pub fn handle(&self) -> u32 {
         self.handle
@@ -973,10 +982,11 @@ impl CompChannel {
         }
     }
 
-    /// Low-level access for bindings: the CQ handle of the oldest pending
-    /// event, without waiting, progress or touching the fd (the C library
-    /// waits on [`CompChannel::fd`] itself, honouring the application's
-    /// O_NONBLOCK).
+    /// The CQ handle ([`Cq::handle`]) of the oldest pending event, if
+    /// any: no wait, no progress, and the fd is left as it is. For a
+    /// program that waits on [`CompChannel::fd`] itself (the C library
+    /// does, honouring the application's O_NONBLOCK): drain the fd
+    /// before calling this, and an event that comes after signals again.
     pub fn try_get_event(&self) -> Option<u32> {
         self.shared
             .ready
@@ -1137,16 +1147,26 @@ impl<'a> QpBuilder<'a> {
         self.init.sq_sig_all = v;
         self
     }
+    /// All queue sizes at once (`struct ibv_qp_cap`).
+    pub fn cap(mut self, cap: QpCap) -> Self {
+        self.init.cap = cap;
+        self
+    }
     /// Receive from a shared receive queue.
     pub fn srq(mut self, srq: &'a Srq) -> Self {
         self.init.srq = Some(srq.handle);
         self
     }
-    /// Creates the QP (in RESET).
+    /// Creates the QP (in RESET). The queue sizes it got, at least those
+    /// asked for, are [`Qp::cap`].
     pub fn build(self) -> Result<Qp> {
         let init = self.init;
         let ctx = self.pd.ctx.clone();
-        let qpn = ctx.dev.with_engine(|e, _| e.create_qp(init))?;
+        let (qpn, cap) = ctx.dev.with_engine(|e, _| {
+            let qpn = e.create_qp(init)?;
+            let cap = e.query_qp(qpn).map_or(init.cap, |(_, i)| i.cap);
+            Ok::<_, softrdma_engine::VerbsError>((qpn, cap))
+        })?;
         let psn = {
             let mut b = [0u8; 4];
             if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
@@ -1159,8 +1179,11 @@ impl<'a> QpBuilder<'a> {
             ctx,
             qpn,
             qp_type: init.qp_type,
+            cap,
+            sq_sig_all: init.sq_sig_all,
             psn,
             qkey: 0x1111_1111,
+            destroyed: false,
         })
     }
 }
@@ -1170,8 +1193,13 @@ pub struct Qp {
     ctx: Context,
     qpn: u32,
     qp_type: QpType,
+    /// Fixed at creation (no modify changes a QP's queue sizes).
+    cap: QpCap,
+    sq_sig_all: bool,
     psn: u32,
     qkey: u32,
+    /// Set by [`Qp::destroy`], so that the drop after it does nothing.
+    destroyed: bool,
 }
 
 impl fmt::Debug for Qp {
@@ -1182,13 +1210,46 @@ impl fmt::Debug for Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let q = self.qpn;
-        let _ = self.ctx.dev.with_engine(|e, _| e.destroy_qp(q));
-        self.ctx.dev.qp_changed(q);
+        if !self.destroyed {
+            let _ = self.release();
+        }
     }
 }
 
 impl Qp {
+    /// Destroys the QP, then withdraws it from same-host peers: the one
+    /// teardown order of both [`Qp::destroy`] and a drop.
+    fn release(&self) -> Result<()> {
+        let q = self.qpn;
+        self.ctx.dev.with_engine(|e, _| e.destroy_qp(q))?;
+        // The grants made through it no longer hold (the engine's rules
+        // now refuse them): taken back, so no peer reaches memory through
+        // a QP that is gone.
+        self.ctx.dev.qp_changed(q);
+        Ok(())
+    }
+
+    /// `ibv_destroy_qp`: outstanding work is discarded without
+    /// completions. On failure the QP comes back with the error.
+    pub fn destroy(mut self) -> std::result::Result<(), (Qp, Error)> {
+        match self.release() {
+            Ok(()) => {
+                self.destroyed = true;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+
+    /// The queue sizes the QP got (`ibv_qp_init_attr.cap` after
+    /// `ibv_create_qp`).
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+    /// Whether every send WR completes with a CQE.
+    pub fn sq_sig_all(&self) -> bool {
+        self.sq_sig_all
+    }
     /// QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn
@@ -1226,7 +1287,10 @@ impl Qp {
         self.qkey = qkey;
     }
 
-    /// `ibv_modify_qp`.
+    /// `ibv_modify_qp` with any attributes `mask` names, checked as the
+    /// kernel checks them (every refusal is EINVAL and changes nothing).
+    /// Same-host peers see the result: grants made through this QP that
+    /// its new state or rights no longer allow are taken back.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
         let q = self.qpn;
         self.ctx
@@ -1236,7 +1300,9 @@ impl Qp {
         Ok(())
     }
 
-    /// `ibv_query_qp`.
+    /// `ibv_query_qp`: every attribute, whatever a mask would name (the
+    /// creation attributes are [`Qp::cap`], [`Qp::qp_type`],
+    /// [`Qp::sq_sig_all`]).
     pub fn query(&self) -> Result<QpAttr> {
         let q = self.qpn;
         Ok(self.ctx.dev.lock().engine.query_qp(q)?.0)
@@ -1321,7 +1387,10 @@ impl Qp {
         self.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
     }
 
-    /// `ibv_post_send` (one WR).
+    /// `ibv_post_send` (one WR). A WRITE, READ or atomic towards a
+    /// same-host peer that granted the target region is done at once in
+    /// its memory when that is exactly what the engine would do
+    /// (docs/shm.md); everything else goes to the engine.
     pub fn post_send(&self, wr: &SendWr) -> Result<()> {
         let q = self.qpn;
         if self.ctx.dev.try_direct(q, wr) {
@@ -1344,12 +1413,28 @@ impl Qp {
         let q = self.qpn;
         Ok(self.ctx.dev.with_engine(|e, _| e.post_recv(q, wr))?)
     }
+
+    /// `ibv_post_recv` with a list: see [`post_recv_list`](Srq::post_recv_list)
+    /// of [`Srq`], which takes lists the same way.
+    pub fn post_recv_list<I>(&self, wrs: I) -> std::result::Result<usize, (usize, Error)>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<RecvWr>,
+    {
+        let q = self.qpn;
+        post_recv_list(&self.ctx, wrs, |e, wr| e.post_recv(q, wr))
+    }
 }
 
 /// A shared receive queue.
 pub struct Srq {
     ctx: Context,
     handle: u32,
+    /// Fixed at creation (SRQs are not resized).
+    max_wr: u32,
+    max_sge: u32,
+    /// Set by [`Srq::destroy`], so that the drop after it does nothing.
+    destroyed: bool,
 }
 
 impl fmt::Debug for Srq {
@@ -1360,18 +1445,56 @@ impl fmt::Debug for Srq {
 
 impl Drop for Srq {
     fn drop(&mut self) {
-        let h = self.handle;
-        let _ = self.ctx.dev.with_engine(|e, _| e.destroy_srq(h));
+        if !self.destroyed {
+            // Still in use: the engine keeps the SRQ until its QPs go.
+            let _ = self.release();
+        }
     }
 }
 
 impl Srq {
+    fn release(&self) -> Result<()> {
+        let h = self.handle;
+        Ok(self.ctx.dev.with_engine(|e, _| e.destroy_srq(h))?)
+    }
+
+    /// `ibv_destroy_srq`. While QPs still use the SRQ it stays, and comes
+    /// back with the error (EBUSY); dropping an SRQ ignores that error.
+    pub fn destroy(mut self) -> std::result::Result<(), (Srq, Error)> {
+        match self.release() {
+            Ok(()) => {
+                self.destroyed = true;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+
     /// `ibv_post_srq_recv`.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
         let h = self.handle;
         Ok(self.ctx.dev.with_engine(|e, _| e.post_srq_recv(h, wr))?)
     }
-    /// Arms the limit event (`ibv_modify_srq` with IBV_SRQ_LIMIT).
+
+    /// `ibv_post_srq_recv` with a list: posts the WRs in order, under one
+    /// lock of the device, and stops at the first one refused, returning
+    /// its index with the error (the WRs before it are posted; nothing
+    /// more is taken from `wrs`). `Ok` is the number posted.
+    ///
+    /// `wrs` may be a slice or a lazy iterator; a lazy one runs under the
+    /// device's lock, so it must not call this device's API (its
+    /// [`Mr::write`] and the like would wait for the lock forever).
+    pub fn post_recv_list<I>(&self, wrs: I) -> std::result::Result<usize, (usize, Error)>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<RecvWr>,
+    {
+        let h = self.handle;
+        post_recv_list(&self.ctx, wrs, |e, wr| e.post_srq_recv(h, wr))
+    }
+
+    /// Arms the limit event (`ibv_modify_srq` with IBV_SRQ_LIMIT): an
+    /// [`Event::SrqLimitReached`] when fewer than `limit` receives remain.
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
         let h = self.handle;
         Ok(self.ctx.dev.with_engine(|e, _| e.arm_srq_limit(h, limit))?)
@@ -1380,12 +1503,43 @@ impl Srq {
     pub fn handle(&self) -> u32 {
         self.handle
     }
+    /// Most receives the SRQ holds.
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+    /// Most SGEs per receive.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+}
+
+/// Posts `wrs` with `post` under one lock of the device (see
+/// [`Srq::post_recv_list`]).
+fn post_recv_list<I>(
+    ctx: &Context,
+    wrs: I,
+    post: impl Fn(&mut Engine, &RecvWr) -> softrdma_engine::Result<()>,
+) -> std::result::Result<usize, (usize, Error)>
+where
+    I: IntoIterator,
+    I::Item: Borrow<RecvWr>,
+{
+    ctx.dev.with_engine(|e, _| {
+        let mut posted = 0;
+        for wr in wrs {
+            post(e, wr.borrow()).map_err(|err| (posted, Error::from(err)))?;
+            posted += 1;
+        }
+        Ok(posted)
+    })
 }
 
 /// An address handle (UD destinations).
 pub struct Ah {
     ctx: Context,
     handle: u32,
+    /// Set by [`Ah::destroy`], so that the drop after it does nothing.
+    destroyed: bool,
 }
 
 impl fmt::Debug for Ah {
@@ -1396,13 +1550,30 @@ impl fmt::Debug for Ah {
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        let h = self.handle;
-        let _ = self.ctx.dev.with_engine(|e, _| e.destroy_ah(h));
+        if !self.destroyed {
+            let _ = self.release();
+        }
     }
 }
 
 impl Ah {
-    /// The engine handle, for [`softrdma_engine::UdDest`].
+    fn release(&self) -> Result<()> {
+        let h = self.handle;
+        Ok(self.ctx.dev.with_engine(|e, _| e.destroy_ah(h))?)
+    }
+
+    /// `ibv_destroy_ah`; on failure the AH comes back with the error.
+    pub fn destroy(mut self) -> std::result::Result<(), (Ah, Error)> {
+        match self.release() {
+            Ok(()) => {
+                self.destroyed = true;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+
+    /// The engine handle, for [`UdDest::ah`](softrdma_engine::UdDest).
     pub fn handle(&self) -> u32 {
         self.handle
     }

@@ -210,6 +210,20 @@ fn srq(ctx: &Context) -> Result<()> {
     Ok(())
 }
 
+// doc: teardown
+fn teardown(ctx: &Context) -> Result<()> {
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(16)?;
+    let qp = pd.create_qp(QpType::Rc, &cq, &cq).build()?;
+    // The QP uses the CQ: refused, and the CQ comes back.
+    let (cq, err) = cq.destroy().unwrap_err();
+    assert_eq!(err.errno(), softrdma::errno::EBUSY);
+    qp.destroy().map_err(|(_, e)| e)?;
+    cq.destroy().map_err(|(_, e)| e)?;
+    pd.dealloc().map_err(|(_, e)| e)?;
+    Ok(())
+}
+
 // doc: counters
 fn counters(ctx: &Context, qp: &Qp) {
     let c = ctx.counters(); // the device, like `rdma statistic`
@@ -369,6 +383,13 @@ fn tour_cm_post_send_epoll() {
     );
     assert_eq!(wcs.len(), 1, "{wcs:?}");
     assert_eq!((wcs[0].wr_id, wcs[0].status), (42, WcStatus::Success));
+}
+
+#[test]
+fn tour_teardown() {
+    let ctx = Context::open_with(&common::udp_loopback()).unwrap();
+    teardown(&ctx).unwrap();
+    assert!(ctx.qp_numbers().is_empty(), "the QP is gone");
 }
 
 #[test]
