@@ -319,6 +319,7 @@ impl Engine {
     /// registered, deregistered), oldest first: a driver that publishes
     /// them to peers (grants, cached routes) follows them from here
     /// instead of relying on every caller to tell it.
+    #[inline]
     pub fn poll_change(&mut self) -> Option<ResourceChange> {
         self.changes.pop_front()
     }

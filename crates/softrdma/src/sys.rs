@@ -526,6 +526,12 @@ impl RecvBatch {
             .collect();
     }
 
+    /// Buffers the last `recv` filled.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
     /// The ECN codepoint buffer `i` of the last `recv` arrived with (every
     /// datagram GRO coalesced into one buffer carried the same).
     pub fn ecn(&self, i: usize) -> softrdma_wire::Ecn {

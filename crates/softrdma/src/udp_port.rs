@@ -69,38 +69,34 @@ impl UdpPort {
     }
 
     /// Delivers up to `budget` packets of the last `recvmmsg`; true when
-    /// its buffers are all delivered.
+    /// its buffers are all delivered. Each buffer is looked up once, and an
+    /// exhausted batch (every empty poll) costs one comparison.
     fn deliver<F>(&mut self, budget: usize, n: &mut usize, rx: &mut F) -> bool
     where
         F: FnMut(SocketAddr, RxMeta, &[u8]),
     {
-        while *n < budget {
+        while self.cursor.0 < self.rx.len() {
             let (i, k) = self.cursor;
             let Some((src, buf, seg)) = self.rx.get(i) else {
-                return true;
+                self.cursor = (i + 1, 0);
+                continue;
             };
             if k == 0 && seg < buf.len() {
                 self.counters.gro_buffers += 1;
             }
-            // One RoCE packet per datagram, however many GRO coalesced.
-            let Some(d) = sys::segments(buf, seg).nth(k) else {
-                self.cursor = (i + 1, 0);
-                continue;
-            };
             let meta = RxMeta {
                 ecn: self.rx.ecn(i),
             };
-            rx(src, meta, d);
-            *n += 1;
-            self.cursor = (i, k + 1);
-        }
-        // Past buffers delivered whole: "all delivered" must not take
-        // another round (and its read of the socket) to find out.
-        while let Some((_, buf, seg)) = self.rx.get(self.cursor.0) {
-            if sys::segments(buf, seg).nth(self.cursor.1).is_some() {
-                return false;
+            // One RoCE packet per datagram, however many GRO coalesced.
+            for (j, d) in sys::segments(buf, seg).enumerate().skip(k) {
+                if *n >= budget {
+                    self.cursor = (i, j);
+                    return false;
+                }
+                rx(src, meta, d);
+                *n += 1;
             }
-            self.cursor = (self.cursor.0 + 1, 0);
+            self.cursor = (i + 1, 0);
         }
         true
     }
