@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, DirectPlan, Engine, Event, Instant, ResourceChange, SendOp, SendWr,
+    AccessFlags, DirectPlan, Engine, Event, Instant, Qpn, ResourceChange, SendOp, SendWr,
 };
 use softrdma_wire::Endpoints;
 
@@ -46,7 +46,7 @@ const GRANT_WAIT_STEP: Duration = Duration::from_micros(100);
 /// grant are checked on every operation.
 #[derive(Clone, Copy)]
 struct DirectRoute {
-    qpn: u32,
+    qpn: Qpn,
     epoch: u64,
     routes_gen: u64,
     route: usize,
@@ -348,7 +348,7 @@ impl<P: Port> DeviceCore<P> {
     /// Takes back the grants made through QP `qpn` (every QP when `None`)
     /// that the engine's rules no longer allow (the QP changed state or
     /// rights, was destroyed, or the region went away).
-    pub fn revalidate_grants(&mut self, qpn: Option<u32>) {
+    pub fn revalidate_grants(&mut self, qpn: Option<Qpn>) {
         let Some(peers) = self.port.peers() else {
             return;
         };
@@ -381,7 +381,7 @@ impl<P: Port> DeviceCore<P> {
     /// region (the first operations on a region ask for the grant and go
     /// through the engine). False: the caller posts the WR to the engine
     /// (which also produces every error completion).
-    pub fn try_direct(&mut self, qpn: u32, wr: &SendWr) -> bool {
+    pub fn try_direct(&mut self, qpn: Qpn, wr: &SendWr) -> bool {
         let one_sided = matches!(
             wr.op,
             SendOp::Write { .. }
@@ -393,7 +393,7 @@ impl<P: Port> DeviceCore<P> {
             return false;
         }
         self.follow_changes();
-        let slot = qpn as usize % DIRECT_ROUTES;
+        let slot = qpn.raw() as usize % DIRECT_ROUTES;
         let Some(link) = self.route_for(qpn, wr, slot) else {
             return false;
         };
@@ -449,7 +449,7 @@ impl<P: Port> DeviceCore<P> {
     /// plan on a new route, else the last plan's QP and region reused.
     /// Planned in place in the route (a plan is a few hundred bytes:
     /// copying it in and out cost more than the lookups it saves).
-    fn route_for(&mut self, qpn: u32, wr: &SendWr, slot: usize) -> Option<usize> {
+    fn route_for(&mut self, qpn: Qpn, wr: &SendWr, slot: usize) -> Option<usize> {
         let epoch = self.routes_epoch;
         let peers = self.port.peers()?;
         let routes_gen = peers.routes_gen();

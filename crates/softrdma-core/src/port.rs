@@ -16,8 +16,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, Engine, GrantFacts, Instant, PeerQp, PeerRegion, PeerView, QpState, RxMeta,
-    Transmit,
+    AccessFlags, Engine, GrantFacts, Instant, PdHandle, PeerQp, PeerRegion, PeerView, QpState, Qpn,
+    Rkey, RxMeta, Transmit,
 };
 use softrdma_wire::{Ecn, Endpoints};
 
@@ -128,11 +128,11 @@ pub trait Port {
 /// `access` on the target's region `rkey` through the target's QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrantAsk {
-    pub rkey: u32,
+    pub rkey: Rkey,
     /// The requester's QP, which must be the target QP's destination.
-    pub requester_qpn: u32,
+    pub requester_qpn: Qpn,
     /// The target's QP the requester is connected to.
-    pub target_qpn: u32,
+    pub target_qpn: Qpn,
     /// The one remote right needed (`AccessFlags` bits).
     pub access: u32,
 }
@@ -140,9 +140,9 @@ pub struct GrantAsk {
 /// A grant this device made and that stands, as the port's tables hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Standing {
-    pub rkey: u32,
-    pub target_qpn: u32,
-    pub requester_qpn: u32,
+    pub rkey: Rkey,
+    pub target_qpn: Qpn,
+    pub requester_qpn: Qpn,
     /// The right granted.
     pub access: u32,
     /// The region's and the QP's access flags when granted.
@@ -165,10 +165,10 @@ pub enum NotGranted {
 /// target's rules reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Granted {
-    pub rkey: u32,
+    pub rkey: Rkey,
     /// The target's QP the grant is for.
-    pub target_qpn: u32,
-    pub pd: u32,
+    pub target_qpn: Qpn,
+    pub pd: PdHandle,
     /// The region's access flags.
     pub access: u32,
     /// The target QP's access flags.
@@ -220,14 +220,14 @@ impl<'a> Window<'a> {
 /// The target's QP as granted: taking requests while the grant stands (it
 /// is revoked when that changes).
 impl PeerView for Window<'_> {
-    fn qp(&mut self, qpn: u32) -> Option<PeerQp> {
+    fn qp(&mut self, qpn: Qpn) -> Option<PeerQp> {
         (qpn == self.granted.target_qpn).then_some(PeerQp {
             pd: self.granted.pd,
             access: AccessFlags(self.granted.qp_access),
             state: QpState::Rts,
         })
     }
-    fn region(&mut self, rkey: u32) -> Option<PeerRegion> {
+    fn region(&mut self, rkey: Rkey) -> Option<PeerRegion> {
         (rkey == self.granted.rkey).then_some(PeerRegion {
             pd: self.granted.pd,
             access: AccessFlags(self.granted.access),
@@ -252,16 +252,16 @@ pub trait PeerMemory {
     fn enter<R>(
         &self,
         route: usize,
-        rkey: u32,
-        qpn: u32,
+        rkey: Rkey,
+        qpn: Qpn,
         f: impl FnOnce(&mut Window<'_>) -> R,
     ) -> Result<R, NotGranted>;
     /// Asks the peer for a grant (unless asked lately); true when asked.
     fn ask_grant(&mut self, route: usize, ask: &GrantAsk) -> bool;
     /// Whether the peer refused `rkey` through `qpn` lately.
-    fn grant_refused(&self, route: usize, rkey: u32, qpn: u32) -> bool;
+    fn grant_refused(&self, route: usize, rkey: Rkey, qpn: Qpn) -> bool;
     /// Forgets a grant found revoked.
-    fn forget_grant(&mut self, route: usize, rkey: u32, qpn: u32);
+    fn forget_grant(&mut self, route: usize, rkey: Rkey, qpn: Qpn);
     /// Waits up to `timeout` for link traffic (a grant answer), taking in
     /// what arrives; a port that cannot wait returns at once.
     fn wait_links(&mut self, timeout: Duration);
@@ -277,7 +277,7 @@ pub trait PeerMemory {
     fn revoke(&mut self, which: &mut dyn FnMut(SocketAddr, &Standing) -> bool);
     /// Region `rkey` was deregistered: its grants go, and its memory is no
     /// longer offered.
-    fn region_gone(&mut self, rkey: u32);
+    fn region_gone(&mut self, rkey: Rkey);
 }
 
 /// The peer memory of a port without any: the direct path is off.
@@ -294,8 +294,8 @@ impl PeerMemory for NoPeers {
     fn enter<R>(
         &self,
         _: usize,
-        _: u32,
-        _: u32,
+        _: Rkey,
+        _: Qpn,
         _: impl FnOnce(&mut Window<'_>) -> R,
     ) -> Result<R, NotGranted> {
         match *self {}
@@ -303,10 +303,10 @@ impl PeerMemory for NoPeers {
     fn ask_grant(&mut self, _: usize, _: &GrantAsk) -> bool {
         match *self {}
     }
-    fn grant_refused(&self, _: usize, _: u32, _: u32) -> bool {
+    fn grant_refused(&self, _: usize, _: Rkey, _: Qpn) -> bool {
         match *self {}
     }
-    fn forget_grant(&mut self, _: usize, _: u32, _: u32) {
+    fn forget_grant(&mut self, _: usize, _: Rkey, _: Qpn) {
         match *self {}
     }
     fn wait_links(&mut self, _: Duration) {
@@ -324,7 +324,7 @@ impl PeerMemory for NoPeers {
     fn revoke(&mut self, _: &mut dyn FnMut(SocketAddr, &Standing) -> bool) {
         match *self {}
     }
-    fn region_gone(&mut self, _: u32) {
+    fn region_gone(&mut self, _: Rkey) {
         match *self {}
     }
 }
@@ -355,7 +355,7 @@ impl TxBatch {
         let empty = Transmit {
             len: 0,
             endpoints: Endpoints::new(none, none),
-            qpn: 0,
+            qpn: Qpn::from_raw(0),
             ecn: Ecn::NotEct,
             payload: None,
         };

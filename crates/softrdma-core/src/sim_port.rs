@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use softrdma_engine::{GrantFacts, Instant, RegionMemory, RxMeta};
+use softrdma_engine::{GrantFacts, Instant, Qpn, RegionMemory, Rkey, RxMeta};
 use softrdma_wire::{Ecn, Endpoints};
 
 use crate::port::{
@@ -31,7 +31,7 @@ pub struct SimPacket {
     pub endpoints: Endpoints,
     pub ecn: Ecn,
     /// The QP that sent it.
-    pub qpn: u32,
+    pub qpn: Qpn,
     pub data: Vec<u8>,
 }
 
@@ -210,12 +210,12 @@ struct HostTable {
     /// Bumped when a port joins or leaves.
     gen: u64,
     nodes: Vec<SocketAddr>,
-    shared: Vec<(SocketAddr, u32, Arc<HostMemory>)>,
+    shared: Vec<(SocketAddr, Rkey, Arc<HostMemory>)>,
     /// Unanswered requests: (target, requester, ask).
     requests: Vec<(SocketAddr, SocketAddr, GrantAsk)>,
     grants: Vec<HostGrant>,
     /// Refused requests: (holder, granter, rkey, target QP).
-    refused: Vec<(SocketAddr, SocketAddr, u32, u32)>,
+    refused: Vec<(SocketAddr, SocketAddr, Rkey, Qpn)>,
     next_slot: u32,
 }
 
@@ -253,7 +253,7 @@ pub struct SimPeers {
 impl SimPeers {
     /// Offers region `rkey` of this port's engine, backed by `mem`, to
     /// same-host peers that the engine's rules let in.
-    pub fn share(&mut self, rkey: u32, mem: Arc<HostMemory>) {
+    pub fn share(&mut self, rkey: Rkey, mem: Arc<HostMemory>) {
         lock(&self.host.0).shared.push((self.local, rkey, mem));
     }
 
@@ -291,8 +291,8 @@ impl PeerMemory for SimPeers {
     fn enter<R>(
         &self,
         route: usize,
-        rkey: u32,
-        qpn: u32,
+        rkey: Rkey,
+        qpn: Qpn,
         f: impl FnOnce(&mut Window<'_>) -> R,
     ) -> Result<R, NotGranted> {
         let t = lock(&self.host.0);
@@ -333,14 +333,14 @@ impl PeerMemory for SimPeers {
         true
     }
 
-    fn grant_refused(&self, route: usize, rkey: u32, qpn: u32) -> bool {
+    fn grant_refused(&self, route: usize, rkey: Rkey, qpn: Qpn) -> bool {
         let t = lock(&self.host.0);
         t.nodes
             .get(route)
             .is_none_or(|&g| t.refused.contains(&(self.local, g, rkey, qpn)))
     }
 
-    fn forget_grant(&mut self, route: usize, rkey: u32, qpn: u32) {
+    fn forget_grant(&mut self, route: usize, rkey: Rkey, qpn: Qpn) {
         let mut t = lock(&self.host.0);
         let Some(&granter) = t.nodes.get(route) else {
             return;
@@ -435,7 +435,7 @@ impl PeerMemory for SimPeers {
         }
     }
 
-    fn region_gone(&mut self, rkey: u32) {
+    fn region_gone(&mut self, rkey: Rkey) {
         let mut t = lock(&self.host.0);
         let me = self.local;
         t.shared.retain(|s| (s.0, s.1) != (me, rkey));

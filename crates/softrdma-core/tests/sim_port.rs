@@ -30,8 +30,8 @@ fn access() -> AccessFlags {
 }
 
 struct Side {
-    cq: u32,
-    qpn: u32,
+    cq: CqHandle,
+    qpn: Qpn,
     keys: MrKeys,
     mem: Arc<HostMemory>,
     iova: u64,

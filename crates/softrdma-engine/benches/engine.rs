@@ -32,9 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, AhAttr, AttrMask, DirectPlan, Engine, EngineConfig, Gid, Instant, MrKeys, Mtu,
-    PeerQp, PeerRegion, PeerView, QpAttr, QpCap, QpInit, QpState, QpType, RegionMemory, SendFlags,
-    SendOp, SendWr, Sge, VecMemory, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, AttrMask, CqHandle, DirectPlan, Engine, EngineConfig, Gid, Instant,
+    MrKeys, Mtu, PdHandle, PeerQp, PeerRegion, PeerView, QpAttr, QpCap, QpInit, QpState, QpType,
+    Qpn, RegionMemory, Rkey, SendFlags, SendOp, SendWr, Sge, VecMemory, WcStatus, WorkCompletion,
 };
 use softrdma_wire::packet::{emit_in_place, payload_offset};
 use softrdma_wire::{crc32, icrc, BthRepr, Endpoints, Headers, Opcode, PacketRepr, Psn, RethRepr};
@@ -214,7 +214,7 @@ fn cap(send: u32) -> QpCap {
 }
 
 /// RESET → INIT → RTR → RTS towards `peer`'s QP `dest`.
-fn connect(e: &mut Engine, qpn: u32, peer: SocketAddr, dest: u32, mtu: Mtu) {
+fn connect(e: &mut Engine, qpn: Qpn, peer: SocketAddr, dest: u32, mtu: Mtu) {
     let now = Instant(0);
     let mut a = QpAttr {
         qp_state: QpState::Init,
@@ -238,7 +238,7 @@ fn connect(e: &mut Engine, qpn: u32, peer: SocketAddr, dest: u32, mtu: Mtu) {
         ..Default::default()
     };
     a.path_mtu = mtu;
-    a.dest_qp_num = dest;
+    a.dest_qp_num = Qpn::from_raw(dest);
     a.rq_psn = Psn::new(0);
     a.max_dest_rd_atomic = 16;
     a.min_rnr_timer = 1;
@@ -282,8 +282,8 @@ const WINDOW: usize = 128;
 
 struct Side {
     e: Engine,
-    cq: u32,
-    qpn: u32,
+    cq: CqHandle,
+    qpn: Qpn,
     keys: MrKeys,
     base: u64,
 }
@@ -331,8 +331,8 @@ impl WritePipe {
     fn new(mem: impl Fn() -> Arc<dyn RegionMemory>) -> Self {
         let mut a = side(1, mem());
         let mut b = side(2, mem());
-        connect(&mut a.e, a.qpn, addr(2), b.qpn, Mtu::Mtu4096);
-        connect(&mut b.e, b.qpn, addr(1), a.qpn, Mtu::Mtu4096);
+        connect(&mut a.e, a.qpn, addr(2), b.qpn.raw(), Mtu::Mtu4096);
+        connect(&mut b.e, b.qpn, addr(1), a.qpn.raw(), Mtu::Mtu4096);
         WritePipe {
             a,
             b,
@@ -572,11 +572,11 @@ struct FixedPeer {
 }
 
 impl PeerView for FixedPeer {
-    fn qp(&mut self, qpn: u32) -> Option<PeerQp> {
-        (qpn == 0x11).then_some(self.qp)
+    fn qp(&mut self, qpn: Qpn) -> Option<PeerQp> {
+        (qpn == Qpn::from_raw(0x11)).then_some(self.qp)
     }
-    fn region(&mut self, rkey: u32) -> Option<PeerRegion> {
-        (rkey == 0x5EED).then_some(self.region)
+    fn region(&mut self, rkey: Rkey) -> Option<PeerRegion> {
+        (rkey == Rkey::from_raw(0x5EED)).then_some(self.region)
     }
 }
 
@@ -591,7 +591,7 @@ fn direct(b: &Bench) -> ([f64; 4], u64) {
         1,
         SendOp::Write {
             remote_addr: target + 64,
-            rkey: 0x5EED,
+            rkey: Rkey::from_raw(0x5EED),
         },
         vec![Sge {
             addr: a.base + 128,
@@ -601,12 +601,12 @@ fn direct(b: &Bench) -> ([f64; 4], u64) {
     );
     let mut peer = FixedPeer {
         qp: PeerQp {
-            pd: 7,
+            pd: PdHandle::from_raw(7),
             access: all_access(),
             state: QpState::Rts,
         },
         region: PeerRegion {
-            pd: 7,
+            pd: PdHandle::from_raw(7),
             access: all_access(),
             iova: target,
             len: REGION as u64,

@@ -15,6 +15,7 @@
 //! ECN. It is held by value (no allocation, no virtual call on the hot
 //! path); a custom controller comes from [`CongestionConfig::custom`].
 
+use crate::handle::Qpn;
 use std::fmt;
 use std::sync::Arc;
 
@@ -65,7 +66,7 @@ pub struct SentPacket {
 /// What a controller is created for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CongestionQp {
-    pub qpn: u32,
+    pub qpn: Qpn,
     pub qp_type: QpType,
     /// `EngineConfig::max_inflight`.
     pub max_inflight: u32,
@@ -274,7 +275,7 @@ impl Qp {
         }
         self.cnp_due = false;
         let dst = self.dest?;
-        let mut bth = BthRepr::new(Opcode::CNP, self.attr.dest_qp_num, Psn::new(0));
+        let mut bth = BthRepr::new(Opcode::CNP, self.attr.dest_qp_num.raw(), Psn::new(0));
         bth.becn = true;
         self.finish_packet(res, ctx, bth, Headers::Cnp, 0, dst)
     }

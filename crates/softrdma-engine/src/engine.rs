@@ -7,6 +7,7 @@
 //! must happen next. A driver (UDP sockets, shared memory, the simulator)
 //! only moves bytes and time.
 
+use crate::handle::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHandle};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -127,11 +128,11 @@ impl EngineConfig {
 /// What `create_qp` needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpInit {
-    pub pd: u32,
+    pub pd: PdHandle,
     pub qp_type: QpType,
-    pub send_cq: u32,
-    pub recv_cq: u32,
-    pub srq: Option<u32>,
+    pub send_cq: CqHandle,
+    pub recv_cq: CqHandle,
+    pub srq: Option<SrqHandle>,
     pub cap: QpCap,
     /// Every send WR completes with a CQE, whatever its SIGNALED flag.
     pub sq_sig_all: bool,
@@ -150,9 +151,9 @@ pub struct SrqInit {
 pub struct Engine {
     cfg: EngineConfig,
     res: Resources,
-    qps: KeyMap<u32, Qp>,
-    ready: VecDeque<u32>,
-    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    qps: KeyMap<Qpn, Qp>,
+    ready: VecDeque<Qpn>,
+    timers: BinaryHeap<Reverse<(Instant, Qpn)>>,
     /// Held ACKs of QPs destroyed or reset before they went out, already
     /// built: a peer that received everything must still learn so.
     parting: VecDeque<(Transmit, Vec<u8>)>,
@@ -204,13 +205,13 @@ impl Engine {
     }
 
     /// Counters of one QP.
-    pub fn qp_counters(&self, qpn: u32) -> Option<&Counters> {
+    pub fn qp_counters(&self, qpn: Qpn) -> Option<&Counters> {
         self.qps.get(&qpn).map(|q| &q.counters)
     }
 
     /// QPNs of every QP.
-    pub fn qp_numbers(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.qps.keys().copied().collect();
+    pub fn qp_numbers(&self) -> Vec<Qpn> {
+        let mut v: Vec<Qpn> = self.qps.keys().copied().collect();
         v.sort_unstable();
         v
     }
@@ -218,18 +219,18 @@ impl Engine {
     // ----- protection domains and memory regions -----
 
     /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&mut self) -> u32 {
-        let h = self.res.handle();
+    pub fn alloc_pd(&mut self) -> PdHandle {
+        let h = PdHandle::from_raw(self.res.handle());
         self.res.pds.insert(h, 0);
         h
     }
 
     /// `ibv_dealloc_pd`: EBUSY while anything still uses it.
-    pub fn dealloc_pd(&mut self, pd: u32) -> Result<()> {
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<()> {
         match self.res.pds.get(&pd) {
             None => Err(VerbsError::NotFound {
                 kind: "protection domain",
-                handle: pd,
+                handle: pd.raw(),
             }),
             Some(&users) if users > 0 => Err(VerbsError::Busy(format!(
                 "protection domain {pd} still has {users} MRs, QPs, SRQs or AHs"
@@ -244,7 +245,7 @@ impl Engine {
     /// `ibv_reg_mr`: registers `mem` at virtual address `iova`.
     pub fn reg_mr(
         &mut self,
-        pd: u32,
+        pd: PdHandle,
         iova: u64,
         access: AccessFlags,
         mem: Arc<dyn RegionMemory>,
@@ -274,7 +275,7 @@ impl Engine {
         if iova.checked_add(len).is_none() {
             return Err(VerbsError::inval("reg_mr: iova + length overflows"));
         }
-        let lkey = self.res.new_key();
+        let lkey = Lkey::from_raw(self.res.new_key());
         self.res.mrs.insert(
             lkey,
             crate::resources::Mr {
@@ -284,10 +285,10 @@ impl Engine {
                 access,
                 mem,
                 lkey,
-                rkey: 0,
+                rkey: Rkey::default(),
             },
         );
-        let rkey = self.res.new_key();
+        let rkey = Rkey::from_raw(self.res.new_key());
         if let Some(mr) = self.res.mrs.get_mut(&lkey) {
             mr.rkey = rkey;
         }
@@ -299,14 +300,14 @@ impl Engine {
 
     /// `ibv_dereg_mr`. Once this returns, no packet touches the region again:
     /// in-flight operations on it fail with access errors.
-    pub fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
+    pub fn dereg_mr(&mut self, lkey: Lkey) -> Result<()> {
         let mr = self.res.mrs.remove(&lkey).ok_or(VerbsError::NotFound {
             kind: "memory region (lkey)",
-            handle: lkey,
+            handle: lkey.raw(),
         })?;
         self.res.rkeys.remove(&mr.rkey);
-        self.res.retire_key(mr.lkey);
-        self.res.retire_key(mr.rkey);
+        self.res.retire_key(mr.lkey.raw());
+        self.res.retire_key(mr.rkey.raw());
         self.res.pd_ref(mr.pd, -1);
         push_change(
             &mut self.changes,
@@ -325,7 +326,7 @@ impl Engine {
     }
 
     /// Address, length and keys of a region.
-    pub fn mr_info(&self, lkey: u32) -> Option<(u64, u64, MrKeys)> {
+    pub fn mr_info(&self, lkey: Lkey) -> Option<(u64, u64, MrKeys)> {
         self.res.mrs.get(&lkey).map(|m| {
             (
                 m.iova,
@@ -341,13 +342,13 @@ impl Engine {
     // ----- completion queues -----
 
     /// `ibv_create_cq` with room for `depth` completions.
-    pub fn create_cq(&mut self, depth: u32) -> Result<u32> {
+    pub fn create_cq(&mut self, depth: u32) -> Result<CqHandle> {
         if depth == 0 || depth > MAX_CQE {
             return Err(VerbsError::inval(format!(
                 "create_cq: cqe {depth} must be between 1 and {MAX_CQE}"
             )));
         }
-        let h = self.res.handle();
+        let h = CqHandle::from_raw(self.res.handle());
         self.res.cqs.insert(
             h,
             Cq {
@@ -362,11 +363,11 @@ impl Engine {
     }
 
     /// `ibv_destroy_cq`: EBUSY while a QP uses it.
-    pub fn destroy_cq(&mut self, cq: u32) -> Result<()> {
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<()> {
         match self.res.cqs.get(&cq) {
             None => Err(VerbsError::NotFound {
                 kind: "completion queue",
-                handle: cq,
+                handle: cq.raw(),
             }),
             Some(c) if c.users > 0 => Err(VerbsError::Busy(format!(
                 "CQ {cq} is used by {} QPs",
@@ -380,10 +381,15 @@ impl Engine {
     }
 
     /// `ibv_poll_cq`: moves up to `max` completions into `out`; returns how many.
-    pub fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+    pub fn poll_cq(
+        &mut self,
+        cq: CqHandle,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize> {
         let c = self.res.cqs.get_mut(&cq).ok_or(VerbsError::NotFound {
             kind: "completion queue",
-            handle: cq,
+            handle: cq.raw(),
         })?;
         let n = max.min(c.entries.len());
         // Block copies of the (Copy) completions rather than one push each.
@@ -396,21 +402,21 @@ impl Engine {
     }
 
     /// Completions waiting on a CQ.
-    pub fn cq_len(&self, cq: u32) -> usize {
+    pub fn cq_len(&self, cq: CqHandle) -> usize {
         self.res.cqs.get(&cq).map_or(0, |c| c.entries.len())
     }
 
     /// True once a CQ has overflowed.
-    pub fn cq_overrun(&self, cq: u32) -> bool {
+    pub fn cq_overrun(&self, cq: CqHandle) -> bool {
         self.res.cqs.get(&cq).is_some_and(|c| c.overrun)
     }
 
     /// `ibv_req_notify_cq`: the next completion (or next solicited one)
     /// raises `Event::Completion`.
-    pub fn req_notify_cq(&mut self, cq: u32, solicited_only: bool) -> Result<()> {
+    pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<()> {
         let c = self.res.cqs.get_mut(&cq).ok_or(VerbsError::NotFound {
             kind: "completion queue",
-            handle: cq,
+            handle: cq.raw(),
         })?;
         c.notify = if solicited_only {
             Notify::Solicited
@@ -423,7 +429,7 @@ impl Engine {
     // ----- shared receive queues and address handles -----
 
     /// `ibv_create_srq`.
-    pub fn create_srq(&mut self, pd: u32, init: SrqInit) -> Result<u32> {
+    pub fn create_srq(&mut self, pd: PdHandle, init: SrqInit) -> Result<SrqHandle> {
         self.res.check_pd(pd)?;
         let l = &self.cfg.limits;
         if init.max_wr == 0 || init.max_wr > l.max_qp_wr {
@@ -438,7 +444,7 @@ impl Engine {
                 init.max_sge, l.max_sge
             )));
         }
-        let h = self.res.handle();
+        let h = SrqHandle::from_raw(self.res.handle());
         self.res.srqs.insert(
             h,
             Srq {
@@ -455,10 +461,10 @@ impl Engine {
     }
 
     /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm the low-watermark event.
-    pub fn arm_srq_limit(&mut self, srq: u32, limit: u32) -> Result<()> {
+    pub fn arm_srq_limit(&mut self, srq: SrqHandle, limit: u32) -> Result<()> {
         let s = self.res.srqs.get_mut(&srq).ok_or(VerbsError::NotFound {
             kind: "shared receive queue",
-            handle: srq,
+            handle: srq.raw(),
         })?;
         if limit > s.max_wr {
             return Err(VerbsError::inval(format!(
@@ -471,16 +477,16 @@ impl Engine {
     }
 
     /// WQEs posted to an SRQ and not yet consumed.
-    pub fn srq_len(&self, srq: u32) -> usize {
+    pub fn srq_len(&self, srq: SrqHandle) -> usize {
         self.res.srqs.get(&srq).map_or(0, |s| s.wqes.len())
     }
 
     /// `ibv_destroy_srq`: EBUSY while a QP uses it.
-    pub fn destroy_srq(&mut self, srq: u32) -> Result<()> {
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<()> {
         match self.res.srqs.get(&srq) {
             None => Err(VerbsError::NotFound {
                 kind: "shared receive queue",
-                handle: srq,
+                handle: srq.raw(),
             }),
             Some(s) if s.users > 0 => Err(VerbsError::Busy(format!(
                 "SRQ {srq} is used by {} QPs",
@@ -496,10 +502,10 @@ impl Engine {
     }
 
     /// `ibv_post_srq_recv`.
-    pub fn post_srq_recv(&mut self, srq: u32, wr: &RecvWr) -> Result<()> {
+    pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: &RecvWr) -> Result<()> {
         let s = self.res.srqs.get_mut(&srq).ok_or(VerbsError::NotFound {
             kind: "shared receive queue",
-            handle: srq,
+            handle: srq.raw(),
         })?;
         if wr.sg_list.len() > s.max_sge as usize {
             return Err(VerbsError::inval(format!(
@@ -522,7 +528,7 @@ impl Engine {
     }
 
     /// `ibv_create_ah`.
-    pub fn create_ah(&mut self, pd: u32, attr: AhAttr) -> Result<u32> {
+    pub fn create_ah(&mut self, pd: PdHandle, attr: AhAttr) -> Result<AhHandle> {
         self.res.check_pd(pd)?;
         if attr.port_num > 1 {
             return Err(VerbsError::inval(format!(
@@ -531,17 +537,17 @@ impl Engine {
             )));
         }
         let dest = self.dest_of(&attr)?;
-        let h = self.res.handle();
+        let h = AhHandle::from_raw(self.res.handle());
         self.res.ahs.insert(h, Ah { pd, attr, dest });
         self.res.pd_ref(pd, 1);
         Ok(h)
     }
 
     /// `ibv_destroy_ah`.
-    pub fn destroy_ah(&mut self, ah: u32) -> Result<()> {
+    pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<()> {
         let a = self.res.ahs.remove(&ah).ok_or(VerbsError::NotFound {
             kind: "address handle",
-            handle: ah,
+            handle: ah.raw(),
         })?;
         self.res.pd_ref(a.pd, -1);
         Ok(())
@@ -564,7 +570,7 @@ impl Engine {
     // ----- queue pairs -----
 
     /// `ibv_create_qp`: returns the QP number.
-    pub fn create_qp(&mut self, init: QpInit) -> Result<u32> {
+    pub fn create_qp(&mut self, init: QpInit) -> Result<Qpn> {
         self.res.check_pd(init.pd)?;
         for (what, cq) in [("send_cq", init.send_cq), ("recv_cq", init.recv_cq)] {
             if !self.res.cqs.contains_key(&cq) {
@@ -622,10 +628,12 @@ impl Engine {
         // At most MAX_QP (2^18) of the 2^24 numbers are in use and 256 in
         // quarantine, so a draw is free with probability above 98%.
         let qps = &self.qps;
-        let qpn = self.res.new_qpn(|q| qps.contains_key(&q));
+        let qpn = Qpn::from_raw(self.res.new_qpn(|q| qps.contains_key(&Qpn::from_raw(q))));
         let src_port = match self.cfg.src_port {
             SrcPortPolicy::Fixed(p) => p,
-            SrcPortPolicy::PerQp => 0xC000 | (qpn.wrapping_mul(0x9E37_79B1) >> 18) as u16 & 0x3FFF,
+            SrcPortPolicy::PerQp => {
+                0xC000 | (qpn.raw().wrapping_mul(0x9E37_79B1) >> 18) as u16 & 0x3FFF
+            }
         };
         let mut cap = init.cap;
         if init.srq.is_some() {
@@ -679,13 +687,13 @@ impl Engine {
     }
 
     /// `ibv_destroy_qp`: outstanding work is discarded without completions.
-    pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<()> {
         self.build_held_ack(qpn);
         let qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound {
             kind: "QP",
-            handle: qpn,
+            handle: qpn.raw(),
         })?;
-        self.res.retire_qpn(qpn);
+        self.res.retire_qpn(qpn.raw());
         self.res.pd_ref(qp.pd, -1);
         push_change(&mut self.changes, ResourceChange::QpDestroyed { qpn });
         for cq in [qp.send_cq, qp.recv_cq] {
@@ -699,18 +707,18 @@ impl Engine {
         Ok(())
     }
 
-    fn qp_mut(&mut self, qpn: u32) -> Result<&mut Qp> {
+    fn qp_mut(&mut self, qpn: Qpn) -> Result<&mut Qp> {
         self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
             kind: "QP",
-            handle: qpn,
+            handle: qpn.raw(),
         })
     }
 
     /// The QP's current attributes and state (`ibv_query_qp`).
-    pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInit)> {
+    pub fn query_qp(&self, qpn: Qpn) -> Result<(QpAttr, QpInit)> {
         let q = self.qps.get(&qpn).ok_or(VerbsError::NotFound {
             kind: "QP",
-            handle: qpn,
+            handle: qpn.raw(),
         })?;
         let mut attr = q.attr;
         attr.qp_state = q.state;
@@ -737,7 +745,7 @@ impl Engine {
     }
 
     /// The QP's state.
-    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+    pub fn qp_state(&self, qpn: Qpn) -> Option<QpState> {
         self.qps.get(&qpn).map(|q| q.state)
     }
 
@@ -746,7 +754,7 @@ impl Engine {
     pub fn modify_qp(
         &mut self,
         now: Instant,
-        qpn: u32,
+        qpn: Qpn,
         attr: &QpAttr,
         mask: AttrMask,
     ) -> Result<()> {
@@ -759,7 +767,7 @@ impl Engine {
         };
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
             kind: "QP",
-            handle: qpn,
+            handle: qpn.raw(),
         })?;
         let new = validate_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
         if mask.contains(AttrMask::PATH_MTU) && attr.path_mtu.bytes() > active_mtu.bytes() {
@@ -810,7 +818,7 @@ impl Engine {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return Err(VerbsError::NotFound {
                 kind: "QP",
-                handle: qpn,
+                handle: qpn.raw(),
             });
         };
         match new {
@@ -839,12 +847,12 @@ impl Engine {
     // ----- posting work -----
 
     /// `ibv_post_send` for one WR.
-    pub fn post_send(&mut self, now: Instant, qpn: u32, wr: &SendWr) -> Result<()> {
+    pub fn post_send(&mut self, now: Instant, qpn: Qpn, wr: &SendWr) -> Result<()> {
         // Posting starts no timer: the first transmission arms the ACK timer.
         let _ = now;
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
             kind: "QP",
-            handle: qpn,
+            handle: qpn.raw(),
         })?;
         let len = rules::check_post_send(qp.qp_type, qp.state, &qp.cap, qp.req.sq.len(), wr)
             .map_err(|e| post_send_error(e, qpn, qp, wr))?;
@@ -884,13 +892,13 @@ impl Engine {
     pub fn post_send_inline(
         &mut self,
         now: Instant,
-        qpn: u32,
+        qpn: Qpn,
         wr: &SendWr,
         data: &[u8],
     ) -> Result<()> {
         let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound {
             kind: "QP",
-            handle: qpn,
+            handle: qpn.raw(),
         })?;
         if data.len() as u64 > u64::from(qp.cap.max_inline_data) {
             return Err(VerbsError::inval(format!(
@@ -919,10 +927,10 @@ impl Engine {
     }
 
     /// `ibv_post_recv` for one WR.
-    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<()> {
+    pub fn post_recv(&mut self, qpn: Qpn, wr: &RecvWr) -> Result<()> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound {
             kind: "QP",
-            handle: qpn,
+            handle: qpn.raw(),
         })?;
         if qp.srq.is_some() {
             return Err(VerbsError::inval(format!(
@@ -1010,7 +1018,7 @@ impl Engine {
             self.handle_cnp(now, ep, &pkt);
             return;
         }
-        let qpn = pkt.bth.dest_qp;
+        let qpn = Qpn::from_raw(pkt.bth.dest_qp);
         let local_ip = self.cfg.local.ip();
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.res.counters.dropped += 1;
@@ -1048,7 +1056,7 @@ impl Engine {
     /// A CNP (already counted): the controller of the QP it names learns
     /// of congestion on the path to its peer, if it came from that peer.
     fn handle_cnp(&mut self, now: Instant, ep: Endpoints, pkt: &PacketRepr<'_>) {
-        let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qp) else {
+        let Some(qp) = self.qps.get_mut(&Qpn::from_raw(pkt.bth.dest_qp)) else {
             return;
         };
         let from_peer = qp.qp_type != QpType::Ud && qp.dest.is_some_and(|d| d.ip() == ep.src.ip());
@@ -1105,7 +1113,7 @@ impl Engine {
     /// Sends every held ACK with the next transmissions (a driver closing
     /// the device calls this, then drains `poll_transmit`).
     pub fn release_held_acks(&mut self) {
-        let held: Vec<u32> = self
+        let held: Vec<Qpn> = self
             .qps
             .iter()
             .filter(|(_, q)| q.resp.ack_hold != AckHold::None)
@@ -1121,7 +1129,7 @@ impl Engine {
 
     /// Builds the ACK `qpn` holds back, if any, into `parting`: the QP is
     /// about to lose its responder state.
-    fn build_held_ack(&mut self, qpn: u32) {
+    fn build_held_ack(&mut self, qpn: Qpn) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -1243,11 +1251,11 @@ impl Engine {
 
     /// Bookkeeping after anything touched a QP: schedule it for transmission,
     /// register its timer, raise SQ drained.
-    fn after(&mut self, qpn: u32, now: Instant) {
+    fn after(&mut self, qpn: Qpn, now: Instant) {
         self.after_inner(qpn, now, true);
     }
 
-    fn after_inner(&mut self, qpn: u32, _now: Instant, schedule: bool) {
+    fn after_inner(&mut self, qpn: Qpn, _now: Instant, schedule: bool) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -1270,7 +1278,7 @@ pub(crate) fn pkey_matches(a: u16, b: u16) -> bool {
 }
 
 /// The error `post_send` returns for a WR that [`rules::check_post_send`] refused.
-fn post_send_error(e: PostSendError, qpn: u32, qp: &Qp, wr: &SendWr) -> VerbsError {
+fn post_send_error(e: PostSendError, qpn: Qpn, qp: &Qp, wr: &SendWr) -> VerbsError {
     match e {
         PostSendError::State => VerbsError::inval(format!(
             "post_send: QP {qpn:#x} is in state {}; sends need RTS (or SQD)",
@@ -1302,8 +1310,8 @@ fn post_send_error(e: PostSendError, qpn: u32, qp: &Qp, wr: &SendWr) -> VerbsErr
 /// `Engine::after` for a QP already at hand (sparing the lookup by QPN).
 fn settle(
     qp: &mut Qp,
-    ready: &mut VecDeque<u32>,
-    timers: &mut BinaryHeap<Reverse<(Instant, u32)>>,
+    ready: &mut VecDeque<Qpn>,
+    timers: &mut BinaryHeap<Reverse<(Instant, Qpn)>>,
     res: &mut Resources,
     schedule: bool,
 ) {
@@ -1341,8 +1349,8 @@ fn settle(
 /// Queues a send WQE on `qp` (whose checks `post_send` made).
 fn enqueue_send(
     qp: &mut Qp,
-    ready: &mut VecDeque<u32>,
-    timers: &mut BinaryHeap<Reverse<(Instant, u32)>>,
+    ready: &mut VecDeque<Qpn>,
+    timers: &mut BinaryHeap<Reverse<(Instant, Qpn)>>,
     res: &mut Resources,
     wr: &SendWr,
     inline: Option<Box<[u8]>>,

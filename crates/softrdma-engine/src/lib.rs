@@ -25,6 +25,7 @@ mod counters;
 mod engine;
 mod error;
 mod fasthash;
+mod handle;
 mod memory;
 mod qp;
 pub mod qp_attr;
@@ -49,6 +50,7 @@ pub use engine::{
     PeerRegion, PeerView, QpInit, RxMeta, SrcPortPolicy, SrqInit, MAX_CQE, MAX_DIRECT_SGE, MAX_QP,
 };
 pub use error::{errno, Result, VerbsError};
+pub use handle::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHandle};
 pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};
 pub use qp_attr::{
     AccessFlags, AhAttr, AttrLimits, AttrMask, Gid, ModifyQpError, Mtu, QpAttr, QpCap, QpState,

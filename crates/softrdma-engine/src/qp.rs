@@ -7,6 +7,7 @@
 //! completer retires them on ACKs and responses, and the responder
 //! executes incoming requests.
 
+use crate::handle::{AhHandle, CqHandle, PdHandle, Qpn, Rkey, SrqHandle};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
@@ -65,7 +66,7 @@ pub(crate) struct SendWqe {
     pub flags: SendFlags,
     pub signaled: bool,
     /// UD: (address handle, remote QPN, Q_Key as posted).
-    pub ud: Option<(u32, u32, u32)>,
+    pub ud: Option<(AhHandle, Qpn, u32)>,
     /// Its place in the order of posting (one more than the WQE before
     /// it): how a send record names it while indices shift.
     pub serial: u64,
@@ -133,7 +134,7 @@ pub(crate) struct ReadJob {
     /// request whose original job is gone does not: the requester may
     /// already have everything.
     pub counted: bool,
-    pub rkey: u32,
+    pub rkey: Rkey,
     pub va: u64,
     pub remaining: u64,
     pub first: bool,
@@ -155,7 +156,7 @@ pub(crate) enum InMsg {
         offset: u64,
     },
     Write {
-        rkey: u32,
+        rkey: Rkey,
         va: u64,
         remaining: u64,
         total: u64,
@@ -220,12 +221,12 @@ pub(crate) enum AckHold {
 }
 
 pub(crate) struct Qp {
-    pub qpn: u32,
+    pub qpn: Qpn,
     pub qp_type: QpType,
-    pub pd: u32,
-    pub send_cq: u32,
-    pub recv_cq: u32,
-    pub srq: Option<u32>,
+    pub pd: PdHandle,
+    pub send_cq: CqHandle,
+    pub recv_cq: CqHandle,
+    pub srq: Option<SrqHandle>,
     pub cap: QpCap,
     pub sq_sig_all: bool,
     pub state: QpState,

@@ -46,6 +46,7 @@
 //! and uverbs requires the INIT→RTR AV's port to equal the port chosen at
 //! RESET→INIT (with a single port this only means both are 1).
 
+use crate::handle::Qpn;
 use softrdma_wire::Psn;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
@@ -664,7 +665,7 @@ pub struct QpAttr {
     /// First PSN the requester sends ([`AttrMask::SQ_PSN`]).
     pub sq_psn: Psn,
     /// Remote QP number, 24 bits ([`AttrMask::DEST_QPN`]).
-    pub dest_qp_num: u32,
+    pub dest_qp_num: Qpn,
     /// Rights granted to remote requests ([`AttrMask::ACCESS_FLAGS`]).
     pub qp_access_flags: AccessFlags,
     /// Queue sizes ([`AttrMask::CAP`]).
@@ -1122,9 +1123,9 @@ fn check_values(attr: &QpAttr, mask: AttrMask, limits: &AttrLimits) -> Result<()
                  and MW_BIND",
             )?,
             M::DEST_QPN => ensure(
-                attr.dest_qp_num <= 0xFF_FFFF,
+                attr.dest_qp_num.raw() <= 0xFF_FFFF,
                 "DEST_QPN",
-                attr.dest_qp_num,
+                attr.dest_qp_num.raw(),
                 "must fit in 24 bits (at most 16777215)",
             )?,
             M::AV => {
@@ -1316,7 +1317,7 @@ mod tests {
             qkey: 0x1111_1111,
             rq_psn: Psn::new(0x12_3456),
             sq_psn: Psn::new(0xAB_CDEF),
-            dest_qp_num: 0x00_0042,
+            dest_qp_num: Qpn::from_raw(0x00_0042),
             qp_access_flags: AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
@@ -1814,7 +1815,7 @@ mod tests {
             Init,
             Rtr,
             rc_rtr,
-            |a| a.dest_qp_num = 1 << 24,
+            |a| a.dest_qp_num = Qpn::from_raw(1 << 24),
             "DEST_QPN",
             1 << 24,
         );
@@ -1922,7 +1923,7 @@ mod tests {
         assert_eq!(validate_modify(Rc, Rtr, &attr, rc_rts, &limits), Ok(Rts));
 
         let mut attr = good_attr(Init, Rtr);
-        attr.dest_qp_num = 0xFF_FFFF;
+        attr.dest_qp_num = Qpn::from_raw(0xFF_FFFF);
         attr.min_rnr_timer = 31;
         attr.max_dest_rd_atomic = 0;
         attr.ah_attr.port_num = 0; // the QP's own port
@@ -1939,7 +1940,7 @@ mod tests {
         attr.pkey_index = 9;
         attr.min_rnr_timer = 200;
         attr.ah_attr = AhAttr::default();
-        attr.dest_qp_num = u32::MAX;
+        attr.dest_qp_num = Qpn::from_raw(u32::MAX);
         assert_eq!(
             validate_modify(Ud, Rtr, &attr, M::STATE | M::SQ_PSN, &limits),
             Ok(Rts)

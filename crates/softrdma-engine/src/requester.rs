@@ -5,6 +5,7 @@
 //! (`completer.rs`) finds something lost. What comes back is the
 //! completer's.
 
+use crate::handle::{Lkey, Qpn};
 use std::net::SocketAddr;
 
 use softrdma_wire::packet::{emit_around, emit_in_place, payload_offset};
@@ -31,7 +32,7 @@ pub struct Transmit {
     /// The UDP endpoints: send from `src` (the port matters: the ICRC covers it) to `dst`.
     pub endpoints: Endpoints,
     /// The QP that sent it.
-    pub qpn: u32,
+    pub qpn: Qpn,
     /// The ECN codepoint the IP header must carry (`NotEct` unless
     /// congestion control asks for ECN-capable transport).
     pub ecn: softrdma_wire::Ecn,
@@ -59,7 +60,7 @@ pub struct TxPayload {
     pub addr: usize,
     /// The region it lies in (local key) and its offset there, for
     /// [`crate::Engine::copy_payload`].
-    pub lkey: u32,
+    pub lkey: Lkey,
     /// Offset of the payload in that region.
     pub region_offset: usize,
 }
@@ -67,7 +68,7 @@ pub struct TxPayload {
 /// A payload piece of one packet lying in one region, to be sent by reference.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ZcPiece {
-    pub lkey: u32,
+    pub lkey: Lkey,
     /// Offset in the region.
     pub base: usize,
     pub addr: usize,
@@ -331,7 +332,7 @@ impl Qp {
         };
         let deth = DethRepr {
             qkey,
-            src_qp: self.qpn,
+            src_qp: self.qpn.raw(),
         };
         let (opcode, headers) = match w.op {
             SendOp::SendWithImm { imm } => (Opcode::UD_SEND_ONLY_IMM, Headers::DethImm(deth, imm)),
@@ -343,7 +344,7 @@ impl Qp {
             self.fail_head(res, s);
             return None;
         }
-        let mut bth = BthRepr::new(opcode, remote_qpn, self.req.psn);
+        let mut bth = BthRepr::new(opcode, remote_qpn.raw(), self.req.psn);
         bth.solicited = w.flags.contains(SendFlags::SOLICITED);
         let psn = self.req.psn;
         self.req.psn = psn.next();
@@ -489,7 +490,7 @@ impl Qp {
         let w = self.req.sq[idx].view();
         let remote_qpn = self.attr.dest_qp_num;
         let atomic = |opcode, a: AtomicEthRepr| {
-            let mut bth = BthRepr::new(opcode, remote_qpn, psn);
+            let mut bth = BthRepr::new(opcode, remote_qpn.raw(), psn);
             bth.ack_req = true;
             Some(BuiltRequest::header_only(bth, Headers::Atomic(a), 1))
         };
@@ -497,10 +498,10 @@ impl Qp {
             SendOp::Read { remote_addr, rkey } => {
                 let reth = RethRepr {
                     va: remote_addr.wrapping_add(offset),
-                    rkey,
+                    rkey: rkey.raw(),
                     dma_len: (w.len - offset) as u32,
                 };
-                let mut bth = BthRepr::new(Opcode::RC_READ_REQUEST, remote_qpn, psn);
+                let mut bth = BthRepr::new(Opcode::RC_READ_REQUEST, remote_qpn.raw(), psn);
                 bth.ack_req = true;
                 let remaining_pkts = w.npkts - (offset / u64::from(self.mtu)) as u32;
                 Some(BuiltRequest::header_only(
@@ -518,7 +519,7 @@ impl Qp {
                 Opcode::RC_COMPARE_SWAP,
                 AtomicEthRepr {
                     va: remote_addr,
-                    rkey,
+                    rkey: rkey.raw(),
                     swap_add: swap,
                     compare,
                 },
@@ -531,7 +532,7 @@ impl Qp {
                 Opcode::RC_FETCH_ADD,
                 AtomicEthRepr {
                     va: remote_addr,
-                    rkey,
+                    rkey: rkey.raw(),
                     swap_add: add,
                     compare: 0,
                 },
@@ -562,7 +563,7 @@ impl Qp {
         };
         let (kind, headers) = message_headers(&w.op, position, w.len);
         let opcode = Opcode::find(transport_of(self.qp_type), kind, position, headers.layout())?;
-        let mut bth = BthRepr::new(opcode, self.attr.dest_qp_num, psn);
+        let mut bth = BthRepr::new(opcode, self.attr.dest_qp_num.raw(), psn);
         bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
         self.req.since_ack_req += 1;
         let window_full = psn.next().distance_from(self.comp.una) >= self.cc.window();
@@ -668,7 +669,7 @@ fn message_headers(op: &SendOp, position: Position, len: u64) -> (OpKind, Header
     match *op {
         SendOp::SendWithImm { imm } if ends => (OpKind::Send, Headers::Imm(imm)),
         SendOp::SendWithInv { invalidate_rkey } if ends => {
-            (OpKind::Send, Headers::Ieth(invalidate_rkey))
+            (OpKind::Send, Headers::Ieth(invalidate_rkey.raw()))
         }
         SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
             (OpKind::Send, Headers::None)
@@ -679,7 +680,7 @@ fn message_headers(op: &SendOp, position: Position, len: u64) -> (OpKind, Header
         } => {
             let reth = RethRepr {
                 va: remote_addr,
-                rkey,
+                rkey: rkey.raw(),
                 dma_len: len as u32,
             };
             let imm = match *op {

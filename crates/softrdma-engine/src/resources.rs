@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 
 use crate::fasthash::{KeyMap, KeySet};
+use crate::handle::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHandle};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -23,13 +24,13 @@ use crate::wr::{Sge, WcStatus, WorkCompletion};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResourceChange {
     /// `modify_qp` succeeded on the QP.
-    QpModified { qpn: u32 },
+    QpModified { qpn: Qpn },
     /// The QP was destroyed.
-    QpDestroyed { qpn: u32 },
+    QpDestroyed { qpn: Qpn },
     /// A region was registered.
-    MrRegistered { rkey: u32 },
+    MrRegistered { rkey: Rkey },
     /// A region was deregistered.
-    MrDeregistered { rkey: u32 },
+    MrDeregistered { rkey: Rkey },
     /// More changes happened than the queue holds (nobody took them):
     /// anything may have changed.
     Lost,
@@ -55,30 +56,30 @@ pub(crate) fn push_change(q: &mut VecDeque<ResourceChange>, c: ResourceChange) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     /// A completion arrived on a CQ that was armed with `req_notify_cq`.
-    Completion { cq: u32 },
+    Completion { cq: CqHandle },
     /// A CQ overflowed: the completion was lost (`IBV_EVENT_CQ_ERR`).
-    CqOverrun { cq: u32 },
+    CqOverrun { cq: CqHandle },
     /// A QP entered the error state because of a transport or local error
     /// (`IBV_EVENT_QP_FATAL`, `..._REQ_ERR`, `..._ACCESS_ERR`).
-    QpFatal { qpn: u32 },
+    QpFatal { qpn: Qpn },
     /// A QP in SQD has no more outstanding send work (`IBV_EVENT_SQ_DRAINED`).
-    SqDrained { qpn: u32 },
+    SqDrained { qpn: Qpn },
     /// A QP on an SRQ entered the error state and will take no more WQEs
     /// (`IBV_EVENT_QP_LAST_WQE_REACHED`).
-    LastWqeReached { qpn: u32 },
+    LastWqeReached { qpn: Qpn },
     /// An SRQ dropped below its limit (`IBV_EVENT_SRQ_LIMIT_REACHED`).
-    SrqLimitReached { srq: u32 },
+    SrqLimitReached { srq: SrqHandle },
 }
 
 /// A registered memory region.
 pub(crate) struct Mr {
-    pub pd: u32,
+    pub pd: PdHandle,
     pub iova: u64,
     pub len: u64,
     pub access: AccessFlags,
     pub mem: Arc<dyn RegionMemory>,
-    pub lkey: u32,
-    pub rkey: u32,
+    pub lkey: Lkey,
+    pub rkey: Rkey,
 }
 
 impl Mr {
@@ -96,8 +97,8 @@ impl Mr {
 /// The keys of a registered region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MrKeys {
-    pub lkey: u32,
-    pub rkey: u32,
+    pub lkey: Lkey,
+    pub rkey: Rkey,
 }
 
 /// Whether and how a CQ asks for a completion event.
@@ -130,7 +131,7 @@ impl RecvWqe {
 }
 
 pub(crate) struct Srq {
-    pub pd: u32,
+    pub pd: PdHandle,
     pub wqes: VecDeque<RecvWqe>,
     pub max_wr: u32,
     pub max_sge: u32,
@@ -139,7 +140,7 @@ pub(crate) struct Srq {
 }
 
 pub(crate) struct Ah {
-    pub pd: u32,
+    pub pd: PdHandle,
     #[allow(dead_code)] // kept for query_ah
     pub attr: AhAttr,
     pub dest: SocketAddr,
@@ -186,12 +187,12 @@ impl Quarantine {
 
 /// Everything but the QPs.
 pub(crate) struct Resources {
-    pub pds: KeyMap<u32, u32>,   // pd -> users
-    pub mrs: KeyMap<u32, Mr>,    // by lkey
-    pub rkeys: KeyMap<u32, u32>, // rkey -> lkey
-    pub cqs: KeyMap<u32, Cq>,
-    pub srqs: KeyMap<u32, Srq>,
-    pub ahs: KeyMap<u32, Ah>,
+    pub pds: KeyMap<PdHandle, u32>, // pd -> users
+    pub mrs: KeyMap<Lkey, Mr>,
+    pub rkeys: KeyMap<Rkey, Lkey>,
+    pub cqs: KeyMap<CqHandle, Cq>,
+    pub srqs: KeyMap<SrqHandle, Srq>,
+    pub ahs: KeyMap<AhHandle, Ah>,
     pub events: VecDeque<Event>,
     pub counters: Counters,
     /// lkeys and rkeys (ChaCha20).
@@ -239,8 +240,8 @@ impl Resources {
         loop {
             let k = self.key_rng.next_u32();
             if k != 0
-                && !self.mrs.contains_key(&k)
-                && !self.rkeys.contains_key(&k)
+                && !self.mrs.contains_key(&Lkey::from_raw(k))
+                && !self.rkeys.contains_key(&Rkey::from_raw(k))
                 && !self.key_quarantine.contains(k)
             {
                 return k;
@@ -269,25 +270,25 @@ impl Resources {
         self.qpn_quarantine.retire(qpn);
     }
 
-    pub fn check_pd(&self, pd: u32) -> Result<()> {
+    pub fn check_pd(&self, pd: PdHandle) -> Result<()> {
         if self.pds.contains_key(&pd) {
             Ok(())
         } else {
             Err(VerbsError::NotFound {
                 kind: "protection domain",
-                handle: pd,
+                handle: pd.raw(),
             })
         }
     }
 
-    pub fn pd_ref(&mut self, pd: u32, delta: i32) {
+    pub fn pd_ref(&mut self, pd: PdHandle, delta: i32) {
         if let Some(u) = self.pds.get_mut(&pd) {
             *u = u.saturating_add_signed(delta);
         }
     }
 
     /// The region a remote key names, if any.
-    pub fn mr_by_rkey(&self, rkey: u32) -> Option<&Mr> {
+    pub fn mr_by_rkey(&self, rkey: Rkey) -> Option<&Mr> {
         let lkey = self.rkeys.get(&rkey)?;
         self.mrs.get(lkey)
     }
@@ -297,8 +298,8 @@ impl Resources {
     /// rights and the zero-length rule are [`rules::check_remote`]'s).
     pub fn remote_mr(
         &self,
-        rkey: u32,
-        pd: u32,
+        rkey: Rkey,
+        pd: PdHandle,
         va: u64,
         len: u64,
         access: AccessFlags,
@@ -310,7 +311,7 @@ impl Resources {
 
     /// The region and offset of a local SGE that passes
     /// [`rules::check_local_sge`] with the right `need`.
-    fn local_mr(&self, sge: &Sge, pd: u32, need: AccessFlags) -> SgeResult<(&Mr, usize)> {
+    fn local_mr(&self, sge: &Sge, pd: PdHandle, need: AccessFlags) -> SgeResult<(&Mr, usize)> {
         let mr = self.mrs.get(&sge.lkey);
         let off = rules::check_local_sge(mr.map(Mr::view).as_ref(), pd, sge, need)?;
         let mr = mr.ok_or(WcStatus::LocProtErr)?;
@@ -318,7 +319,7 @@ impl Resources {
     }
 
     /// Checks every SGE of a list for access `need` (without touching memory).
-    pub fn check_sges(&self, sges: &[Sge], pd: u32, need: AccessFlags) -> SgeResult<()> {
+    pub fn check_sges(&self, sges: &[Sge], pd: PdHandle, need: AccessFlags) -> SgeResult<()> {
         for s in sges {
             self.local_mr(s, pd, need)?;
         }
@@ -326,7 +327,13 @@ impl Resources {
     }
 
     /// Copies `dst.len()` bytes starting `offset` bytes into the SGE list.
-    pub fn gather(&self, sges: &[Sge], pd: u32, mut offset: u64, dst: &mut [u8]) -> SgeResult<()> {
+    pub fn gather(
+        &self,
+        sges: &[Sge],
+        pd: PdHandle,
+        mut offset: u64,
+        dst: &mut [u8],
+    ) -> SgeResult<()> {
         let mut done = 0usize;
         for s in sges {
             if done == dst.len() {
@@ -359,7 +366,7 @@ impl Resources {
     pub(crate) fn payload_ref(
         &self,
         sges: &[Sge],
-        pd: u32,
+        pd: PdHandle,
         mut offset: u64,
         len: usize,
     ) -> Option<crate::requester::ZcPiece> {
@@ -385,7 +392,13 @@ impl Resources {
     }
 
     /// Copies `src` into the SGE list starting `offset` bytes in.
-    pub fn scatter(&self, sges: &[Sge], pd: u32, mut offset: u64, src: &[u8]) -> SgeResult<()> {
+    pub fn scatter(
+        &self,
+        sges: &[Sge],
+        pd: PdHandle,
+        mut offset: u64,
+        src: &[u8],
+    ) -> SgeResult<()> {
         let mut done = 0usize;
         for s in sges {
             if done == src.len() {
@@ -410,7 +423,7 @@ impl Resources {
     }
 
     /// Adds a completion to a CQ, raising the events real HCAs raise.
-    pub fn complete(&mut self, cq_id: u32, wc: WorkCompletion) {
+    pub fn complete(&mut self, cq_id: CqHandle, wc: WorkCompletion) {
         let Some(cq) = self.cqs.get_mut(&cq_id) else {
             return;
         };
@@ -437,7 +450,7 @@ impl Resources {
     }
 
     /// Takes the next receive WQE from an SRQ, raising the limit event.
-    pub fn srq_pop(&mut self, srq_id: u32) -> Option<RecvWqe> {
+    pub fn srq_pop(&mut self, srq_id: SrqHandle) -> Option<RecvWqe> {
         let srq = self.srqs.get_mut(&srq_id)?;
         let w = srq.wqes.pop_front()?;
         if srq.limit > 0 && (srq.wqes.len() as u32) < srq.limit {

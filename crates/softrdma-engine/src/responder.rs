@@ -5,6 +5,7 @@
 //! re-acknowledged, READs re-executed and atomics replayed from saved
 //! results, never re-executed.
 
+use crate::handle::{Qpn, Rkey};
 use std::net::{IpAddr, SocketAddr};
 
 use softrdma_wire::packet::payload_offset;
@@ -155,7 +156,7 @@ impl Qp {
                 if let Some(reth) = pkt.headers.reth() {
                     if self.check_remote(
                         res,
-                        reth.rkey,
+                        Rkey::from_raw(reth.rkey),
                         reth.va,
                         u64::from(reth.dma_len),
                         rules::request_access(OpKind::ReadRequest),
@@ -187,7 +188,7 @@ impl Qp {
                             req_psn: psn,
                             npkts,
                             counted,
-                            rkey: reth.rkey,
+                            rkey: Rkey::from_raw(reth.rkey),
                             va: reth.va,
                             remaining: len,
                             first: true,
@@ -221,7 +222,7 @@ impl Qp {
     fn remote_target<'r>(
         &self,
         res: &'r Resources,
-        rkey: u32,
+        rkey: Rkey,
         va: u64,
         len: u64,
         need: AccessFlags,
@@ -237,7 +238,7 @@ impl Qp {
     fn check_remote(
         &self,
         res: &Resources,
-        rkey: u32,
+        rkey: Rkey,
         va: u64,
         len: u64,
         access: AccessFlags,
@@ -245,7 +246,7 @@ impl Qp {
         self.remote_target(res, rkey, va, len, access).is_ok()
     }
 
-    fn write_remote(&self, res: &Resources, rkey: u32, va: u64, data: &[u8]) -> bool {
+    fn write_remote(&self, res: &Resources, rkey: Rkey, va: u64, data: &[u8]) -> bool {
         if data.is_empty() {
             return true;
         }
@@ -350,14 +351,26 @@ impl Qp {
                         let len = u64::from(reth.dma_len);
                         let access = rules::request_access(OpKind::Write);
                         if len == 0 || pkt.headers.imm().is_some() {
-                            if !self.check_remote(res, reth.rkey, reth.va, len, access) {
+                            if !self.check_remote(
+                                res,
+                                Rkey::from_raw(reth.rkey),
+                                reth.va,
+                                len,
+                                access,
+                            ) {
                                 return Err(self.remote_fail(NakCode::RemoteAccessError));
                             }
                         } else {
                             // No receive WQE to wait for: one key lookup checks
                             // the whole message and writes this first packet,
                             // after the same checks in the same order.
-                            let found = self.remote_target(res, reth.rkey, reth.va, len, access);
+                            let found = self.remote_target(
+                                res,
+                                Rkey::from_raw(reth.rkey),
+                                reth.va,
+                                len,
+                                access,
+                            );
                             let Ok(Some((mr, off))) = found else {
                                 return Err(self.remote_fail(NakCode::RemoteAccessError));
                             };
@@ -369,7 +382,7 @@ impl Qp {
                             }
                             written = true;
                         }
-                        (reth.rkey, reth.va, len, len)
+                        (Rkey::from_raw(reth.rkey), reth.va, len, len)
                     }
                 };
                 if n > remaining || (pos.ends_message() && n != remaining) {
@@ -436,7 +449,7 @@ impl Qp {
                     return Err(Fail::Nak(NakCode::InvalidRequest));
                 }
                 let access = rules::request_access(OpKind::ReadRequest);
-                if !self.check_remote(res, reth.rkey, reth.va, len, access) {
+                if !self.check_remote(res, Rkey::from_raw(reth.rkey), reth.va, len, access) {
                     return Err(Fail::Nak(NakCode::RemoteAccessError));
                 }
                 self.resp.msn = self.resp.msn.next();
@@ -447,7 +460,7 @@ impl Qp {
                     req_psn: psn,
                     npkts,
                     counted: true,
-                    rkey: reth.rkey,
+                    rkey: Rkey::from_raw(reth.rkey),
                     va: reth.va,
                     remaining: len,
                     first: true,
@@ -464,9 +477,13 @@ impl Qp {
                     return Err(Fail::Nak(NakCode::InvalidRequest));
                 }
                 let access = rules::request_access(info.kind);
-                let Ok(Some((mr, off))) =
-                    self.remote_target(res, a.rkey, a.va, rules::ATOMIC_LEN, access)
-                else {
+                let Ok(Some((mr, off))) = self.remote_target(
+                    res,
+                    Rkey::from_raw(a.rkey),
+                    a.va,
+                    rules::ATOMIC_LEN,
+                    access,
+                ) else {
                     return Err(Fail::Nak(NakCode::RemoteAccessError));
                 };
                 let orig = if info.kind == OpKind::CompareSwap {
@@ -597,7 +614,7 @@ impl Qp {
             return;
         }
         wc.byte_len = total as u32;
-        wc.src_qp = deth.src_qp;
+        wc.src_qp = Qpn::from_raw(deth.src_qp);
         wc.wc_flags = WcFlags::GRH;
         wc.sgid = Gid::from_ip(src.ip());
         wc.solicited = pkt.bth.solicited;
@@ -664,7 +681,7 @@ impl Qp {
                         };
                         syndrome = Syndrome::Ack { credits };
                     }
-                    let bth = BthRepr::new(Opcode::RC_ACK, remote_qpn, *psn);
+                    let bth = BthRepr::new(Opcode::RC_ACK, remote_qpn.raw(), *psn);
                     let headers = Headers::Aeth(AethRepr {
                         syndrome,
                         msn: *msn,
@@ -673,7 +690,7 @@ impl Qp {
                     return self.finish_packet(res, ctx, bth, headers, 0, dst);
                 }
                 RespOut::AtomicAck { psn, orig, msn } => {
-                    let bth = BthRepr::new(Opcode::RC_ATOMIC_ACK, remote_qpn, *psn);
+                    let bth = BthRepr::new(Opcode::RC_ATOMIC_ACK, remote_qpn.raw(), *psn);
                     let a = AethRepr {
                         syndrome: Syndrome::Ack {
                             credits: aeth::CREDITS_INVALID,
@@ -737,7 +754,7 @@ impl Qp {
                         job.va += seg;
                         job.remaining -= seg;
                     }
-                    let bth = BthRepr::new(opcode, remote_qpn, psn);
+                    let bth = BthRepr::new(opcode, remote_qpn.raw(), psn);
                     return self.finish_packet(res, ctx, bth, headers, seg as usize, dst);
                 }
             }

@@ -16,6 +16,7 @@
 //! from either, the function's comment says so. `docs/engine.md` ("Rules")
 //! lists every function with its callers.
 
+use crate::handle::PdHandle;
 use softrdma_wire::OpKind;
 
 use crate::qp_attr::{AccessFlags, QpCap, QpState, QpType};
@@ -34,7 +35,7 @@ pub const ATOMIC_LEN: u64 = 8;
 /// untrusted — the rules only compare and do checked arithmetic on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RegionView {
-    pub pd: u32,
+    pub pd: PdHandle,
     pub access: AccessFlags,
     pub iova: u64,
     pub len: u64,
@@ -205,7 +206,7 @@ pub const fn range_offset(iova: u64, len: u64, va: u64, n: u64) -> Option<u64> {
 #[inline]
 pub fn check_local_sge(
     region: Option<&RegionView>,
-    qp_pd: u32,
+    qp_pd: PdHandle,
     sge: &Sge,
     need: AccessFlags,
 ) -> Result<u64, WcStatus> {
@@ -244,7 +245,7 @@ pub enum RemoteDenied {
 #[inline]
 pub fn check_region(
     region: Option<&RegionView>,
-    qp_pd: u32,
+    qp_pd: PdHandle,
     need: AccessFlags,
     va: u64,
     len: u64,
@@ -270,7 +271,7 @@ pub fn check_region(
 #[inline]
 pub fn check_remote(
     qp_access: AccessFlags,
-    qp_pd: u32,
+    qp_pd: PdHandle,
     need: AccessFlags,
     va: u64,
     len: u64,
@@ -409,10 +410,11 @@ pub const fn send_byte_len(atomic: bool, len: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handle::{Lkey, Rkey};
 
     fn region(iova: u64, len: u64, access: AccessFlags) -> RegionView {
         RegionView {
-            pd: 1,
+            pd: PdHandle::from_raw(1),
             access,
             iova,
             len,
@@ -440,29 +442,42 @@ mod tests {
         let sge = |addr, length| Sge {
             addr,
             length,
-            lkey: 7,
+            lkey: Lkey::from_raw(7),
         };
         let w = AccessFlags::LOCAL_WRITE;
-        assert_eq!(check_local_sge(Some(&r), 1, &sge(8, 8), w), Ok(8));
         assert_eq!(
-            check_local_sge(Some(&r), 1, &sge(u64::MAX - 7, 16), AccessFlags::empty()),
+            check_local_sge(Some(&r), PdHandle::from_raw(1), &sge(8, 8), w),
+            Ok(8)
+        );
+        assert_eq!(
+            check_local_sge(
+                Some(&r),
+                PdHandle::from_raw(1),
+                &sge(u64::MAX - 7, 16),
+                AccessFlags::empty()
+            ),
             Err(WcStatus::LocProtErr)
         );
         assert_eq!(
-            check_local_sge(None, 1, &sge(8, 8), w),
+            check_local_sge(None, PdHandle::from_raw(1), &sge(8, 8), w),
             Err(WcStatus::LocProtErr)
         );
         assert_eq!(
-            check_local_sge(Some(&r), 2, &sge(8, 8), w),
+            check_local_sge(Some(&r), PdHandle::from_raw(2), &sge(8, 8), w),
             Err(WcStatus::LocProtErr)
         );
         let ro = region(0, 4096, AccessFlags::empty());
         assert_eq!(
-            check_local_sge(Some(&ro), 1, &sge(8, 8), w),
+            check_local_sge(Some(&ro), PdHandle::from_raw(1), &sge(8, 8), w),
             Err(WcStatus::LocProtErr)
         );
         assert_eq!(
-            check_local_sge(Some(&ro), 1, &sge(8, 8), AccessFlags::empty()),
+            check_local_sge(
+                Some(&ro),
+                PdHandle::from_raw(1),
+                &sge(8, 8),
+                AccessFlags::empty()
+            ),
             Ok(8)
         );
     }
@@ -474,23 +489,33 @@ mod tests {
         let w = AccessFlags::REMOTE_WRITE;
         let never = || -> Option<RegionView> { panic!("looked up a region it does not need") };
         assert_eq!(
-            check_remote(AccessFlags::empty(), 1, w, 0x1000, 8, never),
+            check_remote(
+                AccessFlags::empty(),
+                PdHandle::from_raw(1),
+                w,
+                0x1000,
+                8,
+                never
+            ),
             Err(RemoteDenied::QpAccess)
         );
         // Zero length: only the QP's right.
-        assert_eq!(check_remote(w, 1, w, 0, 0, never), Ok(0));
         assert_eq!(
-            check_remote(w, 1, w, 0x1000, 8, || None),
+            check_remote(w, PdHandle::from_raw(1), w, 0, 0, never),
+            Ok(0)
+        );
+        assert_eq!(
+            check_remote(w, PdHandle::from_raw(1), w, 0x1000, 8, || None),
             Err(RemoteDenied::NoRegion)
         );
         assert_eq!(
-            check_remote(w, 2, w, 0x1000, 8, || Some(r)),
+            check_remote(w, PdHandle::from_raw(2), w, 0x1000, 8, || Some(r)),
             Err(RemoteDenied::Pd)
         );
         assert_eq!(
             check_remote(
                 AccessFlags::REMOTE_READ,
-                1,
+                PdHandle::from_raw(1),
                 AccessFlags::REMOTE_READ,
                 0x1000,
                 8,
@@ -499,14 +524,17 @@ mod tests {
             Err(RemoteDenied::RegionAccess)
         );
         assert_eq!(
-            check_remote(w, 1, w, 0x1000 + 60, 8, || Some(r)),
+            check_remote(w, PdHandle::from_raw(1), w, 0x1000 + 60, 8, || Some(r)),
             Err(RemoteDenied::Range)
         );
         assert_eq!(
-            check_remote(w, 1, w, u64::MAX - 3, 8, || Some(r)),
+            check_remote(w, PdHandle::from_raw(1), w, u64::MAX - 3, 8, || Some(r)),
             Err(RemoteDenied::Range)
         );
-        assert_eq!(check_remote(w, 1, w, 0x1008, 8, || Some(r)), Ok(8));
+        assert_eq!(
+            check_remote(w, PdHandle::from_raw(1), w, 0x1008, 8, || Some(r)),
+            Ok(8)
+        );
     }
 
     #[test]
@@ -515,14 +543,14 @@ mod tests {
             (
                 SendOp::Write {
                     remote_addr: 0,
-                    rkey: 0,
+                    rkey: Rkey::from_raw(0),
                 },
                 OpKind::Write,
             ),
             (
                 SendOp::WriteWithImm {
                     remote_addr: 0,
-                    rkey: 0,
+                    rkey: Rkey::from_raw(0),
                     imm: 0,
                 },
                 OpKind::Write,
@@ -530,14 +558,14 @@ mod tests {
             (
                 SendOp::Read {
                     remote_addr: 0,
-                    rkey: 0,
+                    rkey: Rkey::from_raw(0),
                 },
                 OpKind::ReadRequest,
             ),
             (
                 SendOp::CompareSwap {
                     remote_addr: 0,
-                    rkey: 0,
+                    rkey: Rkey::from_raw(0),
                     compare: 0,
                     swap: 0,
                 },
@@ -546,7 +574,7 @@ mod tests {
             (
                 SendOp::FetchAdd {
                     remote_addr: 0,
-                    rkey: 0,
+                    rkey: Rkey::from_raw(0),
                     add: 0,
                 },
                 OpKind::FetchAdd,
@@ -564,14 +592,14 @@ mod tests {
             QpType::Uc,
             &SendOp::Read {
                 remote_addr: 0,
-                rkey: 0
+                rkey: Rkey::from_raw(0)
             }
         ));
         assert!(!op_allowed(
             QpType::Ud,
             &SendOp::Write {
                 remote_addr: 0,
-                rkey: 0
+                rkey: Rkey::from_raw(0)
             }
         ));
     }

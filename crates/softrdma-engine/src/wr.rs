@@ -3,6 +3,7 @@
 
 use core::fmt;
 
+use crate::handle::{AhHandle, Lkey, Qpn, Rkey};
 use crate::qp_attr::Gid;
 
 /// One scatter/gather element: `length` bytes at virtual address `addr` of
@@ -11,7 +12,7 @@ use crate::qp_attr::Gid;
 pub struct Sge {
     pub addr: u64,
     pub length: u32,
-    pub lkey: u32,
+    pub lkey: Lkey,
 }
 
 /// Send work request flags (`IBV_SEND_*`).
@@ -44,30 +45,30 @@ pub enum SendOp {
         imm: u32,
     },
     SendWithInv {
-        invalidate_rkey: u32,
+        invalidate_rkey: Rkey,
     },
     Write {
         remote_addr: u64,
-        rkey: u32,
+        rkey: Rkey,
     },
     WriteWithImm {
         remote_addr: u64,
-        rkey: u32,
+        rkey: Rkey,
         imm: u32,
     },
     Read {
         remote_addr: u64,
-        rkey: u32,
+        rkey: Rkey,
     },
     CompareSwap {
         remote_addr: u64,
-        rkey: u32,
+        rkey: Rkey,
         compare: u64,
         swap: u64,
     },
     FetchAdd {
         remote_addr: u64,
-        rkey: u32,
+        rkey: Rkey,
         add: u64,
     },
 }
@@ -119,8 +120,8 @@ impl SendOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdDest {
     /// Address handle from `create_ah`.
-    pub ah: u32,
-    pub remote_qpn: u32,
+    pub ah: AhHandle,
+    pub remote_qpn: Qpn,
     /// Q_Key; a value with the high bit set means "use the QP's own Q_Key".
     pub remote_qkey: u32,
 }
@@ -249,9 +250,9 @@ pub struct WorkCompletion {
     pub byte_len: u32,
     /// Immediate data (valid with `WcFlags::WITH_IMM`), or the invalidated rkey.
     pub imm_data: u32,
-    pub qp_num: u32,
+    pub qp_num: Qpn,
     /// Source QP (UD receives).
-    pub src_qp: u32,
+    pub src_qp: Qpn,
     pub wc_flags: WcFlags,
     /// The sender's GID (UD receives).
     pub sgid: Gid,
@@ -261,7 +262,7 @@ pub struct WorkCompletion {
 
 impl WorkCompletion {
     /// A completion with zero length, flags and immediate.
-    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> Self {
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: Qpn) -> Self {
         WorkCompletion {
             wr_id,
             status,
@@ -270,7 +271,7 @@ impl WorkCompletion {
             byte_len: 0,
             imm_data: 0,
             qp_num,
-            src_qp: 0,
+            src_qp: Qpn::default(),
             wc_flags: WcFlags::default(),
             sgid: Gid::default(),
             solicited: false,

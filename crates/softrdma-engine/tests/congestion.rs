@@ -199,7 +199,7 @@ fn ecn_marks_packets_and_ce_is_answered_with_a_cnp() {
     let cnp = net.nodes[1].poll_transmit(now, &mut buf).expect("a CNP");
     let p = PacketRepr::parse(&buf[..cnp.len]).unwrap();
     assert_eq!(p.bth.opcode, Opcode::CNP);
-    assert_eq!(p.bth.dest_qp, a.qpn);
+    assert_eq!(p.bth.dest_qp, a.qpn.raw());
     assert!(p.bth.becn);
     net.nodes[0].handle_packet(now, cnp.endpoints, &buf[..cnp.len]);
     assert_eq!(
@@ -227,7 +227,7 @@ fn a_cnp_from_another_host_is_ignored() {
     let (mut net, a, _b) = pair_cfg(11, net5(), QpType::Rc, &ConnOpts::default(), |c| {
         c.congestion = cc.clone();
     });
-    let mut bth = softrdma_wire::BthRepr::new(Opcode::CNP, a.qpn, Psn::new(0));
+    let mut bth = softrdma_wire::BthRepr::new(Opcode::CNP, a.qpn.raw(), Psn::new(0));
     bth.becn = true;
     let stranger = std::net::SocketAddr::new("127.0.10.9".parse().unwrap(), 4791);
     let ep = softrdma_wire::Endpoints::new(stranger, sim::node_addr(0));

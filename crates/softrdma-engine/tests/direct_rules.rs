@@ -26,7 +26,7 @@ fn direct_pair(qp_type: QpType) -> (SimNet, Side, Side) {
 /// knows, and counts what it was asked.
 #[derive(Debug, Clone, Default)]
 struct Peer {
-    qpn: u32,
+    qpn: Qpn,
     qp: Option<PeerQp>,
     regions: Vec<(u32, PeerRegion)>,
     qp_asks: u32,
@@ -34,15 +34,15 @@ struct Peer {
 }
 
 impl PeerView for Peer {
-    fn qp(&mut self, qpn: u32) -> Option<PeerQp> {
+    fn qp(&mut self, qpn: Qpn) -> Option<PeerQp> {
         self.qp_asks += 1;
         self.qp.filter(|_| qpn == self.qpn)
     }
-    fn region(&mut self, rkey: u32) -> Option<PeerRegion> {
+    fn region(&mut self, rkey: Rkey) -> Option<PeerRegion> {
         self.region_asks += 1;
         self.regions
             .iter()
-            .find(|(k, _)| *k == rkey)
+            .find(|(k, _)| *k == rkey.raw())
             .map(|&(_, r)| r)
     }
 }
@@ -58,14 +58,14 @@ fn truthful(net: &SimNet, b: &Side) -> Peer {
             state: attr.qp_state,
         }),
         regions: vec![(
-            b.keys.rkey,
+            b.keys.rkey.raw(),
             region_of(net, b, b.keys.lkey, b.pd, all_access()),
         )],
         ..Default::default()
     }
 }
 
-fn region_of(net: &SimNet, s: &Side, lkey: u32, pd: u32, access: AccessFlags) -> PeerRegion {
+fn region_of(net: &SimNet, s: &Side, lkey: Lkey, pd: PdHandle, access: AccessFlags) -> PeerRegion {
     let (iova, len, _) = net.nodes[s.node].mr_info(lkey).unwrap();
     PeerRegion {
         pd,
@@ -79,7 +79,7 @@ fn region_of(net: &SimNet, s: &Side, lkey: u32, pd: u32, access: AccessFlags) ->
 fn mr_at(
     net: &mut SimNet,
     s: &Side,
-    pd: u32,
+    pd: PdHandle,
     iova: u64,
     len: usize,
     access: AccessFlags,
@@ -206,7 +206,7 @@ fn cases() -> Vec<Case> {
             make: |_, a, b, _| {
                 let op = SendOp::Write {
                     remote_addr: b.base,
-                    rkey: b.keys.rkey ^ 0x8000_0001,
+                    rkey: Rkey::from_raw(b.keys.rkey.raw() ^ 0x8000_0001),
                 };
                 wr(op, vec![sge(a, 0, 8)])
             },
@@ -221,7 +221,7 @@ fn cases() -> Vec<Case> {
                 let iova = 0x77_0000_0000;
                 let (_m, k) = mr_at(net, b, pd2, iova, 4096, all_access());
                 peer.regions
-                    .push((k.rkey, region_of(net, b, k.lkey, pd2, all_access())));
+                    .push((k.rkey.raw(), region_of(net, b, k.lkey, pd2, all_access())));
                 let op = SendOp::Write {
                     remote_addr: iova,
                     rkey: k.rkey,
@@ -239,7 +239,7 @@ fn cases() -> Vec<Case> {
                 let iova = 0x77_0000_0000;
                 let (_m, k) = mr_at(net, b, b.pd, iova, 4096, acc);
                 peer.regions
-                    .push((k.rkey, region_of(net, b, k.lkey, b.pd, acc)));
+                    .push((k.rkey.raw(), region_of(net, b, k.lkey, b.pd, acc)));
                 let op = SendOp::Write {
                     remote_addr: iova,
                     rkey: k.rkey,
@@ -257,7 +257,7 @@ fn cases() -> Vec<Case> {
                 let iova = 0x77_0000_0000;
                 let (_m, k) = mr_at(net, b, b.pd, iova, 4096, acc);
                 peer.regions
-                    .push((k.rkey, region_of(net, b, k.lkey, b.pd, acc)));
+                    .push((k.rkey.raw(), region_of(net, b, k.lkey, b.pd, acc)));
                 let op = SendOp::Read {
                     remote_addr: iova,
                     rkey: k.rkey,
@@ -275,7 +275,7 @@ fn cases() -> Vec<Case> {
                 let iova = 0x77_0000_0000;
                 let (_m, k) = mr_at(net, b, b.pd, iova, 4096, acc);
                 peer.regions
-                    .push((k.rkey, region_of(net, b, k.lkey, b.pd, acc)));
+                    .push((k.rkey.raw(), region_of(net, b, k.lkey, b.pd, acc)));
                 let op = SendOp::FetchAdd {
                     remote_addr: iova,
                     rkey: k.rkey,
@@ -396,7 +396,7 @@ fn cases() -> Vec<Case> {
             make: |net, a, b, peer| {
                 let (_m, k) = mr_at(net, b, b.pd, 0, 4096, all_access());
                 peer.regions
-                    .push((k.rkey, region_of(net, b, k.lkey, b.pd, all_access())));
+                    .push((k.rkey.raw(), region_of(net, b, k.lkey, b.pd, all_access())));
                 let op = SendOp::Write {
                     remote_addr: u64::MAX - 7,
                     rkey: k.rkey,
@@ -497,7 +497,7 @@ fn cases() -> Vec<Case> {
             qp_type: rc,
             make: |_, a, b, _| {
                 let bad = Sge {
-                    lkey: a.keys.lkey ^ 0x4000_0001,
+                    lkey: Lkey::from_raw(a.keys.lkey.raw() ^ 0x4000_0001),
                     ..sge(a, 0, 8)
                 };
                 wr(write_to(b, 0), vec![bad])
@@ -618,12 +618,15 @@ fn crafted_views_are_checked_field_by_field() {
         );
     }
     assert_eq!(
-        check(&w, &|p| p.qpn ^= 1),
+        check(&w, &|p| p.qpn = Qpn::from_raw(p.qpn.raw() ^ 1)),
         Err(NotDirect::NoPeerQp),
         "asked for the wrong QPN"
     );
     assert_eq!(
-        check(&w, &|p| p.qp.as_mut().unwrap().pd ^= 1),
+        check(&w, &|p| {
+            let q = p.qp.as_mut().unwrap();
+            q.pd = PdHandle::from_raw(q.pd.raw() ^ 1)
+        }),
         Err(NotDirect::Target(RemoteDenied::Pd))
     );
     assert_eq!(
@@ -677,7 +680,7 @@ fn a_zero_length_access_needs_no_region_on_either_path() {
     peer.regions.clear();
     let op = SendOp::Write {
         remote_addr: 0xDEAD_0000,
-        rkey: 0x1234_5678,
+        rkey: Rkey::from_raw(0x1234_5678),
     };
     let w = wr(op, vec![sge(&a, 0, 0)]);
     assert_eq!(direct(&net, &a, &w, &mut peer), Ok(0));
@@ -699,7 +702,10 @@ fn the_initiator_side_rules() {
     let (mut net, a, b) = direct_pair(QpType::Rc);
     let w = wr(write_to(&b, 0), vec![sge(&a, 0, 8)]);
     let e = &net.nodes[0];
-    assert_eq!(e.plan_direct(0xFFFF, &w).err(), Some(NotDirect::NoQp));
+    assert_eq!(
+        e.plan_direct(Qpn::from_raw(0xFFFF), &w).err(),
+        Some(NotDirect::NoQp)
+    );
     let mut send = w.clone();
     send.op = SendOp::Send;
     let mut imm = w.clone();
@@ -1076,7 +1082,7 @@ fn replanning_applies_every_rule_of_the_new_wr() {
         ),
         ("another lkey", {
             let mut w = wr(write_to(&b, 0), vec![sge(m, 8)]);
-            w.sg_list[0].lkey ^= 0x40;
+            w.sg_list[0].lkey = Lkey::from_raw(w.sg_list[0].lkey.raw() ^ 0x40);
             w
         }),
         ("another kind", wr(read_from(&b, 0), vec![sge(m + 8, 8)])),

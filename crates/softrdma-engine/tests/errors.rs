@@ -153,7 +153,7 @@ fn loc_len_err_ud_receive_too_small() {
 fn loc_prot_err_bad_lkey() {
     let (mut net, a, _b, wc) = one_rc(|a, b| {
         let mut w = write_wr(1, a, 0, 100, b, 0);
-        w.sg_list[0].lkey = a.keys.lkey.wrapping_add(1);
+        w.sg_list[0].lkey = Lkey::from_raw(a.keys.lkey.raw().wrapping_add(1));
         w
     });
     assert_eq!(wc.status, WcStatus::LocProtErr);
@@ -343,8 +343,8 @@ fn rem_inv_req_err_misaligned_atomic() {
 /// target region untouched.
 fn expect_rem_access(
     name: &str,
-    setup: impl FnOnce(&mut SimNet, &Side, &Side) -> (u64, u32),
-    op: impl Fn(u64, u32) -> SendOp,
+    setup: impl FnOnce(&mut SimNet, &Side, &Side) -> (u64, Rkey),
+    op: impl Fn(u64, Rkey) -> SendOp,
 ) {
     let (mut net, a, b) = rc();
     b.mem.fill_from(0, &[0xAB; 256]);
@@ -369,7 +369,7 @@ fn expect_rem_access(
 }
 
 /// Builds a remote operation on (address, rkey).
-type MakeOp = fn(u64, u32) -> SendOp;
+type MakeOp = fn(u64, Rkey) -> SendOp;
 
 fn ops() -> Vec<(&'static str, MakeOp)> {
     vec![
@@ -400,7 +400,7 @@ fn rem_access_err_bad_rkey_and_out_of_bounds() {
     for (name, op) in ops() {
         expect_rem_access(
             &format!("{name} bad rkey"),
-            |_, _, b| (b.base, b.keys.rkey ^ 1),
+            |_, _, b| (b.base, Rkey::from_raw(b.keys.rkey.raw() ^ 1)),
             op,
         );
         expect_rem_access(
@@ -429,7 +429,7 @@ fn rem_access_err_bad_rkey_and_out_of_bounds() {
         // The local key is not a remote key.
         expect_rem_access(
             &format!("{name} lkey as rkey"),
-            |_, _, b| (b.base, b.keys.lkey),
+            |_, _, b| (b.base, Rkey::from_raw(b.keys.lkey.raw())),
             op,
         );
     }
@@ -622,7 +622,7 @@ fn rem_op_err_receive_wqe_with_a_bad_lkey() {
                 sg_list: vec![Sge {
                     addr: b.base,
                     length: 100,
-                    lkey: 0xDEAD_BEEF,
+                    lkey: Lkey::from_raw(0xDEAD_BEEF),
                 }],
             },
         )
@@ -776,7 +776,7 @@ fn rnr_retry_7_waits_for_a_receive_however_long() {
 fn wr_flush_err_for_everything_behind_an_error() {
     let (mut net, a, b) = rc();
     let mut bad = write_wr(2, &a, 0, 10, &b, 0);
-    bad.sg_list[0].lkey ^= 1;
+    bad.sg_list[0].lkey = Lkey::from_raw(bad.sg_list[0].lkey.raw() ^ 1);
     post_ok(&mut net, &a, write_wr(1, &a, 0, 10, &b, 0));
     post_ok(&mut net, &a, bad);
     post_ok(&mut net, &a, unsignaled(write_wr(3, &a, 0, 10, &b, 0)));
@@ -870,7 +870,7 @@ fn bad_resp_err_atomic_ack_for_a_write() {
         &mut net,
         &b,
         &a,
-        BthRepr::new(Opcode::RC_ATOMIC_ACK, a.qpn, Psn::new(psn)),
+        BthRepr::new(Opcode::RC_ATOMIC_ACK, a.qpn.raw(), Psn::new(psn)),
         Headers::AtomicAck(
             AethRepr {
                 syndrome: Syndrome::Ack { credits: 31 },
@@ -898,7 +898,7 @@ fn bad_resp_err_read_response_of_the_wrong_size() {
         &mut net,
         &b,
         &a,
-        BthRepr::new(Opcode::RC_READ_RESPONSE_ONLY, a.qpn, Psn::new(psn)),
+        BthRepr::new(Opcode::RC_READ_RESPONSE_ONLY, a.qpn.raw(), Psn::new(psn)),
         Headers::Aeth(AethRepr {
             syndrome: Syndrome::Ack { credits: 31 },
             msn: softrdma_wire::Msn::new(1),
@@ -924,7 +924,7 @@ fn forged_responses_for_unsent_psns_are_dropped() {
         &mut net,
         &b,
         &a,
-        BthRepr::new(Opcode::RC_ACK, a.qpn, Psn::new(psn + 5)),
+        BthRepr::new(Opcode::RC_ACK, a.qpn.raw(), Psn::new(psn + 5)),
         Headers::Aeth(AethRepr {
             syndrome: Syndrome::Ack { credits: 31 },
             msn: softrdma_wire::Msn::new(1),
@@ -955,7 +955,7 @@ fn an_error_nak_that_overtakes_a_reads_response_fails_the_right_wr() {
     post_ok(&mut net, &a, read_wr(1, &a, 0, 100, &b, 0));
     let mut bad = write_wr(2, &a, 0, 10, &b, 0);
     if let SendOp::Write { rkey, .. } = &mut bad.op {
-        *rkey ^= 0x0F0F;
+        *rkey = Rkey::from_raw(rkey.raw() ^ 0x0F0F);
     }
     post_ok(&mut net, &a, bad);
     post_ok(&mut net, &a, send_wr(3, &a, 0, 10));
@@ -999,7 +999,7 @@ fn an_error_nak_after_a_lost_read_response_ends_in_retry_exc() {
     post_ok(&mut net, &a, read_wr(1, &a, 0, 100, &b, 0));
     let mut bad = write_wr(2, &a, 0, 10, &b, 0);
     if let SendOp::Write { rkey, .. } = &mut bad.op {
-        *rkey ^= 0x0F0F;
+        *rkey = Rkey::from_raw(rkey.raw() ^ 0x0F0F);
     }
     post_ok(&mut net, &a, bad);
     settle(&mut net);

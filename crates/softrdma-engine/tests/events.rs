@@ -219,10 +219,10 @@ fn rc_with_srq(limit: u32) -> (SimNet, Side, Side, u32) {
     let o = ConnOpts::default();
     bring_up(&mut net, &a, &b, o.psn_a, o.psn_b, &o, QpType::Rc);
     bring_up(&mut net, &b, &a, o.psn_b, o.psn_a, &o, QpType::Rc);
-    (net, a, b, srq)
+    (net, a, b, srq.raw())
 }
 
-fn srq_recv(net: &mut SimNet, b: &Side, srq: u32, wr_id: u64, off: u64) {
+fn srq_recv(net: &mut SimNet, b: &Side, srq: SrqHandle, wr_id: u64, off: u64) {
     net.nodes[1]
         .post_srq_recv(
             srq,
@@ -238,39 +238,53 @@ fn srq_recv(net: &mut SimNet, b: &Side, srq: u32, wr_id: u64, off: u64) {
 fn srq_limit_event_fires_once_below_the_limit() {
     let (mut net, a, b, srq) = rc_with_srq(3);
     for i in 0..5 {
-        srq_recv(&mut net, &b, srq, 50 + i, 100 * i);
+        srq_recv(&mut net, &b, SrqHandle::from_raw(srq), 50 + i, 100 * i);
     }
     // 5 -> 4 -> 3: not below the limit yet.
     for i in 0..2 {
         post_ok(&mut net, &a, send_wr(i, &a, 0, 10));
     }
     settle(&mut net);
-    assert_eq!(net.nodes[1].srq_len(srq), 3);
+    assert_eq!(net.nodes[1].srq_len(SrqHandle::from_raw(srq)), 3);
     assert!(events(&mut net, 1).is_empty());
     // 3 -> 2: below; the event fires and the limit disarms.
     post_ok(&mut net, &a, send_wr(2, &a, 0, 10));
     settle(&mut net);
-    assert_eq!(events(&mut net, 1), vec![Event::SrqLimitReached { srq }]);
+    assert_eq!(
+        events(&mut net, 1),
+        vec![Event::SrqLimitReached {
+            srq: SrqHandle::from_raw(srq)
+        }]
+    );
     post_ok(&mut net, &a, send_wr(3, &a, 0, 10));
     settle(&mut net);
     assert!(events(&mut net, 1).is_empty(), "fires once per arming");
     // Re-armed (ibv_modify_srq) it fires again.
     assert!(
-        net.nodes[1].arm_srq_limit(srq, 17).is_err(),
+        net.nodes[1]
+            .arm_srq_limit(SrqHandle::from_raw(srq), 17)
+            .is_err(),
         "limit above max_wr"
     );
-    net.nodes[1].arm_srq_limit(srq, 2).unwrap();
+    net.nodes[1]
+        .arm_srq_limit(SrqHandle::from_raw(srq), 2)
+        .unwrap();
     post_ok(&mut net, &a, send_wr(4, &a, 0, 10));
     settle(&mut net);
-    assert_eq!(events(&mut net, 1), vec![Event::SrqLimitReached { srq }]);
+    assert_eq!(
+        events(&mut net, 1),
+        vec![Event::SrqLimitReached {
+            srq: SrqHandle::from_raw(srq)
+        }]
+    );
     assert_eq!(poll(&mut net, &b).len(), 5);
     // The SRQ is full at max_wr.
     for i in 0..16 {
-        srq_recv(&mut net, &b, srq, 100 + i, 0);
+        srq_recv(&mut net, &b, SrqHandle::from_raw(srq), 100 + i, 0);
     }
     let e = net.nodes[1]
         .post_srq_recv(
-            srq,
+            SrqHandle::from_raw(srq),
             &RecvWr {
                 wr_id: 1,
                 sg_list: vec![],
@@ -283,8 +297,8 @@ fn srq_limit_event_fires_once_below_the_limit() {
 #[test]
 fn an_srq_qp_in_error_reports_last_wqe_reached() {
     let (mut net, a, b, srq) = rc_with_srq(0);
-    srq_recv(&mut net, &b, srq, 50, 0);
-    srq_recv(&mut net, &b, srq, 51, 100);
+    srq_recv(&mut net, &b, SrqHandle::from_raw(srq), 50, 0);
+    srq_recv(&mut net, &b, SrqHandle::from_raw(srq), 51, 100);
     // A SEND that does not fit: b's QP fails.
     post_ok(&mut net, &a, send_wr(1, &a, 0, 200));
     settle(&mut net);
@@ -296,7 +310,7 @@ fn an_srq_qp_in_error_reports_last_wqe_reached() {
     assert!(ev.contains(&Event::QpFatal { qpn: b.qpn }), "{ev:?}");
     assert!(ev.contains(&Event::LastWqeReached { qpn: b.qpn }), "{ev:?}");
     // The SRQ's other WQE is not flushed: it belongs to the SRQ.
-    assert_eq!(net.nodes[1].srq_len(srq), 1);
+    assert_eq!(net.nodes[1].srq_len(SrqHandle::from_raw(srq)), 1);
 }
 
 fn ud_pair(seed: u64) -> (SimNet, Side, Side, u32) {
@@ -307,10 +321,18 @@ fn ud_pair(seed: u64) -> (SimNet, Side, Side, u32) {
     bring_up(&mut net, &a, &b, 1, 1, &o, QpType::Ud);
     bring_up(&mut net, &b, &a, 1, 1, &o, QpType::Ud);
     let ah = net.nodes[0].create_ah(a.pd, av_for(1)).unwrap();
-    (net, a, b, ah)
+    (net, a, b, ah.raw())
 }
 
-fn ud_send(wr_id: u64, a: &Side, len: u32, ah: u32, qpn: u32, qkey: u32, op: SendOp) -> SendWr {
+fn ud_send(
+    wr_id: u64,
+    a: &Side,
+    len: u32,
+    ah: AhHandle,
+    qpn: Qpn,
+    qkey: u32,
+    op: SendOp,
+) -> SendWr {
     let mut w = SendWr::new(wr_id, op, vec![sge(a, 0, len)]);
     w.ud = Some(UdDest {
         ah,
@@ -341,7 +363,7 @@ fn ud_receives_carry_a_grh_in_front_of_the_payload() {
             1,
             &a,
             1000,
-            ah,
+            AhHandle::from_raw(ah),
             b.qpn,
             0x1111_2222,
             SendOp::SendWithImm { imm: 0xabc },
@@ -379,7 +401,15 @@ fn ud_qkey_mismatch_is_dropped() {
     post_ok(
         &mut net,
         &a,
-        ud_send(1, &a, 10, ah, b.qpn, 0x1111_2223, SendOp::Send),
+        ud_send(
+            1,
+            &a,
+            10,
+            AhHandle::from_raw(ah),
+            b.qpn,
+            0x1111_2223,
+            SendOp::Send,
+        ),
     );
     settle(&mut net);
     // The sender cannot know: success.
@@ -393,7 +423,15 @@ fn ud_qkey_mismatch_is_dropped() {
     post_ok(
         &mut net,
         &a,
-        ud_send(2, &a, 10, ah, b.qpn, 0x8000_0000, SendOp::Send),
+        ud_send(
+            2,
+            &a,
+            10,
+            AhHandle::from_raw(ah),
+            b.qpn,
+            0x8000_0000,
+            SendOp::Send,
+        ),
     );
     settle(&mut net);
     let r = poll(&mut net, &b);
@@ -407,7 +445,15 @@ fn ud_without_a_receive_drops_silently() {
     post_ok(
         &mut net,
         &a,
-        ud_send(1, &a, 10, ah, b.qpn, 0x1111_2222, SendOp::Send),
+        ud_send(
+            1,
+            &a,
+            10,
+            AhHandle::from_raw(ah),
+            b.qpn,
+            0x1111_2222,
+            SendOp::Send,
+        ),
     );
     settle(&mut net);
     assert_eq!(statuses(&poll(&mut net, &a)), vec![(1, WcStatus::Success)]);

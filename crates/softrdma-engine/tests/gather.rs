@@ -166,7 +166,7 @@ fn local_errors_complete_the_same_way() {
         let net = &mut *n.0;
         post_ok(net, a, write_wr(1, a, 0, 2048, b, 0));
         let mut w = write_wr(2, a, 0, 3000, b, 0x1000);
-        w.sg_list[0].lkey ^= 0x5555;
+        w.sg_list[0].lkey = Lkey::from_raw(w.sg_list[0].lkey.raw() ^ 0x5555);
         post_ok(net, a, w);
     });
     assert_eq!(o.wcs_a[0].1, WcStatus::Success);

@@ -24,7 +24,7 @@ fn keys(e: &mut Engine, n: usize) -> Vec<(u32, u32)> {
             let k = e
                 .reg_mr(pd, 0x1000 * (i as u64 + 1), AccessFlags::LOCAL_WRITE, mem)
                 .unwrap();
-            (k.lkey, k.rkey)
+            (k.lkey.raw(), k.rkey.raw())
         })
         .collect()
 }
@@ -52,7 +52,7 @@ fn qp_init(e: &mut Engine) -> QpInit {
 /// The QPNs of `n` QPs created one after the other.
 fn qpns(e: &mut Engine, n: usize) -> Vec<u32> {
     let init = qp_init(e);
-    (0..n).map(|_| e.create_qp(init).unwrap()).collect()
+    (0..n).map(|_| e.create_qp(init).unwrap().raw()).collect()
 }
 
 fn flat(k: &[(u32, u32)]) -> Vec<u32> {
@@ -109,7 +109,7 @@ fn keys_do_not_depend_on_how_many_qps_were_made() {
 fn keys_are_non_zero_unique_and_not_reused_from_quarantine() {
     let mut e = engine(7, None);
     let pd = e.alloc_pd();
-    let mut live: VecDeque<u32> = VecDeque::new(); // lkeys of live regions
+    let mut live: VecDeque<Lkey> = VecDeque::new(); // lkeys of live regions
     let mut in_use: HashSet<u32> = HashSet::new();
     let mut retired: VecDeque<u32> = VecDeque::new(); // the last 4096 freed
     for i in 0..6000u64 {
@@ -117,21 +117,21 @@ fn keys_are_non_zero_unique_and_not_reused_from_quarantine() {
         let k = e
             .reg_mr(pd, 0x1000 + 8 * i, AccessFlags::LOCAL_WRITE, mem)
             .unwrap();
-        for key in [k.lkey, k.rkey] {
+        for key in [k.lkey.raw(), k.rkey.raw()] {
             assert_ne!(key, 0);
             assert!(!in_use.contains(&key), "{key:#x} handed out twice");
             assert!(!retired.contains(&key), "{key:#x} reused from quarantine");
         }
-        assert_ne!(k.lkey, k.rkey);
-        in_use.insert(k.lkey);
-        in_use.insert(k.rkey);
+        assert_ne!(k.lkey.raw(), k.rkey.raw());
+        in_use.insert(k.lkey.raw());
+        in_use.insert(k.rkey.raw());
         live.push_back(k.lkey);
         // Keep about 16 regions alive, freeing the oldest.
         if live.len() > 16 {
             let lkey = live.pop_front().unwrap();
             let (_, _, keys) = e.mr_info(lkey).unwrap();
             e.dereg_mr(lkey).unwrap();
-            for key in [keys.lkey, keys.rkey] {
+            for key in [keys.lkey.raw(), keys.rkey.raw()] {
                 in_use.remove(&key);
                 retired.push_back(key);
                 if retired.len() > 4096 {
@@ -202,11 +202,11 @@ fn qpns_are_random_24_bit_and_never_reserved() {
 fn destroyed_qpns_are_not_reused_soon() {
     let mut e = engine(13, None);
     let init = qp_init(&mut e);
-    let mut live: VecDeque<u32> = VecDeque::new();
-    let mut destroyed: VecDeque<u32> = VecDeque::new(); // the last 256
+    let mut live: VecDeque<Qpn> = VecDeque::new();
+    let mut destroyed: VecDeque<Qpn> = VecDeque::new(); // the last 256
     for _ in 0..2000 {
         let q = e.create_qp(init).unwrap();
-        assert!(q > 1 && q <= 0xFF_FFFF);
+        assert!(q.raw() > 1 && q.raw() <= 0xFF_FFFF);
         assert!(!live.contains(&q), "{q:#x} is in use");
         assert!(!destroyed.contains(&q), "{q:#x} destroyed recently");
         live.push_back(q);

@@ -23,12 +23,12 @@ fn epsn() -> Psn {
 /// A WRITE_ONLY of `data` at the start of `to`'s region, with AckReq, as
 /// `from` would send it, but with P_Key `pkey`.
 fn forge_write(net: &mut SimNet, from: &Side, to: &Side, pkey: u16, data: &[u8], t: Opcode) {
-    let mut bth = BthRepr::new(t, to.qpn, epsn());
+    let mut bth = BthRepr::new(t, to.qpn.raw(), epsn());
     bth.pkey = pkey;
     bth.ack_req = true;
     let reth = RethRepr {
         va: to.base,
-        rkey: to.keys.rkey,
+        rkey: to.keys.rkey.raw(),
         dma_len: data.len() as u32,
     };
     forge(net, from, to, bth, Headers::Reth(reth), data);
@@ -132,7 +132,7 @@ fn a_response_with_a_foreign_pkey_is_dropped() {
     post_ok(&mut net, &a, write_wr(1, &a, 0, 10, &b, 0));
     run_for(&mut net, Duration::from_micros(100));
     let ack = |pkey: u16| {
-        let mut bth = BthRepr::new(Opcode::RC_ACK, a.qpn, epsn());
+        let mut bth = BthRepr::new(Opcode::RC_ACK, a.qpn.raw(), epsn());
         bth.pkey = pkey;
         bth
     };
@@ -183,13 +183,13 @@ fn uc_and_ud_check_the_pkey_too() {
     let (mut net, a, b) = pair(23, net5(), QpType::Ud, &ConnOpts::default());
     recv(&mut net, &b, 7, 0, 4096);
     let send = |pkey: u16| {
-        let mut bth = BthRepr::new(Opcode::UD_SEND_ONLY, b.qpn, Psn::new(5));
+        let mut bth = BthRepr::new(Opcode::UD_SEND_ONLY, b.qpn.raw(), Psn::new(5));
         bth.pkey = pkey;
         bth
     };
     let deth = Headers::Deth(DethRepr {
         qkey: 0x1111_2222,
-        src_qp: a.qpn,
+        src_qp: a.qpn.raw(),
     });
     forge(&mut net, &a, &b, send(0x1234), deth, &pattern(5, 32));
     assert!(poll(&mut net, &b).is_empty());

@@ -8,7 +8,7 @@ use softrdma_engine::sim::NetConfig;
 use softrdma_engine::*;
 use softrdma_wire::{OpKind, Psn};
 
-fn engine_with_qp(qp_type: QpType) -> (Engine, u32, u32, u32) {
+fn engine_with_qp(qp_type: QpType) -> (Engine, PdHandle, CqHandle, Qpn) {
     let mut e = Engine::new(EngineConfig::new(softrdma_engine::sim::node_addr(0)));
     let pd = e.alloc_pd();
     let cq = e.create_cq(64).unwrap();
@@ -48,7 +48,7 @@ fn rtr_attr() -> (QpAttr, AttrMask) {
             qp_state: QpState::Rtr,
             ah_attr: av_for(1),
             path_mtu: Mtu::Mtu1024,
-            dest_qp_num: 0x42,
+            dest_qp_num: Qpn::from_raw(0x42),
             rq_psn: Psn::new(7),
             max_dest_rd_atomic: 4,
             min_rnr_timer: 12,
@@ -99,7 +99,7 @@ fn refused(r: softrdma_engine::Result<()>, names: &[&str]) -> String {
 /// is refused with a message naming it, and the QP stays in `state`.
 fn each_required_is_named(
     e: &mut Engine,
-    q: u32,
+    q: Qpn,
     (attr, mask): (&QpAttr, AttrMask),
     required: &[AttrMask],
     state: QpState,
@@ -524,7 +524,7 @@ fn uc_send_error_goes_to_sqe_and_back() {
     let (mut net, a, b) = pair(7, net5(), QpType::Uc, &ConnOpts::default());
     // A bad lkey: local protection error, the send queue stops (SQE).
     let mut bad = send_wr(1, &a, 0, 10);
-    bad.sg_list[0].lkey ^= 0x55;
+    bad.sg_list[0].lkey = Lkey::from_raw(bad.sg_list[0].lkey.raw() ^ 0x55);
     post_ok(&mut net, &a, bad);
     post_ok(&mut net, &a, unsignaled(send_wr(2, &a, 0, 10)));
     settle(&mut net);

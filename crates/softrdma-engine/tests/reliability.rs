@@ -319,7 +319,7 @@ fn read_retry_resumes_at_the_first_missing_response() {
     let reth = again.reth.unwrap();
     assert_eq!(reth.va, b.base + 4 * 1024);
     assert_eq!(reth.dma_len, 6 * 1024);
-    assert_eq!(reth.rkey, b.keys.rkey);
+    assert_eq!(reth.rkey, b.keys.rkey.raw());
     // The responses before the gap were not asked for again.
     for i in 0..4 {
         let n = sent_where(&wire, |p| from_b(p) && p.psn == PSN_A + i).len();
@@ -734,7 +734,7 @@ fn an_ack_for_a_wqe_being_retransmitted_completes_it() {
         &mut net,
         &b,
         &a,
-        BthRepr::new(Opcode::RC_ACK, a.qpn, Psn::new(PSN_A)),
+        BthRepr::new(Opcode::RC_ACK, a.qpn.raw(), Psn::new(PSN_A)),
         aeth(Syndrome::Nak(NakCode::PsnSequenceError)),
         &[],
     );
@@ -742,7 +742,7 @@ fn an_ack_for_a_wqe_being_retransmitted_completes_it() {
         &mut net,
         &b,
         &a,
-        BthRepr::new(Opcode::RC_ACK, a.qpn, Psn::new(PSN_A + 3)),
+        BthRepr::new(Opcode::RC_ACK, a.qpn.raw(), Psn::new(PSN_A + 3)),
         aeth(Syndrome::Ack { credits: 31 }),
         &[],
     );
@@ -781,7 +781,7 @@ fn a_stale_nak_is_ignored() {
             &mut net,
             &b,
             &a,
-            BthRepr::new(Opcode::RC_ACK, a.qpn, Psn::new(PSN_A)),
+            BthRepr::new(Opcode::RC_ACK, a.qpn.raw(), Psn::new(PSN_A)),
             Headers::Aeth(AethRepr {
                 syndrome,
                 msn: softrdma_wire::Msn::new(1),
@@ -874,7 +874,7 @@ fn naks_beyond_a_read_missing_its_responses_do_not_spend_retries() {
     run_for(&mut net, Duration::from_micros(50));
     let aeth = |psn| {
         (
-            BthRepr::new(Opcode::RC_ACK, a.qpn, Psn::new(psn)),
+            BthRepr::new(Opcode::RC_ACK, a.qpn.raw(), Psn::new(psn)),
             Headers::Aeth(AethRepr {
                 syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
                 msn: softrdma_wire::Msn::new(1),
@@ -909,7 +909,7 @@ fn naks_beyond_a_read_missing_its_responses_do_not_spend_retries() {
             &mut net,
             &b,
             &a,
-            BthRepr::new(Opcode::RC_ACK, a.qpn, Psn::new(PSN_A)),
+            BthRepr::new(Opcode::RC_ACK, a.qpn.raw(), Psn::new(PSN_A)),
             Headers::Aeth(AethRepr {
                 syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
                 msn: softrdma_wire::Msn::new(1),

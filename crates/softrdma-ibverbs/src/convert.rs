@@ -10,8 +10,8 @@
 use std::ffi::{c_int, c_uint};
 
 use softrdma::{
-    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Mtu, PortAttr, Psn, QpAttr, QpCap,
-    QpState, SendFlags, SendOp, Sge, WcFlags, WorkCompletion,
+    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Lkey, Mtu, PortAttr, Psn, QpAttr, QpCap,
+    QpState, Qpn, Rkey, SendFlags, SendOp, Sge, WcFlags, WorkCompletion,
 };
 
 use crate::abi::*;
@@ -21,7 +21,7 @@ pub fn sge(s: &ibv_sge) -> Sge {
     Sge {
         addr: s.addr,
         length: s.length,
-        lkey: s.lkey,
+        lkey: Lkey::from_raw(s.lkey),
     }
 }
 
@@ -39,30 +39,30 @@ pub fn send_op(wr: &ibv_send_wr) -> Result<SendOp, &'static str> {
         IBV_WR_SEND => SendOp::Send,
         IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm { imm },
         IBV_WR_SEND_WITH_INV => SendOp::SendWithInv {
-            invalidate_rkey: wr.imm_data,
+            invalidate_rkey: Rkey::from_raw(wr.imm_data),
         },
         IBV_WR_RDMA_WRITE => SendOp::Write {
             remote_addr: rdma.remote_addr,
-            rkey: rdma.rkey,
+            rkey: Rkey::from_raw(rdma.rkey),
         },
         IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm {
             remote_addr: rdma.remote_addr,
-            rkey: rdma.rkey,
+            rkey: Rkey::from_raw(rdma.rkey),
             imm,
         },
         IBV_WR_RDMA_READ => SendOp::Read {
             remote_addr: rdma.remote_addr,
-            rkey: rdma.rkey,
+            rkey: Rkey::from_raw(rdma.rkey),
         },
         IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::CompareSwap {
             remote_addr: atomic.remote_addr,
-            rkey: atomic.rkey,
+            rkey: Rkey::from_raw(atomic.rkey),
             compare: atomic.compare_add,
             swap: atomic.swap,
         },
         IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
             remote_addr: atomic.remote_addr,
-            rkey: atomic.rkey,
+            rkey: Rkey::from_raw(atomic.rkey),
             add: atomic.compare_add,
         },
         _ => return Err("opcode not supported (LOCAL_INV, BIND_MW, TSO, ATOMIC_WRITE, driver)"),
@@ -97,8 +97,8 @@ pub fn wc(w: &WorkCompletion) -> ibv_wc {
         vendor_err: w.vendor_err,
         byte_len: w.byte_len,
         imm_data: imm,
-        qp_num: w.qp_num,
-        src_qp: w.src_qp,
+        qp_num: w.qp_num.raw(),
+        src_qp: w.src_qp.raw(),
         wc_flags: flags,
         pkey_index: 0,
         slid: 0,
@@ -193,7 +193,7 @@ pub fn qp_attr(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, String> {
         qkey: a.qkey,
         rq_psn: Psn::new(a.rq_psn),
         sq_psn: Psn::new(a.sq_psn),
-        dest_qp_num: a.dest_qp_num,
+        dest_qp_num: Qpn::from_raw(a.dest_qp_num),
         qp_access_flags: AccessFlags::from_bits_retain(a.qp_access_flags),
         cap: qp_cap(&a.cap),
         ah_attr: ah_attr(&a.ah_attr),
@@ -225,7 +225,7 @@ pub fn qp_attr_to_c(a: &QpAttr) -> ibv_qp_attr {
         qkey: a.qkey,
         rq_psn: a.rq_psn.value(),
         sq_psn: a.sq_psn.value(),
-        dest_qp_num: a.dest_qp_num,
+        dest_qp_num: a.dest_qp_num.raw(),
         qp_access_flags: a.qp_access_flags.bits(),
         cap: cap_to_c(&a.cap),
         ah_attr: ah_attr_to_c(&a.ah_attr),
@@ -341,11 +341,15 @@ pub enum EventObject {
 /// notifications, which go to completion channels instead.
 pub fn async_event(e: &Event) -> Option<(c_uint, EventObject)> {
     Some(match *e {
-        Event::CqOverrun { cq } => (IBV_EVENT_CQ_ERR, EventObject::Cq(cq)),
-        Event::QpFatal { qpn } => (IBV_EVENT_QP_FATAL, EventObject::Qp(qpn)),
-        Event::SqDrained { qpn } => (IBV_EVENT_SQ_DRAINED, EventObject::Qp(qpn)),
-        Event::LastWqeReached { qpn } => (IBV_EVENT_QP_LAST_WQE_REACHED, EventObject::Qp(qpn)),
-        Event::SrqLimitReached { srq } => (IBV_EVENT_SRQ_LIMIT_REACHED, EventObject::Srq(srq)),
+        Event::CqOverrun { cq } => (IBV_EVENT_CQ_ERR, EventObject::Cq(cq.raw())),
+        Event::QpFatal { qpn } => (IBV_EVENT_QP_FATAL, EventObject::Qp(qpn.raw())),
+        Event::SqDrained { qpn } => (IBV_EVENT_SQ_DRAINED, EventObject::Qp(qpn.raw())),
+        Event::LastWqeReached { qpn } => {
+            (IBV_EVENT_QP_LAST_WQE_REACHED, EventObject::Qp(qpn.raw()))
+        }
+        Event::SrqLimitReached { srq } => {
+            (IBV_EVENT_SRQ_LIMIT_REACHED, EventObject::Srq(srq.raw()))
+        }
         Event::Completion { .. } => return None,
     })
 }

@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use softrdma::{
-    AccessFlags, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, WorkCompletion,
+    AccessFlags, AhHandle, QpType, Qpn, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest,
+    WorkCompletion,
 };
 
 use crate::abi::*;
@@ -53,7 +54,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
                 let p = objects::leak(Pd {
                     ibv: ibv_pd {
                         context,
-                        handle: pd.handle(),
+                        handle: pd.handle().raw(),
                     },
                     pd: Some(pd),
                 });
@@ -175,9 +176,9 @@ unsafe fn reg_mr(
                         pd,
                         addr,
                         length: len,
-                        handle: mr.lkey(),
-                        lkey: mr.lkey(),
-                        rkey: mr.rkey(),
+                        handle: mr.lkey().raw(),
+                        lkey: mr.lkey().raw(),
+                        rkey: mr.rkey().raw(),
                     },
                     mr: Some(mr),
                 });
@@ -292,7 +293,7 @@ pub unsafe extern "C" fn ibv_create_cq(
                     context,
                     channel,
                     cq_context,
-                    handle,
+                    handle: handle.raw(),
                     cqe,
                     mutex: objects::new_mutex(),
                     cond: objects::new_cond(),
@@ -302,7 +303,7 @@ pub unsafe extern "C" fn ibv_create_cq(
                 cq: Some(soft),
             });
             // Known before any event of it can be looked up.
-            c.objects().cqs.insert(handle, cq as usize);
+            c.objects().cqs.insert(handle.raw(), cq as usize);
             if !channel.is_null() {
                 AtomicU32::from_ptr(ptr::addr_of_mut!((*channel).refcnt).cast())
                     .fetch_add(1, Ordering::Relaxed);
@@ -442,7 +443,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 }
                 while let Some(h) = soft.try_get_event() {
                     // An event of a CQ destroyed since is dropped.
-                    let Some(cq) = c.lookup(|o| o.cqs.get(&h).copied()) else {
+                    let Some(cq) = c.lookup(|o| o.cqs.get(&h.raw()).copied()) else {
                         continue;
                     };
                     let cq = cq.cast::<ibv_cq>();
@@ -509,7 +510,7 @@ pub unsafe extern "C" fn ibv_create_srq(
                             context: c.as_ibv(),
                             srq_context: (*init).srq_context,
                             pd,
-                            handle,
+                            handle: handle.raw(),
                             mutex: objects::new_mutex(),
                             cond: objects::new_cond(),
                             events_completed: 0,
@@ -517,7 +518,7 @@ pub unsafe extern "C" fn ibv_create_srq(
                         srq: Some(soft),
                         attr: Mutex::new(a),
                     });
-                    c.objects().srqs.insert(handle, srq as usize);
+                    c.objects().srqs.insert(handle.raw(), srq as usize);
                     srq.cast()
                 }
                 Err(e) => {
@@ -681,8 +682,8 @@ pub unsafe extern "C" fn ibv_create_qp(
                     send_cq: a.send_cq,
                     recv_cq: a.recv_cq,
                     srq: a.srq,
-                    handle: qpn,
-                    qp_num: qpn,
+                    handle: qpn.raw(),
+                    qp_num: qpn.raw(),
                     state: 0,
                     qp_type: a.qp_type,
                     mutex: objects::new_mutex(),
@@ -691,7 +692,7 @@ pub unsafe extern "C" fn ibv_create_qp(
                 },
                 qp: Some(soft),
             });
-            c.objects().qps.insert(qpn, qp as usize);
+            c.objects().qps.insert(qpn.raw(), qp as usize);
             qp.cast()
         }
     })
@@ -831,7 +832,7 @@ unsafe fn create_ah(pd: *mut ibv_pd, a: &softrdma::AhAttr) -> *mut ibv_ah {
                 ibv: ibv_ah {
                     context: p.ibv.context,
                     pd,
-                    handle: ah.handle(),
+                    handle: ah.handle().raw(),
                 },
                 ah: Some(ah),
             });
@@ -1157,8 +1158,8 @@ unsafe fn post_one_with(
         }
         Some(UdDest {
             // SAFETY: a live AH, per the contract.
-            ah: unsafe { (*u.ah).handle },
-            remote_qpn: u.remote_qpn,
+            ah: unsafe { AhHandle::from_raw((*u.ah).handle) },
+            remote_qpn: Qpn::from_raw(u.remote_qpn),
             remote_qkey: u.remote_qkey,
         })
     } else {

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use softrdma_core::{Capture, DeviceCore, Faulty, Port, PortCounters, Received, Sources};
 use softrdma_engine::{
-    Counters, Engine, EngineConfig, Event, Instant, Mtu, RxMeta, SendOp, SendWr, SrcPortPolicy,
+    Counters, CqHandle, Engine, EngineConfig, Event, Instant, Mtu, Qpn, Rkey, RxMeta, SendOp,
+    SendWr, SrcPortPolicy,
 };
 use softrdma_pcap::SharedPcapWriter;
 
@@ -64,7 +65,7 @@ pub struct DriverCounters {
 #[derive(Debug)]
 pub(crate) struct ChannelShared {
     pub fd: EventFd,
-    pub ready: Mutex<VecDeque<u32>>,
+    pub ready: Mutex<VecDeque<CqHandle>>,
 }
 
 /// The device's port as configured: capture and fault injection wrap the
@@ -145,7 +146,7 @@ impl Port for DevicePort {
 /// `st.forget_routes()`).
 pub(crate) struct State {
     pub core: DeviceCore<DevicePort>,
-    pub channels: HashMap<u32, Arc<ChannelShared>>,
+    pub channels: HashMap<CqHandle, Arc<ChannelShared>>,
     pub async_events: VecDeque<Event>,
     background_wakeups: u64,
     /// Polls answered from the CQ alone (no progress), for `last_app_poll`.
@@ -177,7 +178,7 @@ impl State {
     /// Offers region `rkey`, in a segment of its own, to same-host peers
     /// (the engine's rules decide, per request, who is granted it). It is
     /// taken back when the engine deregisters it.
-    pub fn share_region(&mut self, rkey: u32, r: SharedRegion) {
+    pub fn share_region(&mut self, rkey: Rkey, r: SharedRegion) {
         self.core.port.routed_mut().shm.regions.insert(rkey, r);
     }
 }
@@ -482,7 +483,7 @@ impl Device {
     /// memory when that is exactly what the engine would do
     /// (`DeviceCore::try_direct`). Returns false to let the engine handle
     /// the WR instead (which also produces every error completion).
-    pub fn try_direct(&self, qpn: u32, wr: &SendWr) -> bool {
+    pub fn try_direct(&self, qpn: Qpn, wr: &SendWr) -> bool {
         let one_sided = matches!(
             wr.op,
             SendOp::Write { .. }
@@ -505,7 +506,7 @@ impl Device {
     /// After a QP changed (modify, destroy). The core follows the engine's
     /// changes by itself (grants that no longer hold are taken back); this
     /// only makes it do so now.
-    pub fn qp_changed(&self, qpn: u32) {
+    pub fn qp_changed(&self, qpn: Qpn) {
         let mut st = self.lock();
         st.core.follow_changes();
         st.core.revalidate_grants(Some(qpn));

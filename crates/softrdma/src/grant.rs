@@ -27,6 +27,7 @@
 //! does not move the region's pages: a peer keeps its mapping until the
 //! region is deregistered (docs/shm.md, trust model).
 
+use softrdma_engine::{Qpn, Rkey};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -85,10 +86,10 @@ impl Table {
 /// A grant this device gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutGrant {
-    pub rkey: u32,
-    pub target_qpn: u32,
+    pub rkey: Rkey,
+    pub target_qpn: Qpn,
     /// The peer's QP and the right it asked for (to check the grant again).
-    pub requester_qpn: u32,
+    pub requester_qpn: Qpn,
     pub access: u32,
     /// The region's and the QP's access flags as granted: a grant stands
     /// only while both are still what the peer was told.
@@ -140,7 +141,7 @@ impl OutGrants {
                 return false;
             }
             // No operation can enter before `validate` marks the slot.
-            t.rkey(s).store(rkey, Ordering::Release);
+            t.rkey(s).store(rkey.raw(), Ordering::Release);
             t.gen(s).store(gen, Ordering::Release);
             fence::validate(t.ctl(s))
         })?;
@@ -243,11 +244,11 @@ impl Drop for InGrant {
 pub struct InGrants {
     table: Table,
     /// By (rkey, the granter's QP): a grant is for one QP pair.
-    by_key: crate::keymap::KeyMap<(u32, u32), InGrant>,
+    by_key: crate::keymap::KeyMap<(Rkey, Qpn), InGrant>,
     /// Requests unanswered or refused, with when they were made.
-    asked: crate::keymap::KeyMap<(u32, u32), Instant>,
+    asked: crate::keymap::KeyMap<(Rkey, Qpn), Instant>,
     /// Requests refused, with when.
-    refusals: crate::keymap::KeyMap<(u32, u32), Instant>,
+    refusals: crate::keymap::KeyMap<(Rkey, Qpn), Instant>,
 }
 
 /// An operation inside a granted region: holds the peer's fence.
@@ -283,7 +284,7 @@ impl InGrants {
     }
 
     /// Enters the region granted under `rkey` through the peer's QP `qpn`.
-    pub fn enter(&self, rkey: u32, qpn: u32) -> Result<Inside<'_>, NotGranted> {
+    pub fn enter(&self, rkey: Rkey, qpn: Qpn) -> Result<Inside<'_>, NotGranted> {
         let g = self.by_key.get(&(rkey, qpn)).ok_or(NotGranted::Missing)?;
         let (t, slot) = (self.table, g.grant.slot);
         if !fence::enter(t.ctl(slot)) {
@@ -291,7 +292,7 @@ impl InGrants {
         }
         // The slot may hold another grant now: this one's generation?
         if t.gen(slot).load(Ordering::Acquire) != g.grant.gen
-            || t.rkey(slot).load(Ordering::Acquire) != rkey
+            || t.rkey(slot).load(Ordering::Acquire) != rkey.raw()
         {
             fence::leave(t.ctl(slot));
             return Err(NotGranted::Revoked);
@@ -304,12 +305,12 @@ impl InGrants {
     }
 
     /// Forgets a grant found revoked (unmapping its region).
-    pub fn forget(&mut self, rkey: u32, qpn: u32) {
+    pub fn forget(&mut self, rkey: Rkey, qpn: Qpn) {
         self.by_key.remove(&(rkey, qpn));
     }
 
     /// True when `rkey` through `qpn` may be asked for now (and notes that it is).
-    pub fn ask(&mut self, rkey: u32, qpn: u32) -> bool {
+    pub fn ask(&mut self, rkey: Rkey, qpn: Qpn) -> bool {
         let now = Instant::now();
         if self
             .asked
@@ -353,7 +354,7 @@ impl InGrants {
     }
 
     /// Notes a refusal: the rkey is not asked for again for a while.
-    pub fn refused(&mut self, rkey: u32, qpn: u32) {
+    pub fn refused(&mut self, rkey: Rkey, qpn: Qpn) {
         let now = Instant::now();
         self.asked.insert((rkey, qpn), now);
         if self.refusals.len() >= 4096 {
@@ -365,7 +366,7 @@ impl InGrants {
     }
 
     /// True when `rkey` through `qpn` was refused lately.
-    pub fn was_refused(&self, rkey: u32, qpn: u32) -> bool {
+    pub fn was_refused(&self, rkey: Rkey, qpn: Qpn) -> bool {
         self.refusals
             .get(&(rkey, qpn))
             .is_some_and(|t| t.elapsed() < ASK_AGAIN)
@@ -396,18 +397,19 @@ pub unsafe fn tables(base: *mut u8, rings: usize, made_here: bool) -> (Table, Ta
 #[cfg(test)]
 mod tests {
     use super::*;
+    use softrdma_engine::PdHandle;
 
     fn table_mem() -> Vec<u32> {
         vec![0u32; TABLE_LEN / 4]
     }
 
-    fn grant(slot: u32, gen: u32, rkey: u32) -> Grant {
+    fn grant(slot: u32, gen: u32, rkey: Rkey) -> Grant {
         Grant {
             rkey,
-            target_qpn: 5,
+            target_qpn: Qpn::from_raw(5),
             slot,
             gen,
-            pd: 1,
+            pd: PdHandle::from_raw(1),
             access: 0xf,
             qp_access: 0xe,
             iova: 0x1000,
@@ -423,9 +425,9 @@ mod tests {
         let t = unsafe { Table::new(mem.as_mut_ptr().cast()) };
         let mut out = OutGrants::new(t);
         let req = crate::linkmsg::GrantRequest {
-            rkey: 0x77,
-            requester_qpn: 3,
-            target_qpn: 5,
+            rkey: Rkey::from_raw(0x77),
+            requester_qpn: Qpn::from_raw(3),
+            target_qpn: Qpn::from_raw(5),
             access: 2,
         };
         let g = out.give(&req, (0xf, 0xe)).unwrap();
@@ -434,24 +436,36 @@ mod tests {
         // SAFETY: a fresh descriptor of the segment's memfd.
         let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(libc::dup(seg.fd())) };
         let mut inn = InGrants::new(t);
-        inn.install(grant(g.slot, g.gen, 0x77), &fd).unwrap();
-        let inside = inn.enter(0x77, 5).expect("valid grant");
-        let slots = out.revoke(|x| x.rkey == 0x77);
+        inn.install(grant(g.slot, g.gen, Rkey::from_raw(0x77)), &fd)
+            .unwrap();
+        let inside = inn
+            .enter(Rkey::from_raw(0x77), Qpn::from_raw(5))
+            .expect("valid grant");
+        let slots = out.revoke(|x| x.rkey == Rkey::from_raw(0x77));
         assert!(!out.wait_left(&slots, Instant::now() + Duration::from_millis(5)));
         drop(inside);
         assert!(out.wait_left(&slots, Instant::now()));
-        assert_eq!(inn.enter(0x77, 5).err(), Some(NotGranted::Revoked));
-        assert_eq!(inn.enter(0x78, 5).err(), Some(NotGranted::Missing));
+        assert_eq!(
+            inn.enter(Rkey::from_raw(0x77), Qpn::from_raw(5)).err(),
+            Some(NotGranted::Revoked)
+        );
+        assert_eq!(
+            inn.enter(Rkey::from_raw(0x78), Qpn::from_raw(5)).err(),
+            Some(NotGranted::Missing)
+        );
         // A new grant in the slot has a new generation: the old one stays out.
         let g2 = out.give(&req, (0xf, 0xe)).unwrap();
         assert_ne!(g2.gen, g.gen);
-        assert_eq!(inn.enter(0x77, 5).err(), Some(NotGranted::Revoked));
+        assert_eq!(
+            inn.enter(Rkey::from_raw(0x77), Qpn::from_raw(5)).err(),
+            Some(NotGranted::Revoked)
+        );
     }
 
     #[test]
     fn a_grant_must_fit_its_segment() {
         use crate::linkmsg::{check_grant_fits as check_fits, MAX_SEGMENT};
-        let g = grant(0, 1, 1);
+        let g = grant(0, 1, Rkey::from_raw(1));
         assert!(check_fits(&g, 4096).is_ok());
         assert!(check_fits(&g, 4095).is_err());
         assert!(check_fits(&Grant { offset: 1, ..g }, 4096).is_err());
@@ -475,7 +489,7 @@ mod tests {
         let g = Grant {
             offset: 4096,
             len: 4096,
-            ..grant(0, 1, 1)
+            ..grant(0, 1, Rkey::from_raw(1))
         };
         let ig = InGrant::install(g, &fd).unwrap();
         assert!(ig.ptr(0, 4096).is_some());

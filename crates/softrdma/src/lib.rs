@@ -60,6 +60,10 @@ pub use softrdma_engine::{
     QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, VerbsError, WcFlags, WcOpcode,
     WcStatus, WorkCompletion, GRH_LEN,
 };
+/// Typed handles of the engine's objects: what [`Pd::handle`], [`Cq::handle`],
+/// [`Qp::qpn`], [`Mr::lkey`], [`Mr::rkey`] and friends return, and what
+/// [`Sge`], [`SendOp`] and [`WorkCompletion`] hold (`.raw()` gives the number).
+pub use softrdma_engine::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHandle};
 /// Packet sequence numbers (24 bits), as [`QpAttr`]'s `sq_psn` and `rq_psn` hold them.
 pub use softrdma_wire::Psn;
 pub use verbs::{

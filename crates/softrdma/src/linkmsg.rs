@@ -14,6 +14,7 @@
 //! | 4 | GRANT | rkey, target QPN, table slot, generation, PD, region access, QP access, region iova, length, offset of the iova byte in the memfd | the region's memfd |
 //! | 5 | REFUSE | rkey, target QPN, access asked | – |
 
+use softrdma_engine::{PdHandle, Qpn, Rkey};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// Bytes of every link message.
@@ -29,11 +30,11 @@ pub const GRANT_SLOTS: u32 = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrantRequest {
     /// The region asked for.
-    pub rkey: u32,
+    pub rkey: Rkey,
     /// The requester's QP, which must be the target QP's destination.
-    pub requester_qpn: u32,
+    pub requester_qpn: Qpn,
     /// The receiver's QP the requester is connected to.
-    pub target_qpn: u32,
+    pub target_qpn: Qpn,
     /// The remote access right needed (`AccessFlags` bits).
     pub access: u32,
 }
@@ -43,15 +44,15 @@ pub struct GrantRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
     /// The region granted.
-    pub rkey: u32,
+    pub rkey: Rkey,
     /// The granter's QP the grant is for.
-    pub target_qpn: u32,
+    pub target_qpn: Qpn,
     /// Slot of the grant in the granter's table of the link.
     pub slot: u32,
     /// The slot's generation when the grant was made.
     pub gen: u32,
     /// The region's (and the QP's) protection domain.
-    pub pd: u32,
+    pub pd: PdHandle,
     /// The region's access flags.
     pub access: u32,
     /// The target QP's access flags.
@@ -77,8 +78,8 @@ pub enum LinkMsg {
     GrantRequest(GrantRequest),
     Grant(Grant),
     Refuse {
-        rkey: u32,
-        target_qpn: u32,
+        rkey: Rkey,
+        target_qpn: Qpn,
         access: u32,
     },
 }
@@ -114,18 +115,18 @@ impl LinkMsg {
         match *self {
             LinkMsg::Hello { addr } | LinkMsg::Welcome { addr } => w.bytes(&addr_bytes(addr)),
             LinkMsg::GrantRequest(r) => {
-                w.u32(r.rkey);
-                w.u32(r.requester_qpn);
-                w.u32(r.target_qpn);
+                w.u32(r.rkey.raw());
+                w.u32(r.requester_qpn.raw());
+                w.u32(r.target_qpn.raw());
                 w.u32(r.access);
             }
             LinkMsg::Grant(g) => {
                 for v in [
-                    g.rkey,
-                    g.target_qpn,
+                    g.rkey.raw(),
+                    g.target_qpn.raw(),
                     g.slot,
                     g.gen,
-                    g.pd,
+                    g.pd.raw(),
                     g.access,
                     g.qp_access,
                     0,
@@ -141,8 +142,8 @@ impl LinkMsg {
                 target_qpn,
                 access,
             } => {
-                w.u32(rkey);
-                w.u32(target_qpn);
+                w.u32(rkey.raw());
+                w.u32(target_qpn.raw());
                 w.u32(access);
             }
         }
@@ -181,9 +182,9 @@ impl LinkMsg {
                 }
             }
             3 => LinkMsg::GrantRequest(GrantRequest {
-                rkey: r.u32(),
-                requester_qpn: r.qpn("requester QPN")?,
-                target_qpn: r.qpn("target QPN")?,
+                rkey: Rkey::from_raw(r.u32()),
+                requester_qpn: Qpn::from_raw(r.qpn("requester QPN")?),
+                target_qpn: Qpn::from_raw(r.qpn("target QPN")?),
                 access: r.u32(),
             }),
             4 => {
@@ -209,11 +210,11 @@ impl LinkMsg {
                     return Err(format!("grant offset {offset} + length {len} overflows"));
                 }
                 LinkMsg::Grant(Grant {
-                    rkey,
-                    target_qpn,
+                    rkey: Rkey::from_raw(rkey),
+                    target_qpn: Qpn::from_raw(target_qpn),
                     slot,
                     gen,
-                    pd,
+                    pd: PdHandle::from_raw(pd),
                     access,
                     qp_access,
                     iova,
@@ -222,8 +223,8 @@ impl LinkMsg {
                 })
             }
             5 => LinkMsg::Refuse {
-                rkey: r.u32(),
-                target_qpn: r.qpn("target QPN")?,
+                rkey: Rkey::from_raw(r.u32()),
+                target_qpn: Qpn::from_raw(r.qpn("target QPN")?),
                 access: r.u32(),
             },
             k => return Err(format!("unknown link message kind {k}")),
@@ -351,17 +352,17 @@ mod tests {
                 addr: "[fe80::1]:5000".parse().unwrap(),
             },
             LinkMsg::GrantRequest(GrantRequest {
-                rkey: 0xdead_beef,
-                requester_qpn: 0x12,
-                target_qpn: 0xff_ffff,
+                rkey: Rkey::from_raw(0xdead_beef),
+                requester_qpn: Qpn::from_raw(0x12),
+                target_qpn: Qpn::from_raw(0xff_ffff),
                 access: 2,
             }),
             LinkMsg::Grant(Grant {
-                rkey: 7,
-                target_qpn: 9,
+                rkey: Rkey::from_raw(7),
+                target_qpn: Qpn::from_raw(9),
                 slot: 255,
                 gen: 3,
-                pd: 1,
+                pd: PdHandle::from_raw(1),
                 access: 15,
                 qp_access: 14,
                 iova: 0x7f00_0000_0000,
@@ -369,8 +370,8 @@ mod tests {
                 offset: 0,
             }),
             LinkMsg::Refuse {
-                rkey: 1,
-                target_qpn: 2,
+                rkey: Rkey::from_raw(1),
+                target_qpn: Qpn::from_raw(2),
                 access: 4,
             },
         ]

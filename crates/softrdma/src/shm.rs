@@ -15,6 +15,7 @@
 //! (`auto`, `udp`). `SOFTRDMA_TRANSPORT=udp|shm|auto` chooses; `auto` is the
 //! default.
 
+use softrdma_engine::{Qpn, Rkey};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -699,8 +700,8 @@ impl ShmHub {
     pub fn enter(
         &self,
         i: usize,
-        rkey: u32,
-        qpn: u32,
+        rkey: Rkey,
+        qpn: Qpn,
     ) -> Result<crate::grant::Inside<'_>, crate::grant::NotGranted> {
         match self.links.get(i).filter(|l| !l.dead) {
             Some(l) => l.inn.enter(rkey, qpn),
@@ -709,7 +710,7 @@ impl ShmHub {
     }
 
     /// Forgets a grant found revoked on link `i`.
-    pub fn forget_grant(&mut self, i: usize, rkey: u32, qpn: u32) {
+    pub fn forget_grant(&mut self, i: usize, rkey: Rkey, qpn: Qpn) {
         if let Some(l) = self.links.get_mut(i) {
             l.inn.forget(rkey, qpn);
         }
@@ -726,7 +727,7 @@ impl ShmHub {
     }
 
     /// True when the peer of link `i` refused `rkey` through `qpn` lately.
-    pub fn grant_refused(&self, i: usize, rkey: u32, qpn: u32) -> bool {
+    pub fn grant_refused(&self, i: usize, rkey: Rkey, qpn: Qpn) -> bool {
         self.links
             .get(i)
             .is_none_or(|l| l.dead || l.inn.was_refused(rkey, qpn))

@@ -3,6 +3,7 @@
 //! reach. The victim must refuse, never hand over a descriptor, and keep
 //! working for honest peers.
 
+use softrdma_engine::PdHandle;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -110,9 +111,9 @@ fn crafted_handshakes_are_refused_and_get_nothing() {
         vec![memfd(SEGMENT_LEN, true), eventfd()],
     ));
     let req = LinkMsg::GrantRequest(GrantRequest {
-        rkey: 1,
-        requester_qpn: 2,
-        target_qpn: 3,
+        rkey: Rkey::from_raw(1),
+        requester_qpn: Qpn::from_raw(2),
+        target_qpn: Qpn::from_raw(3),
         access: AccessFlags::REMOTE_READ.bits(),
     });
     cases.push((
@@ -272,7 +273,7 @@ fn grant_requests_for_memory_verbs_forbid_are_refused() {
         .shm_mut()
         .peer_link(victim.addr())
         .expect("linked");
-    let ask = |rkey: u32, target_qpn: u32, access: AccessFlags| {
+    let ask = |rkey: Rkey, target_qpn: Qpn, access: AccessFlags| {
         let req = GrantRequest {
             rkey,
             requester_qpn: qa.qpn(),
@@ -292,7 +293,12 @@ fn grant_requests_for_memory_verbs_forbid_are_refused() {
     let r = AccessFlags::REMOTE_READ;
     for (what, rkey, qpn, access) in [
         ("no remote right", local_only.rkey(), qv.qpn(), r),
-        ("a guessed rkey", remote.rkey() ^ 0x8000_0001, qv.qpn(), r),
+        (
+            "a guessed rkey",
+            Rkey::from_raw(remote.rkey().raw() ^ 0x8000_0001),
+            qv.qpn(),
+            r,
+        ),
         (
             "a right the QP lacks",
             remote.rkey(),
@@ -300,7 +306,12 @@ fn grant_requests_for_memory_verbs_forbid_are_refused() {
             AccessFlags::REMOTE_ATOMIC,
         ),
         ("a right the region lacks", readable.rkey(), qv.qpn(), w),
-        ("another QP", remote.rkey(), qv.qpn() ^ 1, r),
+        (
+            "another QP",
+            remote.rkey(),
+            Qpn::from_raw(qv.qpn().raw() ^ 1),
+            r,
+        ),
         ("two rights at once", remote.rkey(), qv.qpn(), r | w),
     ] {
         let before = standing();
@@ -352,7 +363,7 @@ fn crafted_grants_from_a_hostile_target_are_refused() {
     };
     let ep = crate::QpEndpoint {
         gid: crate::Gid::from_ip(target.ip()),
-        qpn: 0x4242,
+        qpn: Qpn::from_raw(0x4242),
         psn: 0,
         mtu: crate::Mtu::Mtu4096,
         qkey: 0,
@@ -364,7 +375,7 @@ fn crafted_grants_from_a_hostile_target_are_refused() {
     let write = |id: u64, len: u32| {
         let op = crate::SendOp::Write {
             remote_addr: va,
-            rkey,
+            rkey: Rkey::from_raw(rkey),
         };
         qp.post_send(&crate::SendWr::new(id, op, vec![mr.sge(0, len)]))
             .unwrap();
@@ -395,11 +406,11 @@ fn crafted_grants_from_a_hostile_target_are_refused() {
     // Each crafted grant, answered to the next request.
     let seg = |len: usize, sealed: bool| memfd(len, sealed);
     let good = |len: u64, offset: u64, slot: u32| crate::linkmsg::Grant {
-        rkey,
-        target_qpn: 0x4242,
+        rkey: Rkey::from_raw(rkey),
+        target_qpn: Qpn::from_raw(0x4242),
         slot,
         gen: 1,
-        pd: 1,
+        pd: PdHandle::from_raw(1),
         access: 0xf,
         qp_access: 0xe,
         iova: va,
@@ -447,8 +458,14 @@ fn crafted_grants_from_a_hostile_target_are_refused() {
     // lands in it; one of 8192 does not fit and goes to the engine, which
     // gets no answer.
     let qp2 = pd.create_qp(QpType::Rc, &cq, &cq).build().unwrap();
-    qp2.connect(&crate::QpEndpoint { qpn: 0x4243, ..ep }, &fast)
-        .unwrap();
+    qp2.connect(
+        &crate::QpEndpoint {
+            qpn: Qpn::from_raw(0x4243),
+            ..ep
+        },
+        &fast,
+    )
+    .unwrap();
     let region = seg(4096, true);
     // The granter's table is in the link segment the honest device made
     // (the hello's memfd): the test, as the acceptor, writes the second one.
@@ -457,14 +474,14 @@ fn crafted_grants_from_a_hostile_target_are_refused() {
     let (t_mine, _) = unsafe { crate::grant::tables(link_seg, 2 * RING_LEN, false) };
     let mut out = crate::grant::OutGrants::new(t_mine);
     let req = GrantRequest {
-        rkey,
+        rkey: Rkey::from_raw(rkey),
         requester_qpn: qp2.qpn(),
-        target_qpn: 0x4243,
+        target_qpn: Qpn::from_raw(0x4243),
         access: AccessFlags::REMOTE_WRITE.bits(),
     };
     let g = out.give(&req, (0xf, 0xe)).unwrap();
     let grant = crate::linkmsg::Grant {
-        target_qpn: 0x4243,
+        target_qpn: Qpn::from_raw(0x4243),
         slot: g.slot,
         gen: g.gen,
         ..good(4096, 0, 0)
@@ -478,7 +495,7 @@ fn crafted_grants_from_a_hostile_target_are_refused() {
     let post2 = |id: u64, len: u32| {
         let op = crate::SendOp::Write {
             remote_addr: va,
-            rkey,
+            rkey: Rkey::from_raw(rkey),
         };
         qp2.post_send(&crate::SendWr::new(id, op, vec![mr.sge(0, len)]))
             .unwrap();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use softrdma_core::{
     GrantAsk, Granted, NotGranted, Outgoing, PeerMemory, Port, Received, Sources, Standing, Window,
 };
-use softrdma_engine::{GrantFacts, Instant, RxMeta};
+use softrdma_engine::{GrantFacts, Instant, Qpn, Rkey, RxMeta};
 
 use crate::grant::OutGrant;
 use crate::linkmsg::{Grant, GrantRequest};
@@ -32,7 +32,7 @@ pub(crate) struct SharedRegion {
 pub(crate) struct ShmPort {
     pub hub: ShmHub,
     /// Regions of this device a same-host peer may be granted, by rkey.
-    pub regions: crate::keymap::KeyMap<u32, SharedRegion>,
+    pub regions: crate::keymap::KeyMap<Rkey, SharedRegion>,
     /// Kept for `wait_links`.
     fds: Vec<RawFd>,
     ready: Vec<bool>,
@@ -136,8 +136,8 @@ impl PeerMemory for ShmPort {
     fn enter<R>(
         &self,
         route: usize,
-        rkey: u32,
-        qpn: u32,
+        rkey: Rkey,
+        qpn: Qpn,
         f: impl FnOnce(&mut Window<'_>) -> R,
     ) -> Result<R, NotGranted> {
         let inside = self.hub.enter(route, rkey, qpn).map_err(not_granted)?;
@@ -167,11 +167,11 @@ impl PeerMemory for ShmPort {
         self.hub.ask_grant(route, request(ask))
     }
 
-    fn grant_refused(&self, route: usize, rkey: u32, qpn: u32) -> bool {
+    fn grant_refused(&self, route: usize, rkey: Rkey, qpn: Qpn) -> bool {
         self.hub.grant_refused(route, rkey, qpn)
     }
 
-    fn forget_grant(&mut self, route: usize, rkey: u32, qpn: u32) {
+    fn forget_grant(&mut self, route: usize, rkey: Rkey, qpn: Qpn) {
         self.hub.forget_grant(route, rkey, qpn)
     }
 
@@ -232,7 +232,7 @@ impl PeerMemory for ShmPort {
     /// Takes back the region's grants and waits (bounded) until no
     /// same-host peer is inside it; the segment, when the last reference
     /// to it goes, punches its memory out.
-    fn region_gone(&mut self, rkey: u32) {
+    fn region_gone(&mut self, rkey: Rkey) {
         if self.regions.remove(&rkey).is_some() {
             self.hub.revoke(|_, g| g.rkey == rkey);
         }

@@ -18,6 +18,7 @@
 //! their devices are removed by [`collect`]. `SOFTRDMA_STATS=0` turns
 //! publishing off.
 
+use softrdma_engine::Qpn;
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -173,7 +174,7 @@ fn program() -> String {
 /// The JSON document for one device (one line, with a final newline).
 fn snapshot(dev: &Device, uptime: Duration) -> String {
     let (dc, drv) = dev.counters();
-    type QpRow = (u32, String, String, Counters);
+    type QpRow = (Qpn, String, String, Counters);
     let (shm, qps): (_, Vec<QpRow>) = {
         let st = dev.lock();
         let e = &st.engine;

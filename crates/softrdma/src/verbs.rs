@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, AhAttr, AttrMask, Counters, Engine, Event, Gid, Mtu, QpAttr, QpCap, QpInit,
-    QpState, QpType, RecvWr, RegionMemory, SendWr, Sge, SrqInit, WorkCompletion,
+    AccessFlags, AhAttr, AhHandle, AttrMask, Counters, CqHandle, Engine, Event, Gid, Lkey, Mtu,
+    PdHandle, QpAttr, QpCap, QpInit, QpState, QpType, Qpn, RecvWr, RegionMemory, Rkey, SendWr, Sge,
+    SrqHandle, SrqInit, WorkCompletion,
 };
 use softrdma_wire::Psn;
 
@@ -280,12 +281,12 @@ impl Context {
     }
 
     /// Counters of one QP.
-    pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
+    pub fn qp_counters(&self, qpn: Qpn) -> Option<Counters> {
         self.dev.lock().engine.qp_counters(qpn).copied()
     }
 
     /// QP numbers of this device's QPs.
-    pub fn qp_numbers(&self) -> Vec<u32> {
+    pub fn qp_numbers(&self) -> Vec<Qpn> {
         self.dev.lock().engine.qp_numbers()
     }
 
@@ -311,7 +312,7 @@ impl Context {
     /// after the last marked poll).
     pub(crate) fn poll_cq(
         &self,
-        cq: u32,
+        cq: CqHandle,
         max: usize,
         out: &mut Vec<WorkCompletion>,
         mark_app: bool,
@@ -350,7 +351,7 @@ const REMOTE_RIGHTS: u32 =
 /// A protection domain.
 pub struct Pd {
     ctx: Context,
-    handle: u32,
+    handle: PdHandle,
     /// Set by [`Pd::dealloc`], so that the drop after it does nothing.
     destroyed: bool,
 }
@@ -396,7 +397,7 @@ impl Pd {
     }
 
     /// The engine handle.
-    pub fn handle(&self) -> u32 {
+    pub fn handle(&self) -> PdHandle {
         self.handle
     }
 
@@ -621,8 +622,8 @@ impl Pd {
 /// A registered memory region.
 pub struct Mr {
     ctx: Context,
-    lkey: u32,
-    rkey: u32,
+    lkey: Lkey,
+    rkey: Rkey,
     addr: u64,
     len: usize,
     mem: Arc<dyn RegionMemory>,
@@ -658,7 +659,7 @@ impl Drop for Mr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RemoteRegion {
     pub addr: u64,
-    pub rkey: u32,
+    pub rkey: Rkey,
     pub len: u64,
 }
 
@@ -690,7 +691,7 @@ impl FromStr for RemoteRegion {
                 .ok_or_else(|| Error::Config(format!("region field {kv:?} is not key=value")))?;
             match k {
                 "addr" => r.addr = parse_num(k, v)?,
-                "rkey" => r.rkey = parse_num(k, v)? as u32,
+                "rkey" => r.rkey = Rkey::from_raw(parse_num(k, v)? as u32),
                 "len" => r.len = parse_num(k, v)?,
                 _ => continue,
             }
@@ -715,11 +716,11 @@ fn parse_num(k: &str, v: &str) -> Result<u64> {
 
 impl Mr {
     /// Local key.
-    pub fn lkey(&self) -> u32 {
+    pub fn lkey(&self) -> Lkey {
         self.lkey
     }
     /// Remote key.
-    pub fn rkey(&self) -> u32 {
+    pub fn rkey(&self) -> Rkey {
         self.rkey
     }
     /// Virtual address of the first byte.
@@ -808,7 +809,7 @@ impl Mr {
 /// A completion queue.
 pub struct Cq {
     ctx: Context,
-    handle: u32,
+    handle: CqHandle,
     /// The channel its events signal, if any (kept open while the CQ is).
     channel: Option<Arc<ChannelShared>>,
     /// Set by [`Cq::destroy`], so that the drop after it does nothing.
@@ -857,7 +858,7 @@ impl Cq {
     }
 
     /// The engine handle (what completion channels report).
-    pub fn handle(&self) -> u32 {
+    pub fn handle(&self) -> CqHandle {
         self.handle
     }
 
@@ -951,7 +952,7 @@ impl CompChannel {
     }
 
     /// `ibv_get_cq_event`: waits for a CQ event; returns the CQ handle.
-    pub fn get_event(&self, timeout: Option<Duration>) -> Result<u32> {
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<CqHandle> {
         let start = std::time::Instant::now();
         loop {
             {
@@ -987,7 +988,7 @@ impl CompChannel {
     /// program that waits on [`CompChannel::fd`] itself (the C library
     /// does, honouring the application's O_NONBLOCK): drain the fd
     /// before calling this, and an event that comes after signals again.
-    pub fn try_get_event(&self) -> Option<u32> {
+    pub fn try_get_event(&self) -> Option<CqHandle> {
         self.shared
             .ready
             .lock()
@@ -1033,7 +1034,7 @@ impl Default for ConnectOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpEndpoint {
     pub gid: Gid,
-    pub qpn: u32,
+    pub qpn: Qpn,
     pub psn: u32,
     pub mtu: Mtu,
     /// Q_Key (UD).
@@ -1059,7 +1060,7 @@ impl FromStr for QpEndpoint {
     fn from_str(s: &str) -> Result<Self> {
         let mut e = QpEndpoint {
             gid: Gid::default(),
-            qpn: 0,
+            qpn: Qpn::default(),
             psn: 0,
             mtu: Mtu::Mtu1024,
             qkey: 0,
@@ -1078,7 +1079,7 @@ impl FromStr for QpEndpoint {
                     seen |= 1;
                 }
                 "qpn" => {
-                    e.qpn = parse_num(k, v)? as u32 & 0xFF_FFFF;
+                    e.qpn = Qpn::from_raw(parse_num(k, v)? as u32 & 0xFF_FFFF);
                     seen |= 2;
                 }
                 "psn" => {
@@ -1191,7 +1192,7 @@ impl<'a> QpBuilder<'a> {
 /// A queue pair.
 pub struct Qp {
     ctx: Context,
-    qpn: u32,
+    qpn: Qpn,
     qp_type: QpType,
     /// Fixed at creation (no modify changes a QP's queue sizes).
     cap: QpCap,
@@ -1251,7 +1252,7 @@ impl Qp {
         self.sq_sig_all
     }
     /// QP number.
-    pub fn qpn(&self) -> u32 {
+    pub fn qpn(&self) -> Qpn {
         self.qpn
     }
     /// QP type.
@@ -1429,7 +1430,7 @@ impl Qp {
 /// A shared receive queue.
 pub struct Srq {
     ctx: Context,
-    handle: u32,
+    handle: SrqHandle,
     /// Fixed at creation (SRQs are not resized).
     max_wr: u32,
     max_sge: u32,
@@ -1500,7 +1501,7 @@ impl Srq {
         Ok(self.ctx.dev.with_engine(|e, _| e.arm_srq_limit(h, limit))?)
     }
     /// The engine handle.
-    pub fn handle(&self) -> u32 {
+    pub fn handle(&self) -> SrqHandle {
         self.handle
     }
     /// Most receives the SRQ holds.
@@ -1537,7 +1538,7 @@ where
 /// An address handle (UD destinations).
 pub struct Ah {
     ctx: Context,
-    handle: u32,
+    handle: AhHandle,
     /// Set by [`Ah::destroy`], so that the drop after it does nothing.
     destroyed: bool,
 }
@@ -1574,7 +1575,7 @@ impl Ah {
     }
 
     /// The engine handle, for [`UdDest::ah`](softrdma_engine::UdDest).
-    pub fn handle(&self) -> u32 {
+    pub fn handle(&self) -> AhHandle {
         self.handle
     }
 }

@@ -2,6 +2,7 @@
 //! exchange leaves whatever the peer sent after its line on the stream (a
 //! second exchange, a `sync`), so it can be followed by more traffic.
 
+use softrdma::{Qpn, Rkey};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
@@ -13,8 +14,8 @@ const LINE: &str = "softrdma-conn/1 gid=::ffff:127.0.0.9 qpn=0x11 psn=0x5 mtu=40
 #[test]
 fn conn_line_round_trips() {
     let c = ConnInfo::from_line(LINE).unwrap();
-    assert_eq!(c.endpoint.qpn, 0x11);
-    assert_eq!(c.region.unwrap().rkey, 0x1234);
+    assert_eq!(c.endpoint.qpn, Qpn::from_raw(0x11));
+    assert_eq!(c.region.unwrap().rkey, Rkey::from_raw(0x1234));
     assert_eq!(ConnInfo::from_line(&c.to_line()).unwrap(), c);
     assert!(ConnInfo::from_line("hello").is_err());
 }

@@ -193,14 +193,14 @@ fn sends_travel_through_rings() {
 }
 
 /// Runs one WRITE that must fail with REM_ACCESS_ERR and leave `mb` untouched.
-fn expect_access_error(p: &Pair, ma: &Mr, mb: &Mr, remote_addr: u64, rkey: u32, len: u32) {
+fn expect_access_error(p: &Pair, ma: &Mr, mb: &Mr, remote_addr: u64, rkey: Rkey, len: u32) {
     let sge = ma.sge(0, len);
     expect_write_error(p, sge, mb, remote_addr, rkey, WcStatus::RemAccessErr);
 }
 
 /// Runs one WRITE from `sge` that must complete with `status`, leave `mb`
 /// untouched and the QP in ERR.
-fn expect_write_error(p: &Pair, sge: Sge, mb: &Mr, remote_addr: u64, rkey: u32, status: WcStatus) {
+fn expect_write_error(p: &Pair, sge: Sge, mb: &Mr, remote_addr: u64, rkey: Rkey, status: WcStatus) {
     let before = mb.to_vec();
     p.qa.post_send(&SendWr::new(
         9,
@@ -222,7 +222,14 @@ fn wrong_rkey_is_rejected() {
         let ma = p.pa.alloc_mr(4096, all()).unwrap();
         ma.write(0, &[0xAB; 4096]).unwrap();
         let mb = p.pb.alloc_mr(4096, all()).unwrap();
-        expect_access_error(&p, &ma, &mb, mb.addr(), mb.rkey() ^ 0x5A5A, 64);
+        expect_access_error(
+            &p,
+            &ma,
+            &mb,
+            mb.addr(),
+            Rkey::from_raw(mb.rkey().raw() ^ 0x5A5A),
+            64,
+        );
     }
 }
 
@@ -308,7 +315,7 @@ fn write_on(
     cq: &Cq,
     ma: &Mr,
     wr_id: u64,
-    (remote_addr, rkey): (u64, u32),
+    (remote_addr, rkey): (u64, Rkey),
     len: u32,
 ) -> WorkCompletion {
     let op = SendOp::Write { remote_addr, rkey };
@@ -323,7 +330,7 @@ fn write_once(
     ma: &Mr,
     wr_id: u64,
     remote_addr: u64,
-    rkey: u32,
+    rkey: Rkey,
     len: u32,
 ) -> WorkCompletion {
     write_on(&p.qa, &p.ca, ma, wr_id, (remote_addr, rkey), len)

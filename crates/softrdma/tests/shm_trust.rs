@@ -221,7 +221,7 @@ fn mesh_member() {
         let s = wait_file(&dir.join(format!("member-{i}")), Duration::from_secs(5));
         let mut it = s.split_whitespace();
         let gid = Gid(unhex(it.next().unwrap()));
-        let qpn: u32 = it.next().unwrap().parse().unwrap();
+        let qpn = Qpn::from_raw(it.next().unwrap().parse().unwrap());
         peers.push((pd.create_ah(gid).unwrap(), qpn));
     }
     // Everyone starts at the same instant.
@@ -271,7 +271,7 @@ fn mesh_member() {
 }
 
 /// A UD SEND of `sge` to QP `qpn` behind `ah`.
-fn ud_wr(wr_id: u64, sge: Sge, ah: &Ah, qpn: u32, qkey: u32) -> SendWr {
+fn ud_wr(wr_id: u64, sge: Sge, ah: &Ah, qpn: Qpn, qkey: u32) -> SendWr {
     let mut wr = SendWr::new(wr_id, SendOp::Send, vec![sge]);
     wr.ud = Some(UdDest {
         ah: ah.handle(),
@@ -403,7 +403,7 @@ fn squat_victim() {
             qp.set_qkey(1);
             qp.ready_ud().unwrap();
             let ah = pd.create_ah(Gid::from_ip(dst.ip())).unwrap();
-            let wr = ud_wr(1, mr.sge(0, 16), &ah, 0x12, 1);
+            let wr = ud_wr(1, mr.sge(0, 16), &ah, Qpn::from_raw(0x12), 1);
             qp.post_send(&wr).unwrap();
             let _ = cq.wait(1, Duration::from_secs(5));
             println!(

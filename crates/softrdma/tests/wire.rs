@@ -175,7 +175,7 @@ impl RcPair {
 
     /// One READ or WRITE (`op` given the remote address and key) of `len`
     /// bytes between the start of `ma` and the start of `remote`.
-    fn one(&self, op: fn(u64, u32) -> SendOp, remote: &Mr, len: usize) {
+    fn one(&self, op: fn(u64, Rkey) -> SendOp, remote: &Mr, len: usize) {
         let r = remote.remote();
         self.qa
             .post_send(&SendWr::new(

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use softrdma::cm::ConnInfo;
 use softrdma::{
-    AccessFlags, Ah, CompChannel, ConnectOptions, Context, Cq, Mr, Pd, Qp, QpType, RecvWr,
-    RemoteRegion, SendFlags, SendOp, SendWr, UdDest, WcOpcode, WorkCompletion, GRH_LEN,
+    AccessFlags, Ah, CompChannel, ConnectOptions, Context, Cq, Mr, Pd, Qp, QpType, Qpn, RecvWr,
+    RemoteRegion, Rkey, SendFlags, SendOp, SendWr, UdDest, WcOpcode, WorkCompletion, GRH_LEN,
 };
 
 use super::clock::Clock;
@@ -207,7 +207,7 @@ impl Res {
         self.remote[q].region.map_or(0, |r| r.addr)
     }
     fn peer_rkey(&self, q: usize) -> u32 {
-        self.remote[q].region.map_or(0, |r| r.rkey)
+        self.remote[q].region.map_or(0, |r| r.rkey.raw())
     }
 
     fn conn_info(&self, q: usize) -> ConnInfo {
@@ -224,9 +224,9 @@ impl Res {
     fn addrs(&self) -> (Vec<Addr>, Vec<Addr>) {
         let mk = |c: &ConnInfo| Addr {
             lid: 0,
-            qpn: c.endpoint.qpn,
+            qpn: c.endpoint.qpn.raw(),
             psn: c.endpoint.psn,
-            rkey: c.region.map_or(0, |r| r.rkey),
+            rkey: c.region.map_or(0, |r| r.rkey.raw()),
             vaddr: c.region.map_or(0, |r| r.addr),
             out_reads: 16,
             gid: c.endpoint.gid.0,
@@ -341,22 +341,22 @@ impl Res {
         let op = match t.verb() {
             Verb::Write => SendOp::Write {
                 remote_addr: self.peer_recv_addr(q),
-                rkey: self.peer_rkey(q),
+                rkey: Rkey::from_raw(self.peer_rkey(q)),
             },
             Verb::Read => SendOp::Read {
                 remote_addr: self.peer_send_addr(q),
-                rkey: self.peer_rkey(q),
+                rkey: Rkey::from_raw(self.peer_rkey(q)),
             },
             Verb::Send => SendOp::Send,
             Verb::Atomic => match self.p.atomic {
                 super::AtomicOp::FetchAndAdd => SendOp::FetchAdd {
                     remote_addr: self.peer_recv_addr(q),
-                    rkey: self.peer_rkey(q),
+                    rkey: Rkey::from_raw(self.peer_rkey(q)),
                     add: 1,
                 },
                 super::AtomicOp::CmpAndSwap => SendOp::CompareSwap {
                     remote_addr: self.peer_recv_addr(q),
-                    rkey: self.peer_rkey(q),
+                    rkey: Rkey::from_raw(self.peer_rkey(q)),
                     compare: 0,
                     swap: 1,
                 },
@@ -409,7 +409,7 @@ impl Res {
         }
     }
 
-    fn qp_index(&self, qpn: u32) -> usize {
+    fn qp_index(&self, qpn: Qpn) -> usize {
         self.qps.iter().position(|q| q.qpn() == qpn).unwrap_or(0)
     }
 

@@ -215,7 +215,7 @@ impl Region {
 }
 
 struct SrqH {
-    id: u32,
+    id: SrqHandle,
     cap: u32,
     depth: usize,
     posted: HashMap<u64, RecvBuf>,
@@ -224,19 +224,19 @@ struct SrqH {
 }
 
 struct NodeH {
-    pd: u32,
-    scq: u32,
-    rcq: u32,
+    pd: PdHandle,
+    scq: CqHandle,
+    rcq: CqHandle,
     l: Region,
     r: Region,
     srq: Option<SrqH>,
     /// UD address handles by destination node.
-    ahs: Vec<u32>,
+    ahs: Vec<AhHandle>,
 }
 
 struct QpH {
     node: usize,
-    qpn: u32,
+    qpn: Qpn,
     qp_type: QpType,
     conn: Option<usize>,
     peer: Option<usize>,
@@ -382,7 +382,7 @@ pub struct World<N: HarnessNode> {
     rng: Rng,
     nodes: Vec<NodeH>,
     qps: Vec<QpH>,
-    by_qpn: HashMap<(usize, u32), usize>,
+    by_qpn: HashMap<(usize, Qpn), usize>,
     wire: Rc<RefCell<WireLog>>,
     next_msg: u64,
     start: Instant,
@@ -485,7 +485,7 @@ impl<N: HarnessNode> World<N> {
     /// Posts a send WR as an application does through the device core:
     /// the direct path first (a same-host peer's granted memory), else the
     /// engine through the core's command path. True when it went direct.
-    fn submit(&mut self, node: usize, qpn: u32, wr: &SendWr) -> softrdma_engine::Result<bool> {
+    fn submit(&mut self, node: usize, qpn: Qpn, wr: &SendWr) -> softrdma_engine::Result<bool> {
         let now = self.net.now;
         self.net.nodes[node].submit(now, qpn, wr)
     }
@@ -932,7 +932,7 @@ impl<N: HarnessNode> World<N> {
             match ev.stage {
                 TapStage::Transmit if info.is_request => {
                     // A request from the peer of the QP it is addressed to.
-                    let Some(&r) = self.by_qpn.get(&(ev.to, ev.dest_qp)) else {
+                    let Some(&r) = self.by_qpn.get(&(ev.to, Qpn::from_raw(ev.dest_qp))) else {
                         continue;
                     };
                     let Some(q) = self.qps[r].peer else { continue };
@@ -953,7 +953,7 @@ impl<N: HarnessNode> World<N> {
                     }
                 }
                 TapStage::Deliver if !info.is_request => {
-                    let Some(&q) = self.by_qpn.get(&(ev.to, ev.dest_qp)) else {
+                    let Some(&q) = self.by_qpn.get(&(ev.to, Qpn::from_raw(ev.dest_qp))) else {
                         continue;
                     };
                     let Some(o) = self.qps[q].oracle.as_mut() else {
@@ -1386,7 +1386,7 @@ impl<N: HarnessNode> World<N> {
                 Op::Write,
                 SendOp::Write {
                     remote_addr: rbase + SLOT_AREA,
-                    rkey: rkey ^ 0x5A5A_0000,
+                    rkey: Rkey::from_raw(rkey.raw() ^ 0x5A5A_0000),
                 },
                 WcStatus::RemAccessErr,
             ),
@@ -1408,7 +1408,7 @@ impl<N: HarnessNode> World<N> {
                 WcStatus::RemInvReqErr,
             ),
             Poison::BadLkey => {
-                sg_list[0].lkey ^= 1;
+                sg_list[0].lkey = Lkey::from_raw(sg_list[0].lkey.raw() ^ 1);
                 (
                     Op::Write,
                     SendOp::Write {

@@ -9,7 +9,8 @@ use softrdma_core::sim_port::{HostMemory, SimHost, SimPort};
 use softrdma_core::DeviceCore;
 use softrdma_engine::sim::SimNode;
 use softrdma_engine::{
-    Engine, EngineConfig, Event, Instant, RecvWr, Result, SendWr, WorkCompletion,
+    CqHandle, Engine, EngineConfig, Event, Instant, Qpn, RecvWr, Result, Rkey, SendWr, SrqHandle,
+    WorkCompletion,
 };
 
 /// A node the harness can build and drive like an application would.
@@ -26,15 +27,20 @@ pub trait HarnessNode: SimNode + Sized {
     fn engine_mut(&mut self) -> &mut Engine;
     /// Posts a send WR; true when it was executed directly (a same-host
     /// peer's memory) and has completed already.
-    fn submit(&mut self, now: Instant, qpn: u32, wr: &SendWr) -> Result<bool>;
-    fn post_recv(&mut self, now: Instant, qpn: u32, wr: &RecvWr) -> Result<()>;
-    fn post_srq_recv(&mut self, now: Instant, srq: u32, wr: &RecvWr) -> Result<()>;
+    fn submit(&mut self, now: Instant, qpn: Qpn, wr: &SendWr) -> Result<bool>;
+    fn post_recv(&mut self, now: Instant, qpn: Qpn, wr: &RecvWr) -> Result<()>;
+    fn post_srq_recv(&mut self, now: Instant, srq: SrqHandle, wr: &RecvWr) -> Result<()>;
     fn next_event(&mut self) -> Option<Event>;
     /// Takes every completion of `cq` into `out`, as an application's
     /// `poll_cq` does.
-    fn poll_cq(&mut self, now: Instant, cq: u32, out: &mut Vec<WorkCompletion>) -> Result<usize>;
+    fn poll_cq(
+        &mut self,
+        now: Instant,
+        cq: CqHandle,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize>;
     /// Offers region `rkey` to same-host peers (nothing without a host).
-    fn share(&mut self, rkey: u32, mem: Arc<HostMemory>);
+    fn share(&mut self, rkey: Rkey, mem: Arc<HostMemory>);
 }
 
 impl HarnessNode for Engine {
@@ -49,22 +55,27 @@ impl HarnessNode for Engine {
     fn engine_mut(&mut self) -> &mut Engine {
         self
     }
-    fn submit(&mut self, now: Instant, qpn: u32, wr: &SendWr) -> Result<bool> {
+    fn submit(&mut self, now: Instant, qpn: Qpn, wr: &SendWr) -> Result<bool> {
         self.post_send(now, qpn, wr).map(|()| false)
     }
-    fn post_recv(&mut self, _: Instant, qpn: u32, wr: &RecvWr) -> Result<()> {
+    fn post_recv(&mut self, _: Instant, qpn: Qpn, wr: &RecvWr) -> Result<()> {
         Engine::post_recv(self, qpn, wr)
     }
-    fn post_srq_recv(&mut self, _: Instant, srq: u32, wr: &RecvWr) -> Result<()> {
+    fn post_srq_recv(&mut self, _: Instant, srq: SrqHandle, wr: &RecvWr) -> Result<()> {
         Engine::post_srq_recv(self, srq, wr)
     }
     fn next_event(&mut self) -> Option<Event> {
         self.poll_event()
     }
-    fn poll_cq(&mut self, _: Instant, cq: u32, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+    fn poll_cq(
+        &mut self,
+        _: Instant,
+        cq: CqHandle,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize> {
         Engine::poll_cq(self, cq, usize::MAX, out)
     }
-    fn share(&mut self, _: u32, _: Arc<HostMemory>) {}
+    fn share(&mut self, _: Rkey, _: Arc<HostMemory>) {}
 }
 
 /// The application's calls as a driver makes them through the core: the
@@ -87,17 +98,17 @@ impl HarnessNode for DeviceCore<SimPort> {
     fn engine_mut(&mut self) -> &mut Engine {
         &mut self.engine
     }
-    fn submit(&mut self, now: Instant, qpn: u32, wr: &SendWr) -> Result<bool> {
+    fn submit(&mut self, now: Instant, qpn: Qpn, wr: &SendWr) -> Result<bool> {
         if self.try_direct(qpn, wr) {
             return Ok(true);
         }
         self.command(now, |e, now| e.post_send(now, qpn, wr)).0?;
         Ok(false)
     }
-    fn post_recv(&mut self, now: Instant, qpn: u32, wr: &RecvWr) -> Result<()> {
+    fn post_recv(&mut self, now: Instant, qpn: Qpn, wr: &RecvWr) -> Result<()> {
         self.command(now, |e, _| e.post_recv(qpn, wr)).0
     }
-    fn post_srq_recv(&mut self, now: Instant, srq: u32, wr: &RecvWr) -> Result<()> {
+    fn post_srq_recv(&mut self, now: Instant, srq: SrqHandle, wr: &RecvWr) -> Result<()> {
         self.command(now, |e, _| e.post_srq_recv(srq, wr)).0
     }
     fn next_event(&mut self) -> Option<Event> {
@@ -105,7 +116,12 @@ impl HarnessNode for DeviceCore<SimPort> {
     }
     /// The device's inline poll: the CQ; when it is empty, progress unless
     /// the core's idle policy says nothing can be pending; the CQ again.
-    fn poll_cq(&mut self, now: Instant, cq: u32, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+    fn poll_cq(
+        &mut self,
+        now: Instant,
+        cq: CqHandle,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize> {
         let n = self.engine.poll_cq(cq, usize::MAX, out)?;
         if n > 0 || !self.poll_wanted() {
             return Ok(n);
@@ -114,7 +130,7 @@ impl HarnessNode for DeviceCore<SimPort> {
         self.progress(now, false);
         self.engine.poll_cq(cq, usize::MAX, out)
     }
-    fn share(&mut self, rkey: u32, mem: Arc<HostMemory>) {
+    fn share(&mut self, rkey: Rkey, mem: Arc<HostMemory>) {
         if let Some(p) = self.port.peers_mut() {
             p.share(rkey, mem);
         }

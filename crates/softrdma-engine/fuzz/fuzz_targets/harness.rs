@@ -57,8 +57,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, AhAttr, AttrMask, Engine, EngineConfig, Gid, Instant, MrKeys, Mtu, QpAttr, QpCap,
-    QpInit, QpState, QpType, RecvWr, RegionMemory, Sge, SrqInit, WcStatus, WorkCompletion, GRH_LEN,
+    AccessFlags, AhAttr, AttrMask, CqHandle, Engine, EngineConfig, Gid, Instant, Lkey, MrKeys, Mtu,
+    PdHandle, QpAttr, QpCap, QpInit, QpState, QpType, Qpn, RecvWr, RegionMemory, Rkey, Sge,
+    SrqHandle, SrqInit, WcStatus, WorkCompletion, GRH_LEN,
 };
 use softrdma_wire::{
     icrc, AethRepr, AtomicEthRepr, BthRepr, DethRepr, Endpoints, HeaderLayout, Headers, Msn,
@@ -376,7 +377,7 @@ pub struct Reached {
 /// The live state of one fixture QP as the harness tracks it.
 #[derive(Debug, Clone)]
 struct QpTrack {
-    qpn: u32,
+    qpn: Qpn,
     /// The PSN the responder most likely expects next.
     epsn: Psn,
     /// `(rkey, start, end, cursor)` of the WRITE in progress.
@@ -394,13 +395,13 @@ pub struct Harness {
     guards: Vec<Arc<ModelMemory>>,
     keys: Vec<MrKeys>,
     registered: Vec<bool>,
-    pds: [u32; 2],
-    cq: u32,
-    srq: u32,
+    pds: [PdHandle; 2],
+    cq: CqHandle,
+    srq: SrqHandle,
     qps: Vec<QpTrack>,
     /// `(lkey, addr, len)` of every SGE posted, by receive queue: QP index,
     /// or `QPS.len()` for the SRQ.
-    recv_sges: Vec<Vec<(u32, u64, u64)>>,
+    recv_sges: Vec<Vec<(Lkey, u64, u64)>>,
     last_packet: Vec<u8>,
     last_ep: Endpoints,
     undrained: usize,
@@ -428,7 +429,7 @@ fn sge_template(h: &Harness, t: u8, pd: usize) -> Sge {
         7 => Sge {
             addr: 0x4000_0000,
             length: 64,
-            lkey: 0xDEAD_BEEF,
+            lkey: Lkey::from_raw(0xDEAD_BEEF),
         },
         8 => at(7, 0, 4096), // other PD for PD-0 QPs
         9 => at(local, 0, 4096),
@@ -570,7 +571,7 @@ impl Harness {
             ..Default::default()
         };
         a.path_mtu = s.mtu;
-        a.dest_qp_num = remote_qpn(i);
+        a.dest_qp_num = Qpn::from_raw(remote_qpn(i));
         a.rq_psn = Psn::new(rq_psn);
         a.max_dest_rd_atomic = s.max_dest_rd_atomic;
         a.min_rnr_timer = 1;
@@ -646,12 +647,12 @@ impl Harness {
         );
     }
 
-    fn qp_index(&self, qpn: u32) -> Option<usize> {
+    fn qp_index(&self, qpn: Qpn) -> Option<usize> {
         self.qps.iter().position(|q| q.qpn == qpn)
     }
 
     /// The region whose remote key is `rkey`, if registered now.
-    fn region_of_rkey(&self, rkey: u32) -> Option<usize> {
+    fn region_of_rkey(&self, rkey: Rkey) -> Option<usize> {
         (0..REGIONS.len()).find(|&r| self.registered[r] && self.keys[r].rkey == rkey)
     }
 
@@ -716,7 +717,7 @@ impl Harness {
                                 lkey: if inp.u8() < 240 {
                                     self.keys[r].lkey
                                 } else {
-                                    inp.u32()
+                                    Lkey::from_raw(inp.u32())
                                 },
                             }
                         })
@@ -827,15 +828,15 @@ impl Harness {
                     .filter(|&r| REGIONS[r].pd == pd && REGIONS[r].access.contains(need))
                     .collect();
                 let r = fit[usize::from(inp.u8()) % fit.len()];
-                (self.keys[r].rkey, Some(r))
+                (self.keys[r].rkey.raw(), Some(r))
             }
             140..=219 => {
                 let r = usize::from(s) % REGIONS.len();
-                (self.keys[r].rkey, Some(r))
+                (self.keys[r].rkey.raw(), Some(r))
             }
             220..=229 => {
                 let r = usize::from(s) % REGIONS.len();
-                (self.keys[r].lkey, Some(r))
+                (self.keys[r].lkey.raw(), Some(r))
             }
             230..=239 => (0, None),
             _ => (inp.u32(), None),
@@ -902,7 +903,7 @@ impl Harness {
         let qi = (qsel < 240).then(|| usize::from(qsel) % QPS.len());
         let dest_qp = match qi {
             Some(i) => self.qps[i].qpn,
-            None => inp.u32() & 0xFF_FFFF,
+            None => Qpn::from_raw(inp.u32() & 0xFF_FFFF),
         };
         if let Some(i) = qi {
             if flags & 1 != 0 && self.engine.qp_state(dest_qp) == Some(QpState::Err) {
@@ -937,7 +938,7 @@ impl Harness {
         };
         let opcode = Opcode::from_u8(info.code).unwrap();
         let mtu = spec.map_or(1024, |s| s.mtu.bytes() as usize);
-        let mut bth = BthRepr::new(opcode, dest_qp, self.pick_psn(inp, qi));
+        let mut bth = BthRepr::new(opcode, dest_qp.raw(), self.pick_psn(inp, qi));
         bth.solicited = flags & 0x10 != 0;
         bth.ack_req = flags & 0x20 == 0;
         bth.mig_req = flags & 0x40 != 0 && inp.u8() & 1 == 1;
@@ -1103,7 +1104,7 @@ impl Harness {
             let Some(opcode) = Opcode::find(transport, op, pos, headers.layout()) else {
                 return;
             };
-            let mut bth = BthRepr::new(opcode, self.qps[i].qpn, psn);
+            let mut bth = BthRepr::new(opcode, self.qps[i].qpn.raw(), psn);
             bth.ack_req = pos.ends_message() || p % 4 == 3;
             psn = psn.next();
             let chunk = &data[p * mtu..((p + 1) * mtu).min(len)];
@@ -1182,7 +1183,7 @@ impl Harness {
                     // Move the PSN to the expected one of the target, if known.
                     if b.len() >= 12 {
                         let qpn = u32::from_be_bytes([0, b[5], b[6], b[7]]);
-                        if let Some(i) = self.qp_index(qpn) {
+                        if let Some(i) = self.qp_index(Qpn::from_raw(qpn)) {
                             let p = self.qps[i].epsn.value();
                             b[9..12].copy_from_slice(&p.to_be_bytes()[1..]);
                         }
@@ -1222,7 +1223,8 @@ impl Harness {
         } else {
             None
         };
-        let target = parsed.and_then(|p| self.qp_index(p.bth.dest_qp).map(|i| (p, i)));
+        let target =
+            parsed.and_then(|p| self.qp_index(Qpn::from_raw(p.bth.dest_qp)).map(|i| (p, i)));
         let state = target.map(|(_, i)| self.engine.qp_state(self.qps[i].qpn));
         self.engine.handle_packet(self.now, ep, bytes);
         let log = self.take_log();
@@ -1318,7 +1320,8 @@ impl Harness {
                     "{what}: atomic on a QP without REMOTE_ATOMIC"
                 );
                 assert_eq!(
-                    self.keys[a.region].rkey, h.rkey,
+                    self.keys[a.region].rkey,
+                    Rkey::from_raw(h.rkey),
                     "{what}: atomic on a region of another rkey"
                 );
                 assert_eq!(
@@ -1399,7 +1402,8 @@ impl Harness {
             }),
         };
         assert_eq!(
-            self.keys[a.region].rkey, rkey,
+            self.keys[a.region].rkey,
+            Rkey::from_raw(rkey),
             "{what}: write to a region of another rkey"
         );
         assert_eq!(va, cursor, "{what}: write not where the message continues");
@@ -1557,7 +1561,7 @@ impl Harness {
             self.qps[i]
                 .read_windows
                 .iter()
-                .any(|&(k, s, l)| k == rkey && va >= s && va - s + a.len as u64 <= l),
+                .any(|&(k, s, l)| k == rkey.raw() && va >= s && va - s + a.len as u64 <= l),
             "{what}: read {} outside every READ request to this QP",
             brief(a)
         );

@@ -20,6 +20,7 @@
 //! produces exactly what the wire path produces — including every error
 //! completion and post error.
 
+use crate::handle::{Lkey, PdHandle, Qpn, Rkey};
 use std::net::SocketAddr;
 
 use crate::qp_attr::{AccessFlags, QpState, QpType};
@@ -36,17 +37,17 @@ pub const MAX_DIRECT_SGE: usize = 8;
 /// tests and a fuzz target can give crafted values; every value is untrusted.
 pub trait PeerView {
     /// The target QP `qpn`, if published.
-    fn qp(&mut self, qpn: u32) -> Option<PeerQp>;
+    fn qp(&mut self, qpn: Qpn) -> Option<PeerQp>;
     /// The valid region with remote key `rkey`, if any. An implementation
     /// may keep the region entered (a reader count) until it is dropped,
     /// so that the copy after the check reaches the region it checked.
-    fn region(&mut self, rkey: u32) -> Option<PeerRegion>;
+    fn region(&mut self, rkey: Rkey) -> Option<PeerRegion>;
 }
 
 /// A target QP as published: protection domain, access flags, state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerQp {
-    pub pd: u32,
+    pub pd: PdHandle,
     pub access: AccessFlags,
     pub state: QpState,
 }
@@ -137,15 +138,15 @@ pub enum NotDirect {
 pub struct DirectPlan {
     /// Filled in by a successful `plan_direct_into`.
     planned: bool,
-    qpn: u32,
+    qpn: Qpn,
     wr_id: u64,
     flags: SendFlags,
     op: DirectOp,
     access: AccessFlags,
     remote_addr: u64,
-    rkey: u32,
+    rkey: Rkey,
     len: u64,
-    dest_qpn: u32,
+    dest_qpn: Qpn,
     dest: SocketAddr,
     qp_type: QpType,
     npieces: u8,
@@ -153,8 +154,8 @@ pub struct DirectPlan {
     /// The QP's protection domain, and the one local region of a
     /// one-SGE plan (lkey, view, process address of its first byte), for
     /// [`Engine::replan_direct`].
-    qp_pd: u32,
-    local: Option<(u32, RegionView, usize)>,
+    qp_pd: PdHandle,
+    local: Option<(Lkey, RegionView, usize)>,
 }
 
 impl Default for DirectPlan {
@@ -168,15 +169,15 @@ impl DirectPlan {
     pub const fn new() -> Self {
         DirectPlan {
             planned: false,
-            qpn: 0,
+            qpn: Qpn::from_raw(0),
             wr_id: 0,
             flags: SendFlags(0),
             op: DirectOp::Write,
             access: AccessFlags::empty(),
             remote_addr: 0,
-            rkey: 0,
+            rkey: Rkey::from_raw(0),
             len: 0,
-            dest_qpn: 0,
+            dest_qpn: Qpn::from_raw(0),
             dest: SocketAddr::V4(std::net::SocketAddrV4::new(
                 std::net::Ipv4Addr::UNSPECIFIED,
                 0,
@@ -184,7 +185,7 @@ impl DirectPlan {
             qp_type: QpType::Rc,
             npieces: 0,
             pieces: [(0, 0); MAX_DIRECT_SGE],
-            qp_pd: 0,
+            qp_pd: PdHandle::from_raw(0),
             local: None,
         }
     }
@@ -195,7 +196,7 @@ impl DirectPlan {
     }
 
     /// The QP posting the WR.
-    pub fn qpn(&self) -> u32 {
+    pub fn qpn(&self) -> Qpn {
         self.qpn
     }
     /// The WR's id.
@@ -219,7 +220,7 @@ impl DirectPlan {
         self.remote_addr
     }
     /// The target region's remote key.
-    pub fn rkey(&self) -> u32 {
+    pub fn rkey(&self) -> Rkey {
         self.rkey
     }
     /// The message length (8 for atomics).
@@ -231,7 +232,7 @@ impl DirectPlan {
         self.len == 0
     }
     /// The target QP (the QP's destination QPN).
-    pub fn dest_qpn(&self) -> u32 {
+    pub fn dest_qpn(&self) -> Qpn {
         self.dest_qpn
     }
     /// The QP's destination.
@@ -267,7 +268,7 @@ impl Engine {
     ///
     /// One hash lookup for the QP and one per distinct lkey; no allocation.
     /// On the hot path, [`Self::plan_direct_into`] saves moving the plan.
-    pub fn plan_direct(&self, qpn: u32, wr: &SendWr) -> Result<DirectPlan, NotDirect> {
+    pub fn plan_direct(&self, qpn: Qpn, wr: &SendWr) -> Result<DirectPlan, NotDirect> {
         let mut plan = DirectPlan::new();
         self.plan_direct_into(qpn, wr, &mut plan)?;
         Ok(plan)
@@ -282,7 +283,7 @@ impl Engine {
     #[inline(always)]
     pub fn plan_direct_into(
         &self,
-        qpn: u32,
+        qpn: Qpn,
         wr: &SendWr,
         plan: &mut DirectPlan,
     ) -> Result<(), NotDirect> {
@@ -376,7 +377,7 @@ impl Engine {
     /// operation, inline) is planned in full.
     pub fn replan_direct(
         &self,
-        qpn: u32,
+        qpn: Qpn,
         wr: &SendWr,
         plan: &mut DirectPlan,
     ) -> Result<(), NotDirect> {
@@ -485,7 +486,7 @@ impl Engine {
 }
 
 /// The one-sided operation of `op` with its remote address and rkey.
-fn direct_op(op: &SendOp) -> Option<(DirectOp, u64, u32)> {
+fn direct_op(op: &SendOp) -> Option<(DirectOp, u64, Rkey)> {
     Some(match *op {
         SendOp::Write { remote_addr, rkey } => (DirectOp::Write, remote_addr, rkey),
         SendOp::Read { remote_addr, rkey } => (DirectOp::Read, remote_addr, rkey),

@@ -4,6 +4,7 @@
 //! the requester being the QP's connected peer, the region's key, PD and
 //! rights — made once, by the target, for the whole region.
 
+use crate::handle::{PdHandle, Qpn, Rkey};
 use std::net::IpAddr;
 
 use crate::qp_attr::{AccessFlags, QpType};
@@ -15,7 +16,7 @@ use super::Engine;
 /// operation against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrantFacts {
-    pub pd: u32,
+    pub pd: PdHandle,
     /// The region's access flags.
     pub access: AccessFlags,
     /// The QP's access flags.
@@ -50,10 +51,10 @@ impl Engine {
     /// `rkey` of this device directly with right `need` through QP `qpn`.
     pub fn check_grant(
         &self,
-        qpn: u32,
+        qpn: Qpn,
         peer: IpAddr,
-        peer_qpn: u32,
-        rkey: u32,
+        peer_qpn: Qpn,
+        rkey: Rkey,
         need: AccessFlags,
     ) -> Result<GrantFacts, GrantRefusal> {
         self.check_grant_qp(qpn, peer, peer_qpn, need)?;
@@ -93,9 +94,9 @@ impl Engine {
     /// means the grants made through `qpn` still hold.
     pub fn check_grant_qp(
         &self,
-        qpn: u32,
+        qpn: Qpn,
         peer: IpAddr,
-        peer_qpn: u32,
+        peer_qpn: Qpn,
         need: AccessFlags,
     ) -> Result<(), GrantRefusal> {
         let q = self.qps.get(&qpn).ok_or(GrantRefusal::NoQp)?;

@@ -1,6 +1,7 @@
 //! The send records are enough to rebuild any packet in flight: what a
 //! selective repeat will retransmit from.
 
+use crate::handle::{Lkey, Qpn, Rkey};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -15,9 +16,9 @@ use crate::sim::{node_addr, NetConfig, SimNet, TapStage, Tapped, Verdict};
 use crate::wr::{SendOp, SendWr, Sge};
 
 struct Side {
-    qpn: u32,
-    lkey: u32,
-    rkey: u32,
+    qpn: Qpn,
+    lkey: Lkey,
+    rkey: Rkey,
     base: u64,
 }
 

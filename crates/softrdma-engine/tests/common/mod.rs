@@ -14,9 +14,9 @@ pub const REGION: usize = 1 << 20;
 /// One side of a connection.
 pub struct Side {
     pub node: usize,
-    pub pd: u32,
-    pub cq: u32,
-    pub qpn: u32,
+    pub pd: PdHandle,
+    pub cq: CqHandle,
+    pub qpn: Qpn,
     pub mem: Arc<VecMemory>,
     pub keys: MrKeys,
     pub base: u64,
@@ -542,7 +542,7 @@ pub fn forge(
 pub fn extra_mr(
     net: &mut SimNet,
     s: &Side,
-    pd: u32,
+    pd: PdHandle,
     iova: u64,
     len: usize,
     access: AccessFlags,
