@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use softrdma::{
     AccessFlags, AhAttr, AttrMask, ConnectOptions, Context, Cq, Gid, Mr, Mtu, Qp, QpAttr, QpState,
-    QpType, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion,
+    QpType, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, WorkCompletion,
 };
 use softrdma_wire::Psn;
 
@@ -198,9 +198,9 @@ impl Exchange {
 struct Dest {
     lid: u32,
     out_reads: u32,
-    qpn: u32,
+    qpn: Qpn,
     psn: u32,
-    rkey: u32,
+    rkey: Rkey,
     vaddr: u64,
     gid: [u8; 16],
     srqn: u32,
@@ -213,7 +213,12 @@ impl Dest {
     fn to_msg(self) -> [u8; KEY_MSG_SIZE_GID] {
         let mut s = format!(
             "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
-            self.lid, self.out_reads, self.qpn, self.psn, self.rkey, self.vaddr
+            self.lid,
+            self.out_reads,
+            self.qpn.raw(),
+            self.psn,
+            self.rkey.raw(),
+            self.vaddr
         );
         for b in self.gid {
             s.push_str(&format!("{b:02x}:"));
@@ -246,9 +251,9 @@ impl Dest {
         Ok(Dest {
             lid: hex(0)? as u32,
             out_reads: hex(1)? as u32,
-            qpn: hex(2)? as u32,
+            qpn: Qpn::from_raw(hex(2)? as u32),
             psn: hex(3)? as u32,
-            rkey: hex(4)? as u32,
+            rkey: Rkey::from_raw(hex(4)? as u32),
             vaddr: hex(5)?,
             gid,
             srqn: hex(22)? as u32,
