@@ -206,8 +206,8 @@ impl Res {
     fn peer_send_addr(&self, q: usize) -> u64 {
         self.remote[q].region.map_or(0, |r| r.addr)
     }
-    fn peer_rkey(&self, q: usize) -> u32 {
-        self.remote[q].region.map_or(0, |r| r.rkey.raw())
+    fn peer_rkey(&self, q: usize) -> Rkey {
+        self.remote[q].region.map_or(Rkey::default(), |r| r.rkey)
     }
 
     fn conn_info(&self, q: usize) -> ConnInfo {
@@ -341,22 +341,22 @@ impl Res {
         let op = match t.verb() {
             Verb::Write => SendOp::Write {
                 remote_addr: self.peer_recv_addr(q),
-                rkey: Rkey::from_raw(self.peer_rkey(q)),
+                rkey: self.peer_rkey(q),
             },
             Verb::Read => SendOp::Read {
                 remote_addr: self.peer_send_addr(q),
-                rkey: Rkey::from_raw(self.peer_rkey(q)),
+                rkey: self.peer_rkey(q),
             },
             Verb::Send => SendOp::Send,
             Verb::Atomic => match self.p.atomic {
                 super::AtomicOp::FetchAndAdd => SendOp::FetchAdd {
                     remote_addr: self.peer_recv_addr(q),
-                    rkey: Rkey::from_raw(self.peer_rkey(q)),
+                    rkey: self.peer_rkey(q),
                     add: 1,
                 },
                 super::AtomicOp::CmpAndSwap => SendOp::CompareSwap {
                     remote_addr: self.peer_recv_addr(q),
-                    rkey: Rkey::from_raw(self.peer_rkey(q)),
+                    rkey: self.peer_rkey(q),
                     compare: 0,
                     swap: 1,
                 },
