@@ -15,6 +15,7 @@ mod core;
 mod direct;
 mod fault;
 mod port;
+mod sim_node;
 pub mod sim_port;
 
 pub use crate::core::{CoreCounters, DeviceCore, RX_BUDGET};

@@ -118,6 +118,16 @@ impl Oracle {
         self.next_psn = self.next_psn.add(npkts);
     }
 
+    /// Takes back the last [`Oracle::push`] of `wr_id`: the WR never went
+    /// on the wire (the device core executed it directly).
+    pub fn unpush(&mut self, wr_id: u64) {
+        if self.wrs.back().is_some_and(|w| w.wr_id == wr_id) {
+            if let Some(w) = self.wrs.pop_back() {
+                self.next_psn = w.first;
+            }
+        }
+    }
+
     fn oldest(&self) -> Psn {
         self.wrs.front().map_or(self.next_psn, |w| w.first)
     }

@@ -103,7 +103,57 @@ pub struct Scenario {
     /// Probability per turn that an RC requester drains its send queue
     /// (RTS→SQD, wait for SqDrained, SQD→RTS).
     pub sqd_p: f64,
+    /// Every node on one host ([`SAME_HOST`] set in the seed): the device
+    /// cores' direct path executes one-sided WRs in the peer's memory.
+    pub same_host: bool,
+    /// Every node on one switch ([`FABRIC`] set in the seed).
+    pub fabric: Option<Fabric>,
 }
+
+/// A star of links (`SimNet::star`) that replaces the network's delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fabric {
+    pub rate_bps: u64,
+    pub delay: Duration,
+    /// The bound of every link's queue (never on a clean network, where
+    /// nothing may be lost).
+    pub queue_bytes: Option<usize>,
+    /// The switch's ports mark every packet CE from this many queued bytes
+    /// on, ECN-capable or not, so that the receivers' CE counts are
+    /// checked against the marks.
+    pub ecn_from: Option<usize>,
+}
+
+impl Fabric {
+    /// Drawn from its own generator, so that the rest of the scenario is
+    /// the one the seed gives without the bit.
+    fn from_seed(seed: u64, clean: bool) -> Fabric {
+        let mut r = Rng::new(seed ^ 0xFAB1_0C5E);
+        Fabric {
+            rate_bps: pick(&mut r, &[10, 25, 100]) * 1_000_000_000,
+            delay: Duration::from_nanos(500 + r.below(10_000)),
+            queue_bytes: if clean {
+                None
+            } else {
+                pick(
+                    &mut r,
+                    &[None, Some(64 << 10), Some(256 << 10), Some(1 << 20)],
+                )
+            },
+            ecn_from: pick(&mut r, &[None, Some(8 << 10), Some(64 << 10)]),
+        }
+    }
+}
+
+/// Seeds with this bit set put every node on one host. The rest of the
+/// seed draws the scenario as for any other seed, except that the links
+/// are never cut (same-host peers are joined by memory, not a network).
+pub const SAME_HOST: u64 = 1 << 48;
+
+/// Seeds with this bit set put every node on one switch ([`Fabric`]),
+/// with links cut for a while but never for good (the oracle bounds what
+/// may still arrive after a permanent cut by the network's delay alone).
+pub const FABRIC: u64 = 1 << 49;
 
 fn pick<T: Copy>(r: &mut Rng, xs: &[T]) -> T {
     xs[r.below(xs.len() as u64) as usize]
@@ -290,6 +340,25 @@ impl Scenario {
             )
         });
         let sqd_p = if r.chance(0.2) { 0.003 } else { 0.0 };
+        let same_host = seed & SAME_HOST != 0;
+        let fabric = seed & FABRIC != 0;
+        let mode = match mode {
+            Mode::PermanentCut if fabric => {
+                cuts.clear();
+                for c in &mut conns {
+                    c.retry_cnt = 7;
+                }
+                Mode::Lossy
+            }
+            Mode::Partitions | Mode::PermanentCut if same_host => {
+                cuts.clear();
+                for c in &mut conns {
+                    c.retry_cnt = 7;
+                }
+                Mode::Lossy
+            }
+            m => m,
+        };
         Scenario {
             seed,
             mode,
@@ -317,6 +386,8 @@ impl Scenario {
             cuts,
             poison,
             sqd_p,
+            same_host,
+            fabric: fabric.then(|| Fabric::from_seed(seed, mode == Mode::Clean)),
         }
     }
 }

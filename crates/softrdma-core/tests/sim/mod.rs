@@ -1,7 +1,14 @@
 //! The deterministic simulation harness.
 //!
-//! One seed decides everything ([`scenario::Scenario`]): two or three engines
-//! on a [`SimNet`] with loss, duplication, corruption, jitter and link cuts;
+//! One seed decides everything ([`scenario::Scenario`]): two or three nodes
+//! on a [`SimNet`] with loss, duplication, corruption, jitter and link cuts.
+//! Each node is the production device core (`softrdma_core::DeviceCore`)
+//! over a simulated port: packets go through its progress loop (receive
+//! budget, timers, batched transmit, held ACKs), and the application posts
+//! as a driver does (`try_direct` first, then `command`). In same-host
+//! seeds ([`scenario::SAME_HOST`]) every port is on one `SimHost`: one-sided
+//! WRs on an idle QP run through the direct path, executed in the peer's
+//! memory after the engine's rules, and are checked like all others;
 //! RC, UC and UD QPs (RC receivers sometimes on an SRQ); and an application
 //! that posts a random mix of SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM,
 //! READ, CMP_AND_SWAP and FETCH_AND_ADD of 0 B to 1 MiB from unaligned,
@@ -27,10 +34,14 @@
 //!   packet it covers; nothing is malformed;
 //! * liveness: the work finishes within a virtual-time bound, and a cut path
 //!   fails with RETRY_EXC_ERR within the retry budget.
+//! * a WR the core executed directly never appears on the wire (it is taken
+//!   out of the wire oracle), and its completion is checked against the
+//!   same reference model (READ data, original values, WRITE targets).
 
 #![allow(dead_code)]
 
 pub mod alloc;
+pub mod node;
 pub mod oracle;
 pub mod scenario;
 
@@ -41,13 +52,22 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use softrdma_engine::sim::{node_addr, LinkChange, SimNet, TapStage, Tapped, Verdict};
+use softrdma_core::sim_port::{HostMemory, SimHost, SimPort};
+use softrdma_core::DeviceCore;
+use softrdma_engine::sim::{
+    node_addr, LinkChange, LinkConfig, QueueState, SimNet, TapStage, Tapped, Verdict,
+};
 use softrdma_engine::*;
 use softrdma_wire::{icrc, NakCode, OpKind, Opcode, PacketRepr, Psn, Syndrome, Transport};
 
 use alloc::Ring;
 use oracle::{OKind, Oracle};
 use scenario::{Mode, Poison, Scenario};
+
+/// The suite's node: the production device core over a simulated port.
+pub type Core = DeviceCore<SimPort>;
+
+use node::HarnessNode;
 
 /// Local buffer pieces: (offset in a node's L region, length).
 type Pieces = Vec<(u64, u32)>;
@@ -149,6 +169,8 @@ struct Wr {
     posted_at: Instant,
     /// A deliberately invalid WR: the error it must complete with.
     poison: Option<WcStatus>,
+    /// The device core executed it directly in the peer's memory.
+    direct: bool,
 }
 
 #[derive(Debug)]
@@ -166,7 +188,7 @@ impl RecvBuf {
 }
 
 struct Region {
-    mem: Arc<VecMemory>,
+    mem: Arc<dyn RegionMemory>,
     keys: MrKeys,
     base: u64,
 }
@@ -343,11 +365,20 @@ pub struct Summary {
     pub packets: u64,
     pub corrupted: u64,
     pub virtual_ms: u64,
+    /// One-sided WRs the device core executed directly in a same-host
+    /// peer's memory, and of those, the signaled ones whose completion the
+    /// oracle checked (data read, original value, target bytes).
+    pub direct: u64,
+    pub direct_verified: u64,
+    /// On a fabric: packets its queues dropped, and CE marks its ports made
+    /// (each counted by its receiver).
+    pub tail_drops: u64,
+    pub ce_marks: u64,
 }
 
-pub struct World {
+pub struct World<N: HarnessNode> {
     sc: Scenario,
-    net: SimNet,
+    net: SimNet<N>,
     rng: Rng,
     nodes: Vec<NodeH>,
     qps: Vec<QpH>,
@@ -368,8 +399,8 @@ fn npkts(len: u64, mtu: u32) -> u32 {
     len.div_ceil(u64::from(mtu)).max(1) as u32
 }
 
-impl World {
-    pub fn new(sc: Scenario, trace: bool) -> Check<World> {
+impl<N: HarnessNode> World<N> {
+    pub fn new(sc: Scenario, trace: bool) -> Check<Self> {
         let mut cfgs = Vec::new();
         for i in 0..sc.nodes {
             let mut c = EngineConfig::new(node_addr(i));
@@ -379,8 +410,30 @@ impl World {
             c.ack_delay_ns = sc.ack_delay_ns;
             cfgs.push(c);
         }
-        let mut net = SimNet::with_configs(cfgs, sc.seed, sc.net);
+        // Same host: every port on one host, whose direct path reaches the
+        // regions each node shares (its R region).
+        let host = SimHost::new();
+        let on = sc.same_host.then_some(&host);
+        let nodes = cfgs.into_iter().map(|c| N::build(c, on)).collect();
+        let mut net = SimNet::from_nodes(nodes, sc.seed, sc.net);
         net.set_jitter_fraction(sc.jitter_fraction);
+        if let Some(f) = sc.fabric {
+            let star = net.star(LinkConfig {
+                queue_bytes: f.queue_bytes,
+                ..LinkConfig::ethernet(f.rate_bps, f.delay)
+            });
+            for &l in star.down.iter().filter(|_| f.ecn_from.is_some()) {
+                let k = f.ecn_from.unwrap_or(0);
+                let mark = move |q: &QueueState| {
+                    if q.queued_bytes >= k {
+                        softrdma_wire::Ecn::Ce
+                    } else {
+                        q.ecn
+                    }
+                };
+                net.set_ecn_hook(l, Some(Box::new(mark)));
+            }
+        }
         let mut w = World {
             rng: Rng::new(sc.seed ^ 0xA99),
             net,
@@ -427,6 +480,20 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Posts a send WR as an application does through the device core:
+    /// the direct path first (a same-host peer's granted memory), else the
+    /// engine through the core's command path. True when it went direct.
+    fn submit(&mut self, node: usize, qpn: u32, wr: &SendWr) -> softrdma_engine::Result<bool> {
+        let now = self.net.now;
+        self.net.nodes[node].submit(now, qpn, wr)
+    }
+
+    /// The next event of node `n`: those the core has routed already, then
+    /// any the engine still holds.
+    fn next_event(&mut self, n: usize) -> Option<Event> {
+        self.net.nodes[n].next_event()
     }
 
     fn log(&mut self, f: impl FnOnce() -> String) {
@@ -497,12 +564,23 @@ impl World {
             r_size[n] += 64;
         }
         for n in 0..sc.nodes {
-            let e = &mut self.net.nodes[n];
+            let e = self.net.nodes[n].engine_mut();
             let pd = e.alloc_pd();
             let scq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
             let rcq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
-            let lmem = Arc::new(VecMemory::new(l_size[n] as usize));
-            let rmem = Arc::new(VecMemory::new(r_size[n] as usize));
+            // The direct path needs memory with addresses; the others keep
+            // the checked model.
+            let (lmem, rmem, shared): (Arc<dyn RegionMemory>, Arc<dyn RegionMemory>, _) =
+                if self.sc.same_host {
+                    let r = HostMemory::new(r_size[n] as usize);
+                    (HostMemory::new(l_size[n] as usize), r.clone(), Some(r))
+                } else {
+                    (
+                        Arc::new(VecMemory::new(l_size[n] as usize)),
+                        Arc::new(VecMemory::new(r_size[n] as usize)),
+                        None,
+                    )
+                };
             // Unaligned local base; remote base 8-aligned for atomics.
             let lbase = 0x1000_0000_0000 * (n as u64 + 1) + 0x123;
             let rbase = 0x2000_0000_0000 * (n as u64 + 1) + 0x1000;
@@ -520,6 +598,10 @@ impl World {
                     rmem.clone(),
                 )
                 .map_err(|e| e.to_string())?;
+            if let Some(mem) = shared {
+                self.net.nodes[n].share(rkeys.rkey, mem);
+            }
+            let e = self.net.nodes[n].engine_mut();
             let uses_srq = sc.conns.iter().any(|c| c.srq_b && c.b == n);
             let srq = if uses_srq {
                 let id = e
@@ -606,6 +688,7 @@ impl World {
                 sq_sig_all: false,
             };
             let qpn = self.net.nodes[node]
+                .engine_mut()
                 .create_qp(init)
                 .map_err(|e| format!("create_qp: {e}"))?;
             let l_off = l_used[node];
@@ -721,7 +804,7 @@ impl World {
         let now = self.net.now;
         let q = &self.qps[i];
         let (node, qpn, t) = (q.node, q.qpn, q.qp_type);
-        let e = &mut self.net.nodes[node];
+        let e = self.net.nodes[node].engine_mut();
         let mut a = QpAttr {
             qp_state: QpState::Init,
             port_num: 1,
@@ -965,10 +1048,7 @@ impl World {
         let mut at = 0usize;
         for &(o, l) in pieces {
             let l = l as usize;
-            self.nodes[node]
-                .l
-                .mem
-                .fill_from(o as usize, &data[at..at + l]);
+            self.nodes[node].l.mem.write(o as usize, &data[at..at + l]);
             at += l;
         }
     }
@@ -1258,15 +1338,29 @@ impl World {
             msg,
             posted_at: now,
             poison: None,
+            direct: false,
         });
         q.ops_left -= 1;
         q.posted_count += 1;
         self.summary.ops += 1;
         let qpn = self.qps[qi].qpn;
         self.log(|| format!("post q{qi} wr {wr_id:#x} {op:?} len {len} roff {roff} {flags:?}"));
-        self.net.nodes[node]
-            .post_send(now, qpn, &wr)
+        let direct = self
+            .submit(node, qpn, &wr)
             .map_err(|e| format!("q{qi}: post_send {op:?} failed: {e}"))?;
+        if direct {
+            // Executed in the peer's memory and completed at once: nothing
+            // of it will ever be on the wire.
+            self.log(|| format!("q{qi} wr {wr_id:#x} went direct"));
+            self.summary.direct += 1;
+            let q = &mut self.qps[qi];
+            if let Some(o) = q.oracle.as_mut() {
+                o.unpush(wr_id);
+            }
+            if let Some(w) = q.sq.back_mut().filter(|w| w.wr_id == wr_id) {
+                w.direct = true;
+            }
+        }
         Ok(true)
     }
 
@@ -1353,6 +1447,7 @@ impl World {
             msg: None,
             posted_at: now,
             poison: Some(status),
+            direct: false,
         });
         q.ops_left -= 1;
         q.posted_count += 1;
@@ -1366,8 +1461,7 @@ impl World {
             flags: SendFlags::SIGNALED,
             ud: None,
         };
-        self.net.nodes[node]
-            .post_send(now, qpn, &wr)
+        self.submit(node, qpn, &wr)
             .map_err(|e| format!("q{qi}: post_send of the poisoned WR failed: {e}"))?;
         Ok(true)
     }
@@ -1376,9 +1470,16 @@ impl World {
     fn start_drain(&mut self, qi: usize) -> Check {
         let q = &self.qps[qi];
         let node = q.node;
-        if self.net.nodes[node].qp_state(q.qpn) != Some(QpState::Rts) {
+        if self.net.nodes[node].engine().qp_state(q.qpn) != Some(QpState::Rts) {
             return Ok(());
         }
+        // What a core sent (into its port's outbox) counts as started: see
+        // it on the wire first.
+        if N::SENDS_AT_POST {
+            self.net.flush();
+            self.process_wire()?;
+        }
+        let q = &self.qps[qi];
         let boundary = match q.max_tx {
             None => q.first_psn.sub(1),
             Some(m) => q
@@ -1390,6 +1491,7 @@ impl World {
         let qpn = q.qpn;
         let now = self.net.now;
         self.net.nodes[node]
+            .engine_mut()
             .modify_qp(
                 now,
                 qpn,
@@ -1494,6 +1596,7 @@ impl World {
             msg: None,
             posted_at: now,
             poison: None,
+            direct: false,
         });
         q.ops_left -= 1;
         q.posted_count += 1;
@@ -1502,8 +1605,7 @@ impl World {
         self.log(|| {
             format!("post q{qi} UD wr {wr_id:#x} {op:?} len {len} -> q{dst} qkey {qkey:#x}")
         });
-        self.net.nodes[node]
-            .post_send(now, qpn, &wr)
+        self.submit(node, qpn, &wr)
             .map_err(|e| format!("q{qi}: UD post_send failed: {e}"))?;
         Ok(true)
     }
@@ -1534,8 +1636,9 @@ impl World {
                     sg_list: self.sges(node, &pieces),
                 };
                 let qpn = self.qps[qi].qpn;
+                let now = self.net.now;
                 self.net.nodes[node]
-                    .post_recv(qpn, &wr)
+                    .post_recv(now, qpn, &wr)
                     .map_err(|e| format!("q{qi}: post_recv failed: {e}"))?;
                 self.qps[qi].rq.push_back(RecvBuf {
                     wr_id,
@@ -1585,8 +1688,9 @@ impl World {
                     sg_list: self.sges(n, &pieces),
                 };
                 let id = self.nodes[n].srq.as_ref().unwrap().id;
+                let now = self.net.now;
                 self.net.nodes[n]
-                    .post_srq_recv(id, &wr)
+                    .post_srq_recv(now, id, &wr)
                     .map_err(|e| format!("node {n}: post_srq_recv failed: {e}"))?;
                 self.nodes[n].srq.as_mut().unwrap().posted.insert(
                     wr_id,
@@ -1680,6 +1784,7 @@ impl World {
         let q = &self.qps[qi];
         let w = &q.sq[pos];
         let node = q.node;
+        let direct = w.direct;
         if q.qp_type == QpType::Rc {
             if let Some(o) = q.oracle.as_ref() {
                 ensure!(
@@ -1721,6 +1826,9 @@ impl World {
                 self.pending_recv_checks.push(m.clone());
             }
         }
+        if direct {
+            self.summary.direct_verified += 1;
+        }
         Ok(())
     }
 
@@ -1735,13 +1843,23 @@ impl World {
         }
     }
 
+    /// A clean network without a fabric loses nothing and delays nothing
+    /// past a few tens of microseconds: no RC QP may time out there. A clean
+    /// fabric loses nothing either, but its queues can hold a packet for
+    /// longer than the shortest local ACK timeout (a window of 1 MiB
+    /// messages each way on 10 Gb/s links, behind a go-back-N resend), so
+    /// there the wire must justify a RETRY_EXC_ERR as on a lossy network.
+    fn never_late(&self) -> bool {
+        self.sc.mode == Mode::Clean && self.sc.fabric.is_none()
+    }
+
     fn excuse_retry_exc(&mut self, qi: usize, wr_id: u64, peer_failed: bool) -> Check {
         let now = self.net.now;
         let q = &self.qps[qi];
         let o = q.oracle.as_ref().unwrap();
         let r = u32::from(q.retry_cnt) + 1;
         ensure!(
-            self.sc.mode != Mode::Clean || peer_failed,
+            !self.never_late() || peer_failed,
             "q{qi}: RETRY_EXC_ERR for WR {wr_id:#x} on a network that loses nothing"
         );
         // The engine may have given up on any one response delivered in
@@ -1810,7 +1928,7 @@ impl World {
         }
         let w = &self.qps[qi].sq[pos];
         let (op, len, wr_id, poison) = (w.op, w.len, w.wr_id, w.poison);
-        let state = self.net.nodes[node].qp_state(wc.qp_num);
+        let state = self.net.nodes[node].engine().qp_state(wc.qp_num);
         match wc.status {
             WcStatus::Success => {
                 ensure!(
@@ -1864,7 +1982,7 @@ impl World {
                 );
                 let peer_failed = self.qps[qi].peer.is_some_and(|p| {
                     let pq = &self.qps[p];
-                    self.net.nodes[pq.node].qp_state(pq.qpn) == Some(QpState::Err)
+                    self.net.nodes[pq.node].engine().qp_state(pq.qpn) == Some(QpState::Err)
                 });
                 self.excuse_retry_exc(qi, wr_id, peer_failed)?;
                 if peer_failed {
@@ -1998,7 +2116,7 @@ impl World {
         match wc.status {
             WcStatus::Success => {}
             WcStatus::WrFlushErr => {
-                let st = self.net.nodes[node].qp_state(wc.qp_num);
+                let st = self.net.nodes[node].engine().qp_state(wc.qp_num);
                 ensure!(
                     st == Some(QpState::Err),
                     "q{qi}: receive WR {:#x} flushed while the QP is {st:?}",
@@ -2242,27 +2360,23 @@ impl World {
         let mut wcs = Vec::new();
         for n in 0..self.nodes.len() {
             wcs.clear();
-            let scq = self.nodes[n].scq;
-            self.net.nodes[n]
-                .poll_cq(scq, usize::MAX, &mut wcs)
-                .unwrap();
+            let (scq, now) = (self.nodes[n].scq, self.net.now);
+            self.net.nodes[n].poll_cq(now, scq, &mut wcs).unwrap();
             for wc in wcs.drain(..) {
                 any = true;
                 self.on_send_wc(n, wc)?;
             }
             let rcq = self.nodes[n].rcq;
-            self.net.nodes[n]
-                .poll_cq(rcq, usize::MAX, &mut wcs)
-                .unwrap();
+            self.net.nodes[n].poll_cq(now, rcq, &mut wcs).unwrap();
             for wc in wcs.drain(..) {
                 any = true;
                 self.on_recv_wc(n, wc)?;
             }
-            while let Some(ev) = self.net.nodes[n].poll_event() {
+            while let Some(ev) = self.next_event(n) {
                 match ev {
                     Event::QpFatal { qpn } | Event::LastWqeReached { qpn } => {
                         let qi = self.by_qpn[&(n, qpn)];
-                        let st = self.net.nodes[n].qp_state(qpn);
+                        let st = self.net.nodes[n].engine().qp_state(qpn);
                         ensure!(
                             st == Some(QpState::Err),
                             "q{qi}: {ev:?} while the QP is {st:?}"
@@ -2283,9 +2397,10 @@ impl World {
                         );
                         self.summary.drains += 1;
                         self.log(|| format!("q{qi} drained"));
-                        if self.net.nodes[n].qp_state(qpn) == Some(QpState::Sqd) {
+                        if self.net.nodes[n].engine().qp_state(qpn) == Some(QpState::Sqd) {
                             let now = self.net.now;
                             self.net.nodes[n]
+                                .engine_mut()
                                 .modify_qp(
                                     now,
                                     qpn,
@@ -2340,7 +2455,7 @@ impl World {
                     q.qp_type,
                     q.node,
                     q.qpn,
-                    self.net.nodes[q.node].qp_state(q.qpn),
+                    self.net.nodes[q.node].engine().qp_state(q.qpn),
                     q.sq.len(),
                     q.sq.front().map(|w| (w.wr_id, w.op, w.len)),
                     q.ops_left,
@@ -2348,7 +2463,7 @@ impl World {
                     q.rq.len(),
                     q.errored
                 );
-                if let Some(c) = self.net.nodes[q.node].qp_counters(q.qpn) {
+                if let Some(c) = self.net.nodes[q.node].engine().qp_counters(q.qpn) {
                     let _ = write!(s, "\n     counters {c:?}");
                 }
             }
@@ -2425,6 +2540,8 @@ impl World {
         s.mode = Some(self.sc.mode);
         s.packets = self.net.stats.sent;
         s.corrupted = self.net.stats.corrupted;
+        s.tail_drops = self.net.stats.tail_drops;
+        s.ce_marks = self.net.stats.ecn_marked;
         s.virtual_ms = (self.net.now - self.start).as_millis() as u64;
         Ok(s)
     }
@@ -2439,9 +2556,14 @@ impl World {
             .net
             .nodes
             .iter()
-            .map(|e| e.counters().icrc_errors)
+            .map(|c| c.engine().counters().icrc_errors)
             .sum();
-        let malformed: u64 = self.net.nodes.iter().map(|e| e.counters().malformed).sum();
+        let malformed: u64 = self
+            .net
+            .nodes
+            .iter()
+            .map(|c| c.engine().counters().malformed)
+            .sum();
         let st = self.net.stats;
         ensure!(
             icrc == st.corrupted_delivered - st.corrupted_undetectable,
@@ -2450,13 +2572,25 @@ impl World {
             st.corrupted_undetectable
         );
         ensure!(malformed == 0, "{malformed} packets counted malformed");
+        // Every CE mark the switch made reached a receiver, which counted it.
+        let ce: u64 = self
+            .net
+            .nodes
+            .iter()
+            .map(|c| c.engine().counters().ecn_ce_rcvd)
+            .sum();
+        ensure!(
+            ce == st.ecn_marked,
+            "the receivers counted {ce} CE marks, the fabric made {}",
+            st.ecn_marked
+        );
         // Q_Key violations: never more than the wrong-key packets sent (and
         // their duplicates); exactly that many on a perfect network.
         let qv: u64 = self
             .net
             .nodes
             .iter()
-            .map(|e| e.counters().qkey_violations)
+            .map(|c| c.engine().counters().qkey_violations)
             .sum();
         let bad_tx = self.wire.borrow().bad_qkey_tx;
         ensure!(
@@ -2501,7 +2635,7 @@ impl World {
                 QpType::Ud => {}
             }
         }
-        if self.sc.mode == Mode::Clean && self.sc.poison.is_none() {
+        if self.never_late() && self.sc.poison.is_none() {
             for (qi, q) in self.qps.iter().enumerate() {
                 ensure!(
                     q.errored.is_none(),
@@ -2525,9 +2659,9 @@ pub fn av_for(node: usize) -> AhAttr {
 }
 
 /// Runs one seed; `Err` describes the first violated invariant.
-pub fn run_seed(seed: u64, trace: bool) -> (Check<Summary>, Option<String>) {
+pub fn run_seed<N: HarnessNode>(seed: u64, trace: bool) -> (Check<Summary>, Option<String>) {
     let sc = Scenario::from_seed(seed);
-    let mut w = match World::new(sc, trace) {
+    let mut w = match World::<N>::new(sc, trace) {
         Ok(w) => w,
         Err(e) => return (Err(format!("setup: {e}")), None),
     };
@@ -2537,9 +2671,9 @@ pub fn run_seed(seed: u64, trace: bool) -> (Check<Summary>, Option<String>) {
 
 /// Runs one seed and returns, with its result, the digest of every packet
 /// the engines transmitted.
-pub fn run_seed_digest(seed: u64) -> (Check<Summary>, WireDigest) {
+pub fn run_seed_digest<N: HarnessNode>(seed: u64) -> (Check<Summary>, WireDigest) {
     let sc = Scenario::from_seed(seed);
-    let mut w = match World::new(sc, false) {
+    let mut w = match World::<N>::new(sc, false) {
         Ok(w) => w,
         Err(e) => return (Err(format!("setup: {e}")), WireDigest::default()),
     };

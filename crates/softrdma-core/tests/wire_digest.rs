@@ -7,14 +7,19 @@
 //! named timers (main at 55e4627). Same packets, PSNs, AckReq bits, ACK
 //! coalescing and timings, packet for packet.
 //!
+//! The nodes are bare engines (`SimNet<Engine>`): this pins the engine's
+//! transport. It lives here, beside the simulation suite whose harness it
+//! shares (`tests/sim/`), because that harness also drives device cores.
+//!
 //! A change that is meant to alter the wire (a new default congestion
 //! controller, selective repeat) re-records the table:
-//! `SOFTRDMA_WIRE_DIGEST_PRINT=1 cargo test --release -p softrdma-engine --test wire_digest -- --nocapture`
+//! `SOFTRDMA_WIRE_DIGEST_PRINT=1 cargo test --release -p softrdma-core --test wire_digest -- --nocapture`
 //! prints it.
 
 mod sim;
 
 use sim::run_seed_digest;
+use softrdma_engine::Engine;
 
 /// One line per seed: `seed digest packets` (the FNV-1a digest of every
 /// transmitted packet, in hex, and how many there were), recorded from
@@ -59,7 +64,7 @@ fn wire_is_unchanged() {
     };
     let mut got = Vec::new();
     for seed in seeds().into_iter().step_by(step) {
-        let (r, d) = run_seed_digest(seed);
+        let (r, d) = run_seed_digest::<Engine>(seed);
         if let Err(e) = r {
             panic!("seed {seed} failed: {e}");
         }

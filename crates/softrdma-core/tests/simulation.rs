@@ -1,17 +1,23 @@
-//! Deterministic simulation of engines over a lossy, reordering, duplicating,
-//! corrupting and partitioned network: random workloads of every operation
-//! on RC, UC and UD QPs, with the invariants listed in `sim/mod.rs` checked
-//! after every step.
+//! Deterministic simulation of device cores (the production progress loop
+//! over simulated ports) on a lossy, reordering, duplicating, corrupting and
+//! partitioned network: random workloads of every operation on RC, UC and
+//! UD QPs, with the invariants listed in `sim/mod.rs` checked after every
+//! step.
 //!
-//! * `cargo test --release -p softrdma-engine --test simulation` runs seeds
-//!   0..1000 in four tests (a debug build runs every 10th).
+//! * `cargo test --release -p softrdma-core --test simulation` runs seeds
+//!   0..1000 in four tests, and `same_host_0000_0249` 250 seeds with every
+//!   node on one host (the seeds `SAME_HOST + k`), whose one-sided WRs go
+//!   through the direct path (a debug build runs every 10th seed).
 //! * A failing seed prints the command that replays it:
-//!   `SOFTRDMA_SIM_SEED=1234 cargo test --release -p softrdma-engine --test simulation replay -- --nocapture`
+//!   `SOFTRDMA_SIM_SEED=1234 cargo test --release -p softrdma-core --test simulation replay -- --nocapture`
 //!   (add `SOFTRDMA_SIM_TRACE=1` for a log of every post and completion).
-//! * `SOFTRDMA_SIM_SEEDS=100000 cargo test --release -p softrdma-engine --test simulation soak -- --nocapture`
+//! * `SOFTRDMA_SIM_SEEDS=100000 cargo test --release -p softrdma-core --test simulation soak -- --nocapture`
 //!   runs a long soak on every core (`SOFTRDMA_SIM_START` moves the first seed, default 1000;
 //!   `SOFTRDMA_SIM_THREADS` sets the number of threads).
-//! * `fresh_block` runs a few hundred seeds that no earlier run chose: its
+//! * `fabric_0000_0249` runs 250 seeds (`FABRIC + k`) with every node on
+//!   one switch: links with a rate and a delay, bounded queues, CE marks.
+//! * `fresh_block` runs a few hundred seeds that no earlier run chose (and
+//!   a hundred of the same numbers on one host, and on a fabric): its
 //!   first seed comes from the clock on every run (CI passes
 //!   `SOFTRDMA_SIM_FRESH_START`, printed in its log), so that every test
 //!   run explores new ground; the failure message names the start.
@@ -24,17 +30,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sim::{run_seed, scenario::Scenario, Summary};
+use sim::scenario::{Scenario, FABRIC, SAME_HOST};
+use sim::{run_seed, Core, Summary};
 
 fn replay_cmd(seed: u64) -> String {
     format!(
-        "SOFTRDMA_SIM_SEED={seed} cargo test --release -p softrdma-engine --test simulation replay -- --nocapture"
+        "SOFTRDMA_SIM_SEED={seed} cargo test --release -p softrdma-core --test simulation replay -- --nocapture"
     )
 }
 
 /// Runs one seed, turning panics into errors.
 fn one(seed: u64, trace: bool) -> (Result<Summary, String>, Option<String>) {
-    match catch_unwind(AssertUnwindSafe(|| run_seed(seed, trace))) {
+    match catch_unwind(AssertUnwindSafe(|| run_seed::<Core>(seed, trace))) {
         Ok(r) => r,
         Err(p) => {
             let msg = p
@@ -62,6 +69,10 @@ struct Totals {
     packets: u64,
     corrupted: u64,
     virtual_ms: u64,
+    direct: u64,
+    direct_verified: u64,
+    tail_drops: u64,
+    ce_marks: u64,
 }
 
 impl Totals {
@@ -81,6 +92,10 @@ impl Totals {
         self.packets += s.packets;
         self.corrupted += s.corrupted;
         self.virtual_ms += s.virtual_ms;
+        self.direct += s.direct;
+        self.direct_verified += s.direct_verified;
+        self.tail_drops += s.tail_drops;
+        self.ce_marks += s.ce_marks;
     }
 }
 
@@ -97,11 +112,11 @@ fn report(failures: &[(u64, String)]) -> String {
 }
 
 fn run_range(seeds: std::ops::Range<u64>) {
-    run_range_named(seeds, "")
+    run_range_named(seeds, "");
 }
 
 /// Runs `seeds`; `context` goes into the failure message.
-fn run_range_named(seeds: std::ops::Range<u64>, context: &str) {
+fn run_range_named(seeds: std::ops::Range<u64>, context: &str) -> Totals {
     // An unoptimised build is ~10x slower: it runs every 10th seed (with
     // overflow checks and debug assertions on); --release runs them all.
     let step = if cfg!(debug_assertions) {
@@ -137,7 +152,7 @@ fn run_range_named(seeds: std::ops::Range<u64>, context: &str) {
     println!(
         "seeds {seeds:?}: {} passed in {:.1?}: {} WRs, {} send and {} receive completions, {} packets \
          ({} corrupted), {} RETRY_EXC_ERR on cut paths, {} excused by the wire under loss, {} after \
-         the peer failed, {} invalid WRs failed as they must, {} SQD drains, {} ms virtual",
+         the peer failed, {} invalid WRs failed as they must, {} SQD drains, {} ms virtual{}{}",
         totals.seeds,
         t0.elapsed(),
         totals.ops,
@@ -150,7 +165,23 @@ fn run_range_named(seeds: std::ops::Range<u64>, context: &str) {
         totals.peer_failures,
         totals.poisoned,
         totals.drains,
-        totals.virtual_ms
+        totals.virtual_ms,
+        if totals.direct > 0 {
+            format!(
+                "; {} WRs executed directly on the same host, {} of them checked at their completion",
+                totals.direct, totals.direct_verified
+            )
+        } else {
+            String::new()
+        },
+        if totals.tail_drops + totals.ce_marks > 0 {
+            format!(
+                "; on the fabric {} tail drops and {} CE marks (each counted by its receiver)",
+                totals.tail_drops, totals.ce_marks
+            )
+        } else {
+            String::new()
+        }
     );
     slow.sort_unstable();
     println!("slowest: {:?}", &slow[slow.len().saturating_sub(5)..]);
@@ -167,6 +198,22 @@ fn run_range_named(seeds: std::ops::Range<u64>, context: &str) {
         "{} RETRY_EXC_ERR under loss alone in {} seeds: retries exhausted far too often",
         totals.excused_lossy,
         totals.seeds
+    );
+    totals
+}
+
+/// Runs seeds `SAME_HOST + k` for `k` in `ks`: every node on one host, so
+/// that the device cores execute one-sided WRs directly in their peers'
+/// memory; the oracle checks those as it checks the others, and the block
+/// must really have taken the direct path.
+fn run_same_host(ks: std::ops::Range<u64>, context: &str) {
+    let t = run_range_named(SAME_HOST + ks.start..SAME_HOST + ks.end, context);
+    assert!(
+        t.direct > t.seeds && t.direct_verified > 0,
+        "only {} WRs went direct in {} same-host seeds ({} checked)",
+        t.direct,
+        t.seeds,
+        t.direct_verified
     );
 }
 
@@ -188,6 +235,25 @@ fn seeds_0500_0749() {
 #[test]
 fn seeds_0750_0999() {
     run_range(750..1000);
+}
+
+#[test]
+fn same_host_0000_0249() {
+    run_same_host(0..250, " on one host");
+}
+
+/// Seeds `FABRIC + 0..250`: every node on one switch, links with a rate, a
+/// delay, bounded queues and CE marking; the block must have dropped at
+/// queue tails and marked.
+#[test]
+fn fabric_0000_0249() {
+    let t = run_range_named(FABRIC..FABRIC + 250, " on a fabric");
+    assert!(
+        t.tail_drops > 0 && t.ce_marks > 0,
+        "the fabric block dropped {} packets at queue tails and marked {}",
+        t.tail_drops,
+        t.ce_marks
+    );
 }
 
 /// Seeds beyond the fixed blocks above that once failed, each with what it
@@ -213,6 +279,13 @@ const REGRESSIONS: &[(u64, &str)] = &[
         90075929,
         "retry excuse judged after the instant, not per packet",
     ),
+    // A clean fabric was held to the clean network's rule that no RC QP
+    // times out, but its queues held 1 MiB windows each way on 10 Gb/s
+    // links for longer than a 1 ms local ACK timeout.
+    (
+        FABRIC + 2_394,
+        "RETRY_EXC_ERR on a clean fabric judged as on a clean network",
+    ),
 ];
 
 #[test]
@@ -231,8 +304,10 @@ fn regressions() {
     );
 }
 
-/// How many seeds [`fresh_block`] runs.
+/// How many seeds [`fresh_block`] runs, and how many more on one host and
+/// on a fabric (the first numbers with [`SAME_HOST`], then [`FABRIC`], set).
 const FRESH_BLOCK: u64 = 400;
+const FRESH_MORE: u64 = 100;
 
 /// The first seed of [`fresh_block`]: `SOFTRDMA_SIM_FRESH_START`, or one
 /// drawn from the clock, at or above 10^9 (above the fixed blocks and the
@@ -263,10 +338,10 @@ fn fresh_block() {
         "fresh block: seeds {start}..{} (rerun with SOFTRDMA_SIM_FRESH_START={start})",
         start + FRESH_BLOCK
     );
-    run_range_named(
-        start..start + FRESH_BLOCK,
-        &format!(" in the fresh block from SOFTRDMA_SIM_FRESH_START={start}"),
-    );
+    let context = format!(" in the fresh block from SOFTRDMA_SIM_FRESH_START={start}");
+    run_range_named(start..start + FRESH_BLOCK, &context);
+    run_same_host(start..start + FRESH_MORE, &context);
+    run_range_named(FABRIC + start..FABRIC + start + FRESH_MORE, &context);
 }
 
 /// `SOFTRDMA_SIM_SEED=n` replays seed n (with `SOFTRDMA_SIM_TRACE=1`, printing

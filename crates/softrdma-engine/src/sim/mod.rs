@@ -1,6 +1,7 @@
 //! A deterministic simulated network for engines.
 //!
-//! Several [`Engine`]s are joined by a network that delays, drops,
+//! Several nodes ([`SimNode`]: bare [`Engine`]s by default, or driver cores
+//! that run one) are joined by a network that delays, drops,
 //! reorders, duplicates and corrupts packets according to a seeded
 //! generator, under a virtual clock. The same seed always gives the same run,
 //! so a failing seed from the test suite replays exactly. This is the proof
@@ -24,17 +25,41 @@
 //! is in flight: what was on the wire before the cut is still delivered
 //! (the cut is at the sender's port), so an answer can arrive up to two
 //! one-way delays after a cut.
+//!
+//! # The fabric
+//!
+//! By default a packet takes [`NetConfig::delay`] (plus jitter) and nothing
+//! else. A route of links ([`SimNet::set_link`], [`SimNet::set_route`],
+//! [`SimNet::star`] for nodes on one switch) replaces that delay: each
+//! [`LinkConfig`] has a rate (serialisation of the packet's bytes plus a
+//! frame overhead), a propagation delay and an output queue, optionally
+//! bounded (a packet that does not fit is dropped at the tail,
+//! [`LinkStats::tail_drops`]), and an ECN hook ([`SimNet::set_ecn_hook`])
+//! may set the codepoint each packet leaves with; the receiver gets it in
+//! [`RxMeta`]. In a packet's life the network's loss, duplication and
+//! corruption come first (at transmission), then the links of its route,
+//! then jitter. A packet reaching the next link of its route is an event of
+//! the network's own, handled with the deliveries of its instant (step 2
+//! above), so each queue sees packets in the order they reach it.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::rc::Rc;
 use std::time::Duration;
 
-use softrdma_wire::Endpoints;
+use softrdma_wire::{Ecn, Endpoints};
 
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{Engine, EngineConfig, RxMeta};
 use crate::rng::Rng;
 use crate::time::Instant;
+
+mod fabric;
+mod node;
+
+use fabric::Link;
+pub use fabric::{ecn_red, ecn_threshold, EcnHook, LinkConfig, LinkId, LinkStats, QueueState};
+pub use node::SimNode;
 
 /// Impairments of the simulated network.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,7 +89,9 @@ impl NetConfig {
     }
 }
 
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// A packet on its way: due at `at` at its destination, or (when it has
+/// links of its route still ahead) at the next link.
+#[derive(Debug)]
 struct InFlight {
     at: Instant,
     seq: u64,
@@ -75,6 +102,33 @@ struct InFlight {
     data: Vec<u8>,
     /// The bit flipped on the way, if any.
     corrupt_bit: Option<u64>,
+    /// The ECN codepoint it carries now.
+    ecn: Ecn,
+    /// Its route (empty: none), and how many of its links it has passed.
+    route: Rc<[LinkId]>,
+    hops: usize,
+}
+
+// Events are ordered by time, then by the order they were made (`seq` is
+// unique), which is the order of sending for packets due at one instant.
+impl PartialEq for InFlight {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for InFlight {}
+
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
 }
 
 /// Where a tapped packet is.
@@ -85,6 +139,15 @@ pub enum TapStage {
     Transmit,
     /// About to be handed to `to`'s engine (after any corruption).
     Deliver,
+}
+
+/// The links of [`SimNet::star`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Star {
+    /// `up[i]`: from node i to the switch.
+    pub up: Vec<LinkId>,
+    /// `down[i]`: the switch's output port to node i.
+    pub down: Vec<LinkId>,
 }
 
 /// A packet shown to the tap.
@@ -101,6 +164,9 @@ pub struct Tapped<'a> {
     pub data: &'a [u8],
     /// Deliver stage: the network flipped a bit of this copy.
     pub corrupted: bool,
+    /// The ECN codepoint of its IP header (at the deliver stage, after
+    /// any marking on the way).
+    pub ecn: Ecn,
 }
 
 /// What the tap wants done with a packet.
@@ -138,10 +204,10 @@ struct ScheduledLink {
 /// the wire (count READ requests in flight, drop exactly one packet, …).
 pub type Tap = Box<dyn FnMut(&Tapped<'_>) -> Verdict>;
 
-/// Engines on a simulated network.
-pub struct SimNet {
-    /// The engines, by index.
-    pub nodes: Vec<Engine>,
+/// Nodes on a simulated network.
+pub struct SimNet<N: SimNode = Engine> {
+    /// The nodes, by index.
+    pub nodes: Vec<N>,
     /// The virtual clock.
     pub now: Instant,
     /// Current impairments (may change during a run).
@@ -160,6 +226,11 @@ pub struct SimNet {
     tap: Option<Tap>,
     jitter_fraction: f64,
     gather: bool,
+    /// The fabric's links, by [`LinkId`].
+    links: Vec<Link>,
+    /// `routes[a][b]`: the links a packet from a to b passes (empty: it
+    /// takes [`NetConfig::delay`]).
+    routes: Vec<Vec<Rc<[LinkId]>>>,
 }
 
 /// What the network did.
@@ -175,9 +246,13 @@ pub struct NetStats {
     /// Of those, copies whose flipped bit lies in BTH byte 4 (FECN, BECN,
     /// reserved), which the ICRC masks by design: no receiver can notice them.
     pub corrupted_undetectable: u64,
+    /// Copies dropped by a full link queue (not counted in `lost`).
+    pub tail_drops: u64,
+    /// Copies a link's ECN hook marked CE.
+    pub ecn_marked: u64,
 }
 
-impl std::fmt::Debug for SimNet {
+impl<N: SimNode> std::fmt::Debug for SimNet<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimNet")
             .field("nodes", &self.nodes.len())
@@ -194,7 +269,7 @@ pub fn node_addr(i: usize) -> SocketAddr {
     )
 }
 
-impl SimNet {
+impl SimNet<Engine> {
     /// `n` engines with default configuration, seeded from `seed`.
     pub fn new(n: usize, seed: u64, net: NetConfig) -> Self {
         Self::with_configs(
@@ -214,7 +289,13 @@ impl SimNet {
         seed: u64,
         net: NetConfig,
     ) -> Self {
-        let nodes: Vec<Engine> = cfgs.into_iter().map(Engine::new).collect();
+        Self::from_nodes(cfgs.into_iter().map(Engine::new).collect(), seed, net)
+    }
+}
+
+impl<N: SimNode> SimNet<N> {
+    /// The given nodes, on a network seeded from `seed`.
+    pub fn from_nodes(nodes: Vec<N>, seed: u64, net: NetConfig) -> Self {
         let n = nodes.len();
         SimNet {
             nodes,
@@ -230,13 +311,16 @@ impl SimNet {
             tap: None,
             jitter_fraction: 1.0,
             gather: false,
+            links: Vec::new(),
+            routes: vec![vec![Rc::from(Vec::new()); n]; n],
         }
     }
 
     /// Whether engines build packets with [`Engine::poll_transmit_gather`]
     /// (payloads of regions that offer it left in place, filled in with
     /// [`Engine::copy_payload`] on the way to the wire) instead of
-    /// [`Engine::poll_transmit`]. The bytes on the wire must be the same.
+    /// [`Engine::poll_transmit`]: the `gather` of [`SimNode::poll_transmit`].
+    /// The bytes on the wire must be the same.
     pub fn set_gather(&mut self, on: bool) {
         self.gather = on;
     }
@@ -263,6 +347,13 @@ impl SimNet {
     pub fn is_busy(&mut self) -> bool {
         self.collect_transmits();
         self.next_event().is_some()
+    }
+
+    /// Puts every packet the nodes have ready on the network now, as every
+    /// step starts by doing: for a harness that must see on the wire what a
+    /// node already sent (a device core sends at the post, into its port).
+    pub fn flush(&mut self) {
+        self.collect_transmits();
     }
 
     /// Drops (or restores) packets from `a` to `b` from now on. Restoring
@@ -293,6 +384,65 @@ impl SimNet {
         self.cuts[from][to] > 0
     }
 
+    /// Adds a link to the fabric; routes ([`SimNet::set_route`]) use it.
+    pub fn add_link(&mut self, cfg: LinkConfig) -> LinkId {
+        self.links.push(Link::new(cfg));
+        self.links.len() - 1
+    }
+
+    /// The links a packet from `from` to `to` passes, in order, instead of
+    /// taking [`NetConfig::delay`] (an empty route restores that). Loss,
+    /// duplication and corruption happen before the first link, jitter
+    /// after the last; packets already on their way keep their route.
+    pub fn set_route(&mut self, from: usize, to: usize, route: &[LinkId]) {
+        assert!(
+            route.iter().all(|&l| l < self.links.len()),
+            "no such link in {route:?}"
+        );
+        self.routes[from][to] = Rc::from(route);
+    }
+
+    /// A link of its own from `from` to `to`: [`SimNet::add_link`], then
+    /// the route of that one link.
+    pub fn set_link(&mut self, from: usize, to: usize, cfg: LinkConfig) -> LinkId {
+        let l = self.add_link(cfg);
+        self.set_route(from, to, &[l]);
+        l
+    }
+
+    /// Every node on one switch: node i sends on its own uplink `up[i]`,
+    /// and the switch sends to node i on its output port `down[i]` (where
+    /// packets from several senders to one receiver queue up). Both have
+    /// `cfg`; every pair of nodes is routed through them.
+    pub fn star(&mut self, cfg: LinkConfig) -> Star {
+        let n = self.nodes.len();
+        let up: Vec<LinkId> = (0..n).map(|_| self.add_link(cfg)).collect();
+        let down: Vec<LinkId> = (0..n).map(|_| self.add_link(cfg)).collect();
+        for (a, &u) in up.iter().enumerate() {
+            for (b, &d) in down.iter().enumerate().filter(|&(b, _)| b != a) {
+                self.set_route(a, b, &[u, d]);
+            }
+        }
+        Star { up, down }
+    }
+
+    /// Installs (or with `None` removes) the ECN marking policy of `link`:
+    /// it decides the codepoint of every packet that enters its queue
+    /// ([`ecn_threshold`] and [`ecn_red`] are two).
+    pub fn set_ecn_hook(&mut self, link: LinkId, hook: Option<EcnHook>) {
+        self.links[link].ecn = hook;
+    }
+
+    /// What `link` did so far.
+    pub fn link_stats(&self, link: LinkId) -> LinkStats {
+        self.links[link].stats
+    }
+
+    /// The bytes queued on `link` now (the packet in serialisation included).
+    pub fn queued_bytes(&mut self, link: LinkId) -> usize {
+        self.links[link].queued_bytes(self.now)
+    }
+
     /// Applies every scheduled link change due by now, in schedule order.
     fn apply_link_changes(&mut self) {
         while let Some(Reverse(c)) = self.link_schedule.peek() {
@@ -313,7 +463,7 @@ impl SimNet {
     fn index_of(&self, addr: SocketAddr) -> Option<usize> {
         self.nodes
             .iter()
-            .position(|e| e.config().local.ip() == addr.ip())
+            .position(|e| e.local_addr().ip() == addr.ip())
     }
 
     /// Moves every packet the engines want to send onto the network.
@@ -323,15 +473,9 @@ impl SimNet {
         for i in 0..self.nodes.len() {
             loop {
                 let node = &mut self.nodes[i];
-                let t = if self.gather {
-                    node.poll_transmit_gather(self.now, &mut self.buf)
-                } else {
-                    node.poll_transmit(self.now, &mut self.buf)
+                let Some(t) = node.poll_transmit(self.now, &mut self.buf, self.gather) else {
+                    break;
                 };
-                let Some(t) = t else { break };
-                if t.payload.is_some() && !node.copy_payload(&t, &mut self.buf) {
-                    panic!("a payload sent by reference could not be copied: {t:?}");
-                }
                 self.stats.sent += 1;
                 let Some(to) = self.index_of(t.endpoints.dst) else {
                     continue;
@@ -345,6 +489,7 @@ impl SimNet {
                         endpoints: t.endpoints,
                         data: &self.buf[..t.len],
                         corrupted: false,
+                        ecn: t.ecn,
                     }),
                     None => Verdict::Pass,
                 };
@@ -374,30 +519,60 @@ impl SimNet {
                             self.stats.corrupted += 1;
                             corrupt_bit = Some(bit);
                         }
-                        let jitter = if self.net.jitter.is_zero()
-                            || (self.jitter_fraction < 1.0
-                                && !self.rng.chance(self.jitter_fraction))
-                        {
-                            0
-                        } else {
-                            self.rng.below(self.net.jitter.as_nanos() as u64)
-                        };
-                        let at = self.now + self.net.delay + Duration::from_nanos(jitter);
-                        self.seq += 1;
-                        self.queue.push(Reverse(InFlight {
-                            at,
-                            seq: self.seq,
+                        self.forward(InFlight {
+                            at: self.now,
+                            seq: 0,
                             from: i,
                             to,
                             src: t.endpoints.src,
                             dst: t.endpoints.dst,
                             data,
                             corrupt_bit,
-                        }));
+                            ecn: t.ecn,
+                            route: self.routes[i][to].clone(),
+                            hops: 0,
+                        });
                     }
                 }
             }
         }
+    }
+
+    /// Moves a packet that is at `p.at` on its way: through the next link
+    /// of its route (to be handled again when it leaves it, if links are
+    /// left), or after the last one (or with no route, after the network's
+    /// delay) towards its destination, with the network's jitter.
+    fn forward(&mut self, mut p: InFlight) {
+        if let Some(&l) = p.route.get(p.hops) {
+            let Some((exit, ecn)) = self.links[l].enter(p.at, p.data.len(), p.ecn) else {
+                self.stats.tail_drops += 1;
+                return;
+            };
+            if ecn == Ecn::Ce && p.ecn != Ecn::Ce {
+                self.stats.ecn_marked += 1;
+            }
+            (p.at, p.ecn, p.hops) = (exit, ecn, p.hops + 1);
+            if p.hops < p.route.len() {
+                return self.push(p);
+            }
+        } else {
+            p.at = p.at + self.net.delay;
+        }
+        let jitter = if self.net.jitter.is_zero()
+            || (self.jitter_fraction < 1.0 && !self.rng.chance(self.jitter_fraction))
+        {
+            0
+        } else {
+            self.rng.below(self.net.jitter.as_nanos() as u64)
+        };
+        p.at = p.at + Duration::from_nanos(jitter);
+        self.push(p);
+    }
+
+    fn push(&mut self, mut p: InFlight) {
+        self.seq += 1;
+        p.seq = self.seq;
+        self.queue.push(Reverse(p));
     }
 
     /// The next moment something happens: a delivery, a link change or an
@@ -437,6 +612,11 @@ impl SimNet {
             let Some(Reverse(p)) = self.queue.pop() else {
                 break;
             };
+            if p.hops < p.route.len() {
+                // At a link on the way, not yet at its destination.
+                self.forward(p);
+                continue;
+            }
             let ep = Endpoints::new(p.src, p.dst);
             if let Some(tap) = self.tap.as_mut() {
                 let v = tap(&Tapped {
@@ -447,6 +627,7 @@ impl SimNet {
                     endpoints: ep,
                     data: &p.data,
                     corrupted: p.corrupt_bit.is_some(),
+                    ecn: p.ecn,
                 });
                 if v == Verdict::Drop {
                     self.stats.lost += 1;
@@ -462,7 +643,8 @@ impl SimNet {
                     self.stats.corrupted_undetectable += 1;
                 }
             }
-            self.nodes[p.to].handle_packet(self.now, ep, &p.data);
+            let meta = RxMeta { ecn: p.ecn };
+            self.nodes[p.to].handle_packet(self.now, ep, meta, &p.data);
         }
         for e in &mut self.nodes {
             e.handle_timeout(self.now);
@@ -490,11 +672,7 @@ impl SimNet {
 
     /// Steps until `done` holds, nothing is left to happen, or `limit` of
     /// virtual time passes. Returns whether `done` held.
-    pub fn run_until(
-        &mut self,
-        limit: Duration,
-        mut done: impl FnMut(&mut SimNet) -> bool,
-    ) -> bool {
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Self) -> bool) -> bool {
         let end = self.now + limit;
         loop {
             if done(self) {
