@@ -741,6 +741,17 @@ impl Engine {
         self.qps.get(&qpn).map(|q| q.state)
     }
 
+    /// Packets the QP has sent that its peer has not acknowledged yet (0
+    /// for an unknown QP, and for UC and UD, which are never acknowledged).
+    /// A driver may hold a new post's packets back for a batch while this
+    /// is non-zero: the ACKs on their way bring progress back.
+    pub fn unacked_packets(&self, qpn: u32) -> u32 {
+        self.qps
+            .get(&qpn)
+            .filter(|q| q.qp_type == QpType::Rc)
+            .map_or(0, |q| q.req.psn.distance_from(q.comp.una))
+    }
+
     /// `ibv_modify_qp`: validates the transition and attribute mask exactly
     /// as real verbs do, then applies it.
     pub fn modify_qp(
