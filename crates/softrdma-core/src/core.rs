@@ -171,7 +171,7 @@ impl<P: Port> DeviceCore<P> {
     }
 
     /// Posts a send WR (`f` posts it on QP `qpn`). When the QP already has
-    /// packets in flight, their ACKs will bring progress back soon, so the
+    /// two packets or more in flight, their ACKs will bring progress back soon, so the
     /// packets of this post may wait in the engine for those of the next
     /// posts: a burst of small posts leaves in one batch (one `sendmmsg`,
     /// GSO sends of many datagrams) and each post costs no system call.
@@ -190,7 +190,9 @@ impl<P: Port> DeviceCore<P> {
         qpn: u32,
         f: impl FnOnce(&mut Engine, Instant) -> R,
     ) -> (R, Option<Instant>) {
-        if self.engine.unacked_packets(qpn) == 0 || self.deferred + 1 >= DEFER_POSTS {
+        // One packet in flight is a ping-pong's (its ACK is on the way with
+        // the answer): that post goes at once.
+        if self.engine.unacked_packets(qpn) < 2 || self.deferred + 1 >= DEFER_POSTS {
             return self.command(now, f);
         }
         let r = f(&mut self.engine, now);

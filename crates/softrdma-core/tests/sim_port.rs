@@ -298,7 +298,7 @@ fn same_host_direct_path_follows_grants_and_changes() {
     assert_eq!(a.counters().direct_ops, 1);
 }
 
-/// `DeviceCore::post`: while its QP has packets in flight, a post's packets
+/// `DeviceCore::post`: while its QP has two packets or more in flight, a post's packets
 /// wait in the engine for the next progress (or the 32nd post), and then
 /// leave in one batch; every WRITE still arrives intact and completes.
 #[test]
@@ -321,14 +321,15 @@ fn posts_behind_packets_in_flight_leave_in_one_batch() {
         v
     };
     post(&mut a, 0);
+    post(&mut a, 1);
     let mut all = sent(&mut a);
-    assert_eq!(all.len(), 1, "nothing in flight: sent at once");
-    for i in 1..10 {
+    assert_eq!(all.len(), 2, "nothing or one packet in flight: sent at once");
+    for i in 2..11 {
         post(&mut a, i);
     }
     assert!(
         sent(&mut a).is_empty(),
-        "behind a packet in flight: deferred"
+        "behind two packets in flight: deferred"
     );
     let due = a
         .next_deadline()
@@ -338,7 +339,7 @@ fn posts_behind_packets_in_flight_leave_in_one_batch() {
     let batch = sent(&mut a);
     assert_eq!(batch.len(), 9, "the deferred posts, in one batch");
     all.extend(batch);
-    for i in 10..10 + u64::from(softrdma_core::DEFER_POSTS) {
+    for i in 11..11 + u64::from(softrdma_core::DEFER_POSTS) {
         post(&mut a, i);
     }
     let burst = sent(&mut a);
@@ -348,7 +349,7 @@ fn posts_behind_packets_in_flight_leave_in_one_batch() {
         "the 32nd post sends them"
     );
     all.extend(burst);
-    let n = 10 + u64::from(softrdma_core::DEFER_POSTS);
+    let n = 11 + u64::from(softrdma_core::DEFER_POSTS);
     let mut t = due;
     for p in all {
         b.port.deliver(p.endpoints.src, RxMeta::default(), p.data);

@@ -1219,16 +1219,36 @@ impl Engine {
                 now,
                 gather,
             };
+            // With held ACKs on, a lone ACK always follows a request that
+            // is ready with it, whether its hold has run out unseen or not:
+            // the peer then receives the request with (or before) the ACK
+            // it polls for — in one datagram with GSO — and never the ACK
+            // alone first (an application that stops polling at that
+            // completion and spins on memory would leave the request to a
+            // background thread's wake-up).
+            let ack_last = ctx.ack_delay_ns > 0 && qp.lone_plain_ack() && !qp.ack_is_due();
             let tx = qp
                 .next_cnp(&mut self.res, &mut ctx)
-                .or_else(|| qp.next_response(&mut self.res, &mut ctx))
+                .or_else(|| {
+                    (!ack_last)
+                        .then(|| qp.next_response(&mut self.res, &mut ctx))
+                        .flatten()
+                })
                 .or_else(|| {
                     let t = qp.next_request(&mut self.res, &mut ctx);
                     if t.is_some() {
                         // A held ACK follows this request out, in the same batch.
                         qp.ack_due();
+                        if ack_last {
+                            qp.ack_follows();
+                        }
                     }
                     t
+                })
+                .or_else(|| {
+                    ack_last
+                        .then(|| qp.next_response(&mut self.res, &mut ctx))
+                        .flatten()
                 });
             self.ready.pop_front();
             match tx {
