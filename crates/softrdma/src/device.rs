@@ -536,10 +536,6 @@ impl Device {
         let wake = self.wake.as_raw_fd();
         let (mut fds, mut ready) = (Vec::new(), Vec::new());
         let (mut active_fds, mut shm_fds) = (Vec::new(), Vec::new());
-        // The held ACK (32 µs) and the deferred posts' packets (20 µs) are
-        // due within tens of microseconds; Linux's default slack of 50 µs
-        // on every timed wait would more than double them.
-        sys::set_timer_slack_ns(1_000);
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now();
             let since_poll = now

@@ -106,13 +106,6 @@ pub fn set_dont_fragment(sock: &UdpSocket) -> io::Result<()> {
     }
 }
 
-/// Sets the calling thread's timer slack (how late the kernel may end its
-/// timed waits, 50 µs by default), best effort.
-pub fn set_timer_slack_ns(ns: u64) {
-    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and touches no memory.
-    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
-}
-
 /// Sets SO_RCVBUF/SO_SNDBUF (best effort: the kernel caps them).
 pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
     let v = bytes.min(i32::MAX as usize) as libc::c_int;
