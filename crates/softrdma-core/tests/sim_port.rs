@@ -323,7 +323,11 @@ fn posts_behind_packets_in_flight_leave_in_one_batch() {
     post(&mut a, 0);
     post(&mut a, 1);
     let mut all = sent(&mut a);
-    assert_eq!(all.len(), 2, "nothing or one packet in flight: sent at once");
+    assert_eq!(
+        all.len(),
+        2,
+        "nothing or one packet in flight: sent at once"
+    );
     for i in 2..11 {
         post(&mut a, i);
     }

@@ -99,6 +99,11 @@ pub struct EngineConfig {
     /// atomic ACKs never wait. 0 (the default) sends every ACK at once.
     /// Keep it far below any requester's ACK timeout (4.096 µs·2^timeout).
     pub ack_delay_ns: u64,
+    /// Holds a lone ACK (`ack_delay_ns`) only on a QP that has sent a
+    /// request since its last hold: a peer that answers. The ACKs of a
+    /// one-way stream then go at once instead of each waiting out the
+    /// delay with the sender's window stalled behind it. Off by default.
+    pub ack_delay_answering_only: bool,
     /// The congestion controller of every QP (default: a fixed window of
     /// `max_inflight` PSNs, no rate control, no ECN).
     pub congestion: CongestionConfig,
@@ -119,6 +124,7 @@ impl EngineConfig {
             ack_req_every: 32,
             recover_ipv4_id: false,
             ack_delay_ns: 0,
+            ack_delay_answering_only: false,
             congestion: CongestionConfig::default(),
         }
     }
@@ -1146,6 +1152,7 @@ impl Engine {
             local: self.cfg.local,
             ack_req_every: self.cfg.ack_req_every,
             ack_delay_ns: 0,
+            hold_needs_answer: false,
             now: Instant(0),
             gather: false,
         };
@@ -1216,6 +1223,7 @@ impl Engine {
                 local: self.cfg.local,
                 ack_req_every: self.cfg.ack_req_every,
                 ack_delay_ns: self.cfg.ack_delay_ns,
+                hold_needs_answer: self.cfg.ack_delay_answering_only,
                 now,
                 gather,
             };
@@ -1237,6 +1245,7 @@ impl Engine {
                 .or_else(|| {
                     let t = qp.next_request(&mut self.res, &mut ctx);
                     if t.is_some() {
+                        qp.resp.answered = true;
                         // A held ACK follows this request out, in the same batch.
                         qp.ack_due();
                         if ack_last {

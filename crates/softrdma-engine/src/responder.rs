@@ -663,7 +663,9 @@ impl Qp {
                         && self.resp.cur.is_none()
                     {
                         match self.resp.ack_hold {
-                            AckHold::None => {
+                            // A hold starts only for a QP that answers, when asked.
+                            AckHold::None if self.resp.answered || !ctx.hold_needs_answer => {
+                                self.resp.answered = false;
                                 let until = Instant(ctx.now.0.saturating_add(ctx.ack_delay_ns));
                                 self.resp.ack_hold = AckHold::Held;
                                 self.timers.set(Timer::AckDelay, until);

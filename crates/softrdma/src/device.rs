@@ -280,6 +280,10 @@ impl Device {
         // on memory, like perftest, then needs no background wake-up). The
         // delay stays below any usable ACK timeout (timeout 4 = 65 µs).
         ec.ack_delay_ns = ACK_DELAY.as_nanos() as u64;
+        // Only for a QP that answers: a one-way stream's ACKs (write_bw)
+        // each waited out the delay with the sender's window stalled
+        // behind them (one ACK per ~57 WRITEs, 33 µs after the last).
+        ec.ack_delay_answering_only = true;
         ec.limits.gid_table_len = 1;
         let capture = match &cfg.capture {
             Some(p) => Some(
