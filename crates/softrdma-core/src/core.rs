@@ -65,6 +65,16 @@ struct DirectRoute {
     plan: DirectPlan,
 }
 
+/// How one try of a direct operation ended.
+enum Direct {
+    /// Executed and completed.
+    Done,
+    /// Not for the direct path: the engine takes the WR.
+    Refused,
+    /// The grant was missing and is asked for on this route.
+    Asked(GrantAsk, usize),
+}
+
 /// Counters of the core and its port.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CoreCounters {
@@ -138,6 +148,13 @@ impl<P: Port> DeviceCore<P> {
     /// Makes the direct path look up every route again.
     pub fn forget_routes(&mut self) {
         self.routes_epoch = self.routes_epoch.wrapping_add(1);
+    }
+
+    /// Whether [`Self::poll_event`] has anything (a driver skips routing
+    /// after a direct operation that raised no event).
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
     }
 
     /// The next engine event (completion on an armed CQ, async event).
@@ -342,6 +359,7 @@ impl<P: Port> DeviceCore<P> {
     /// Follows the engine's resource changes: grants made through a changed
     /// QP or on a deregistered region that the rules no longer allow are
     /// taken back, and routes are looked up again.
+    #[inline]
     pub fn follow_changes(&mut self) {
         while let Some(c) = self.engine.poll_change() {
             match c {
@@ -442,6 +460,7 @@ impl<P: Port> DeviceCore<P> {
     /// region (the first operations on a region ask for the grant and go
     /// through the engine). False: the caller posts the WR to the engine
     /// (which also produces every error completion).
+    #[inline]
     pub fn try_direct(&mut self, qpn: u32, wr: &SendWr) -> bool {
         let one_sided = matches!(
             wr.op,
@@ -454,84 +473,97 @@ impl<P: Port> DeviceCore<P> {
             return false;
         }
         self.follow_changes();
-        let slot = qpn as usize % DIRECT_ROUTES;
-        let Some(link) = self.route_for(qpn, wr, slot) else {
-            return false;
-        };
-        let Some(route) = &self.routes[slot] else {
-            return false;
-        };
-        let (rkey, dest_qpn) = (route.plan.rkey(), route.plan.dest_qpn());
         // At most two tries: the second after asking for a missing grant.
-        for attempt in 0..2 {
-            let Some(peers) = self.port.peers() else {
-                return false;
-            };
-            let engine = &self.engine;
-            let Some(route) = &self.routes[slot] else {
-                return false;
-            };
-            let done = peers.enter(link, rkey, dest_qpn, |w| {
-                crate::direct::execute(engine, w, &route.plan)
-            });
-            match done {
-                Ok(true) => break,
-                Ok(false) => return false,
-                Err(NotGranted::Missing) if attempt == 0 => {
-                    let ask = GrantAsk {
-                        rkey,
-                        requester_qpn: qpn,
-                        target_qpn: dest_qpn,
-                        access: route.plan.access().bits(),
-                    };
-                    if !peers.ask_grant(link, &ask) || !self.await_grant(&ask, link) {
-                        return false;
-                    }
-                }
-                Err(NotGranted::Missing) => return false,
-                Err(NotGranted::Revoked) => {
-                    peers.forget_grant(link, rkey, dest_qpn);
-                    return false;
-                }
+        let done = match self.direct_once(qpn, wr, true) {
+            Direct::Done => true,
+            Direct::Refused => false,
+            Direct::Asked(ask, link) => {
+                self.await_grant(&ask, link)
+                    && matches!(self.direct_once(qpn, wr, false), Direct::Done)
             }
-        }
-        let Some(route) = &self.routes[slot] else {
-            return false;
         };
-        self.direct_ops += 1;
-        self.engine.complete_direct(&route.plan);
-        // An armed CQ's completion event goes out now, not at the next progress.
-        self.route_events();
-        true
+        if done {
+            self.direct_ops += 1;
+            // An armed CQ's completion event goes out now, not at the next
+            // progress.
+            self.route_events();
+        }
+        done
     }
 
-    /// The route in `slot` for a direct operation of `wr` on `qpn`,
-    /// planned: the initiator's rules and where the local bytes are, a full
-    /// plan on a new route, else the last plan's QP and region reused.
-    /// Planned in place in the route (a plan is a few hundred bytes:
-    /// copying it in and out cost more than the lookups it saves).
-    fn route_for(&mut self, qpn: u32, wr: &SendWr, slot: usize) -> Option<usize> {
+    /// One try of [`Self::try_direct`]: the initiator's rules and where the
+    /// local bytes are — a full plan on a new route, else the last plan's QP
+    /// and region reused (planned in place in the route: a plan is a few
+    /// hundred bytes, and copying it in and out cost more than the lookups
+    /// it saves) — then the grant entered, the target's rules, the copy or
+    /// atomic and the completion. A missing grant is asked for on the
+    /// first try. Everything is borrowed once: this is the post's hot path.
+    #[inline]
+    fn direct_once(&mut self, qpn: u32, wr: &SendWr, first: bool) -> Direct {
         let epoch = self.routes_epoch;
-        let peers = self.port.peers()?;
+        let DeviceCore {
+            engine,
+            port,
+            routes,
+            ..
+        } = self;
+        let Some(peers) = port.peers() else {
+            return Direct::Refused;
+        };
         let routes_gen = peers.routes_gen();
-        match &mut self.routes[slot] {
+        let r = match &mut routes[qpn as usize % DIRECT_ROUTES] {
             Some(r) if r.qpn == qpn && r.epoch == epoch && r.routes_gen == routes_gen => {
-                self.engine.replan_direct(qpn, wr, &mut r.plan).ok()?;
+                if engine.replan_direct(qpn, wr, &mut r.plan).is_err() {
+                    return Direct::Refused;
+                }
+                r
             }
-            r => {
+            slot => {
                 let mut plan = DirectPlan::new();
-                self.engine.plan_direct_into(qpn, wr, &mut plan).ok()?;
-                let route = peers.route(plan.dest())?;
-                *r = Some(DirectRoute {
+                if engine.plan_direct_into(qpn, wr, &mut plan).is_err() {
+                    return Direct::Refused;
+                }
+                let Some(route) = peers.route(plan.dest()) else {
+                    return Direct::Refused;
+                };
+                slot.insert(DirectRoute {
                     qpn,
                     epoch,
                     routes_gen,
                     route,
                     plan,
-                });
+                })
+            }
+        };
+        let (link, rkey, dest_qpn) = (r.route, r.plan.rkey(), r.plan.dest_qpn());
+        let plan = &r.plan;
+        match peers.enter(link, rkey, dest_qpn, |w| {
+            crate::direct::execute(engine, w, plan)
+        }) {
+            Ok(true) => {
+                engine.complete_direct(plan);
+                Direct::Done
+            }
+            Ok(false) => Direct::Refused,
+            Err(NotGranted::Missing) if first => {
+                let ask = GrantAsk {
+                    rkey,
+                    requester_qpn: qpn,
+                    target_qpn: dest_qpn,
+                    access: plan.access().bits(),
+                };
+                if peers.ask_grant(link, &ask) {
+                    Direct::Asked(ask, link)
+                } else {
+                    Direct::Refused
+                }
+            }
+            Err(NotGranted::Missing) => Direct::Refused,
+            Err(NotGranted::Revoked) => {
+                peers.forget_grant(link, rkey, dest_qpn);
+                Direct::Refused
             }
         }
-        self.routes[slot].as_ref().map(|r| r.route)
     }
 
     /// Waits (bounded) for the answer to a grant request just sent on

@@ -111,30 +111,38 @@ impl DevicePort {
 impl Port for DevicePort {
     type Peers = ShmPort;
 
+    #[inline]
     fn receive<F>(&mut self, now: Instant, from: Sources, budget: usize, rx: F) -> Received
     where
         F: FnMut(SocketAddr, RxMeta, &[u8]),
     {
         each!(self, p => p.receive(now, from, budget, rx))
     }
+    #[inline]
     fn send(&mut self, now: Instant, out: &mut softrdma_core::Outgoing<'_>) {
         each!(self, p => p.send(now, out))
     }
+    #[inline]
     fn has_fast(&self) -> bool {
         each!(self, p => p.has_fast())
     }
+    #[inline]
     fn fast_pending(&self) -> bool {
         each!(self, p => p.fast_pending())
     }
+    #[inline]
     fn maintain(&mut self) {
         each!(self, p => p.maintain())
     }
+    #[inline]
     fn direct_allowed(&self) -> bool {
         each!(self, p => p.direct_allowed())
     }
+    #[inline]
     fn peers(&mut self) -> Option<&mut ShmPort> {
         each!(self, p => p.peers())
     }
+    #[inline]
     fn counters(&self, c: &mut PortCounters) {
         each!(self, p => p.counters(c))
     }
@@ -519,7 +527,7 @@ impl Device {
         }
         let mut st = self.lock_keeping_routes();
         let done = st.core.try_direct(qpn, wr);
-        if done {
+        if done && st.core.has_events() {
             // An armed CQ's completion event goes out now, not at the next progress.
             self.route_events(&mut st);
         }

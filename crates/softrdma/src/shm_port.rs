@@ -49,6 +49,7 @@ impl ShmPort {
     }
 
     /// Whether the hub carries anything (its transport is not UDP only).
+    #[inline]
     pub fn active(&self) -> bool {
         self.hub.mode != Transport::Udp
     }
@@ -91,6 +92,7 @@ impl Port for ShmPort {
         self.hub.check_dead();
     }
 
+    #[inline]
     fn peers(&mut self) -> Option<&mut ShmPort> {
         self.active().then_some(self)
     }
@@ -125,14 +127,17 @@ fn request(a: &GrantAsk) -> GrantRequest {
 }
 
 impl PeerMemory for ShmPort {
+    #[inline]
     fn route(&mut self, dest: SocketAddr) -> Option<usize> {
         self.hub.peer_link(dest)
     }
 
+    #[inline]
     fn routes_gen(&self) -> u64 {
         self.hub.links_gen()
     }
 
+    #[inline]
     fn enter<R>(
         &self,
         route: usize,
@@ -283,6 +288,7 @@ impl Port for Routed {
         self.shm.maintain()
     }
 
+    #[inline]
     fn peers(&mut self) -> Option<&mut ShmPort> {
         self.shm.peers()
     }
