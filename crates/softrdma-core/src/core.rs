@@ -39,6 +39,15 @@ const DIRECT_ROUTES: usize = 8;
 /// Waits of [`GRANT_WAIT_STEP`] for the answer to a grant request.
 const GRANT_WAIT_STEPS: u32 = 20;
 const GRANT_WAIT_STEP: Duration = Duration::from_micros(100);
+/// Posts in a row whose packets may wait in the engine for a batch
+/// ([`DeviceCore::post`]): 32 small WRITEs leave in one `sendmmsg` (about
+/// 16 per GSO send) instead of a system call each.
+pub const DEFER_POSTS: u32 = 32;
+/// How long the packets of a deferred post wait at most for the next poll
+/// or post to take them out (the driver's background thread sends them
+/// then): far inside any ACK timeout, and about the time 32 small posts
+/// take on a loaded machine.
+pub const DEFER_WAIT: Duration = Duration::from_micros(20);
 
 /// Where a QP's direct operations go, kept between operations: the route to
 /// its destination. Valid while the core's `routes_epoch` and the port's
@@ -92,6 +101,10 @@ pub struct DeviceCore<P: Port> {
     slow_idle: u32,
     /// Idle inline polls in a row.
     idle_polls: u32,
+    /// Posts since the last transmit whose packets wait in the engine
+    /// ([`Self::post`]), and when the first of them came.
+    deferred: u32,
+    deferred_since: Instant,
     routes: [Option<DirectRoute>; DIRECT_ROUTES],
     /// Advanced by everything that may change a QP or a local region; a
     /// route of another epoch is looked up again.
@@ -123,6 +136,8 @@ impl<P: Port> DeviceCore<P> {
             polls: 0,
             slow_idle: 0,
             idle_polls: 0,
+            deferred: 0,
+            deferred_since: Instant(0),
             routes: [None; DIRECT_ROUTES],
             routes_epoch: 0,
             requests: Vec::new(),
@@ -157,9 +172,53 @@ impl<P: Port> DeviceCore<P> {
         }
     }
 
-    /// When progress must run next for the engine's timers.
+    /// When progress must run next: the engine's timers, and the packets
+    /// of deferred posts ([`Self::post`]).
     pub fn next_deadline(&mut self) -> Option<Instant> {
-        self.engine.poll_timeout()
+        let timer = self.engine.poll_timeout();
+        match self.defer_deadline() {
+            Some(d) => Some(timer.map_or(d, |t| t.min(d))),
+            None => timer,
+        }
+    }
+
+    /// When the packets of deferred posts must go out, if any wait.
+    fn defer_deadline(&self) -> Option<Instant> {
+        (self.deferred > 0).then(|| Instant(self.deferred_since.0 + DEFER_WAIT.as_nanos() as u64))
+    }
+
+    /// Posts a send WR (`f` posts it on QP `qpn`). When the QP already has
+    /// two packets or more in flight, their ACKs will bring progress back soon, so the
+    /// packets of this post may wait in the engine for those of the next
+    /// posts: a burst of small posts leaves in one batch (one `sendmmsg`,
+    /// GSO sends of many datagrams) and each post costs no system call.
+    /// They go out with the next progress — an inline poll, or the
+    /// receive of the ACK for the packets in flight (the last packet sent
+    /// asked for one) — or the [`DEFER_POSTS`]-th post, whichever comes
+    /// first; [`Self::next_deadline`] also says [`DEFER_WAIT`] after the
+    /// first of them. A QP with nothing in flight (a ping-pong) sends at
+    /// once, as [`Self::command`] does. The packets are the same either
+    /// way; only when they leave differs. Returns `f`'s result and the
+    /// engine's next timer (not the deferral's: a driver need not wake
+    /// a sleeping thread for it, the ACK will).
+    pub fn post<R>(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        f: impl FnOnce(&mut Engine, Instant) -> R,
+    ) -> (R, Option<Instant>) {
+        // One packet in flight is a ping-pong's (its ACK is on the way with
+        // the answer): that post goes at once.
+        if self.engine.unacked_packets(qpn) < 2 || self.deferred + 1 >= DEFER_POSTS {
+            return self.command(now, f);
+        }
+        let r = f(&mut self.engine, now);
+        self.follow_changes();
+        if self.deferred == 0 {
+            self.deferred_since = now;
+        }
+        self.deferred += 1;
+        (r, self.engine.poll_timeout())
     }
 
     /// Runs an application command on the engine, then what it set off:
@@ -189,6 +248,7 @@ impl<P: Port> DeviceCore<P> {
     /// new and dead peers.
     pub fn poll_wanted(&mut self) -> bool {
         let idle = self.port.has_fast()
+            && self.deferred == 0
             && self.slow_idle >= SLOW_IDLE_POLLS
             && !self.port.fast_pending()
             && self.engine.poll_timeout().is_none();
@@ -253,7 +313,7 @@ impl<P: Port> DeviceCore<P> {
     /// Runs the engine's timers if one is due (a held ACK, a retransmission)
     /// and sends what they produced; true when one was.
     pub fn run_due_timers(&mut self, now: Instant) -> bool {
-        if self.engine.poll_timeout().is_none_or(|t| t > now) {
+        if self.next_deadline().is_none_or(|t| t > now) {
             return false;
         }
         self.forget_routes();
@@ -281,6 +341,7 @@ impl<P: Port> DeviceCore<P> {
 
     /// Sends everything the engine has ready, in batches.
     pub fn transmit(&mut self, now: Instant) {
+        self.deferred = 0;
         loop {
             let full = self.tx.fill(&mut self.engine, now);
             if self.tx.is_empty() {

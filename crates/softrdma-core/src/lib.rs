@@ -18,7 +18,7 @@ mod port;
 mod sim_node;
 pub mod sim_port;
 
-pub use crate::core::{CoreCounters, DeviceCore, RX_BUDGET};
+pub use crate::core::{CoreCounters, DeviceCore, DEFER_POSTS, DEFER_WAIT, RX_BUDGET};
 pub use capture::Capture;
 pub use fault::{FaultInjector, FaultSpec, FaultSpecError, Faulty};
 pub use port::{

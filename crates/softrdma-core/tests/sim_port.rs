@@ -297,3 +297,71 @@ fn same_host_direct_path_follows_grants_and_changes() {
     assert!(!a.try_direct(sa.qpn, &wr), "revoked: no direct path");
     assert_eq!(a.counters().direct_ops, 1);
 }
+
+/// `DeviceCore::post`: while its QP has two packets or more in flight, a post's packets
+/// wait in the engine for the next progress (or the 32nd post), and then
+/// leave in one batch; every WRITE still arrives intact and completes.
+#[test]
+fn posts_behind_packets_in_flight_leave_in_one_batch() {
+    let (mut a, mut b, sa, sb) = pair(SimPort::new(), SimPort::new());
+    let data = pattern(LEN);
+    sa.mem.write(0, &data);
+    let now = Instant(1_000);
+    let post = |a: &mut DeviceCore<SimPort>, i: u64| {
+        let wr = write_wr(i, &sa, i * 64, 64, &sb);
+        a.post(now, sa.qpn, |e, now| e.post_send(now, sa.qpn, &wr))
+            .0
+            .unwrap();
+    };
+    let sent = |a: &mut DeviceCore<SimPort>| {
+        let mut v = Vec::new();
+        while let Some(p) = a.port.take_sent() {
+            v.push(p);
+        }
+        v
+    };
+    post(&mut a, 0);
+    post(&mut a, 1);
+    let mut all = sent(&mut a);
+    assert_eq!(
+        all.len(),
+        2,
+        "nothing or one packet in flight: sent at once"
+    );
+    for i in 2..11 {
+        post(&mut a, i);
+    }
+    assert!(
+        sent(&mut a).is_empty(),
+        "behind two packets in flight: deferred"
+    );
+    let due = a
+        .next_deadline()
+        .expect("a deadline for the deferred posts");
+    assert!(due.0 <= now.0 + softrdma_core::DEFER_WAIT.as_nanos() as u64);
+    assert!(a.run_due_timers(due));
+    let batch = sent(&mut a);
+    assert_eq!(batch.len(), 9, "the deferred posts, in one batch");
+    all.extend(batch);
+    for i in 11..11 + u64::from(softrdma_core::DEFER_POSTS) {
+        post(&mut a, i);
+    }
+    let burst = sent(&mut a);
+    assert_eq!(
+        burst.len() as u32,
+        softrdma_core::DEFER_POSTS,
+        "the 32nd post sends them"
+    );
+    all.extend(burst);
+    let n = 11 + u64::from(softrdma_core::DEFER_POSTS);
+    let mut t = due;
+    for p in all {
+        b.port.deliver(p.endpoints.src, RxMeta::default(), p.data);
+    }
+    run(&mut a, &mut b, &mut t, 300);
+    let wcs = completions(&mut a, &sa);
+    assert_eq!(wcs.len() as u64, n);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let got = sb.mem.snapshot();
+    assert_eq!(got[..n as usize * 64], data[..n as usize * 64]);
+}

@@ -100,6 +100,11 @@ pub struct EngineConfig {
     /// atomic ACKs never wait. 0 (the default) sends every ACK at once.
     /// Keep it far below any requester's ACK timeout (4.096 µs·2^timeout).
     pub ack_delay_ns: u64,
+    /// Holds a lone ACK (`ack_delay_ns`) only on a QP that has sent a
+    /// request since its last hold: a peer that answers. The ACKs of a
+    /// one-way stream then go at once instead of each waiting out the
+    /// delay with the sender's window stalled behind it. Off by default.
+    pub ack_delay_answering_only: bool,
     /// The congestion controller of every QP (default: a fixed window of
     /// `max_inflight` PSNs, no rate control, no ECN).
     pub congestion: CongestionConfig,
@@ -120,6 +125,7 @@ impl EngineConfig {
             ack_req_every: 32,
             recover_ipv4_id: false,
             ack_delay_ns: 0,
+            ack_delay_answering_only: false,
             congestion: CongestionConfig::default(),
         }
     }
@@ -749,6 +755,17 @@ impl Engine {
         self.qps.get(&qpn).map(|q| q.state)
     }
 
+    /// Packets the QP has sent that its peer has not acknowledged yet (0
+    /// for an unknown QP, and for UC and UD, which are never acknowledged).
+    /// A driver may hold a new post's packets back for a batch while this
+    /// is non-zero: the ACKs on their way bring progress back.
+    pub fn unacked_packets(&self, qpn: Qpn) -> u32 {
+        self.qps
+            .get(&qpn)
+            .filter(|q| q.qp_type == QpType::Rc)
+            .map_or(0, |q| q.req.psn.distance_from(q.comp.una))
+    }
+
     /// `ibv_modify_qp`: validates the transition and attribute mask exactly
     /// as real verbs do, then applies it.
     pub fn modify_qp(
@@ -1143,6 +1160,7 @@ impl Engine {
             local: self.cfg.local,
             ack_req_every: self.cfg.ack_req_every,
             ack_delay_ns: 0,
+            hold_needs_answer: false,
             now: Instant(0),
             gather: false,
         };
@@ -1213,19 +1231,41 @@ impl Engine {
                 local: self.cfg.local,
                 ack_req_every: self.cfg.ack_req_every,
                 ack_delay_ns: self.cfg.ack_delay_ns,
+                hold_needs_answer: self.cfg.ack_delay_answering_only,
                 now,
                 gather,
             };
+            // With held ACKs on, a lone ACK always follows a request that
+            // is ready with it, whether its hold has run out unseen or not:
+            // the peer then receives the request with (or before) the ACK
+            // it polls for — in one datagram with GSO — and never the ACK
+            // alone first (an application that stops polling at that
+            // completion and spins on memory would leave the request to a
+            // background thread's wake-up).
+            let ack_last = ctx.ack_delay_ns > 0 && qp.lone_plain_ack() && !qp.ack_is_due();
             let tx = qp
                 .next_cnp(&mut self.res, &mut ctx)
-                .or_else(|| qp.next_response(&mut self.res, &mut ctx))
+                .or_else(|| {
+                    (!ack_last)
+                        .then(|| qp.next_response(&mut self.res, &mut ctx))
+                        .flatten()
+                })
                 .or_else(|| {
                     let t = qp.next_request(&mut self.res, &mut ctx);
                     if t.is_some() {
+                        qp.resp.answered = true;
                         // A held ACK follows this request out, in the same batch.
                         qp.ack_due();
+                        if ack_last {
+                            qp.ack_follows();
+                        }
                     }
                     t
+                })
+                .or_else(|| {
+                    ack_last
+                        .then(|| qp.next_response(&mut self.res, &mut ctx))
+                        .flatten()
                 });
             self.ready.pop_front();
             match tx {

@@ -206,6 +206,9 @@ pub(crate) struct Responder {
     /// Whether a lone positive ACK is being held back: see
     /// `EngineConfig::ack_delay_ns`.
     pub ack_hold: AckHold,
+    /// The QP sent a request since its last held ACK (see
+    /// `EngineConfig::ack_delay_answering_only`).
+    pub answered: bool,
 }
 
 /// A `Held` ACK waits until its [`Timer::AckDelay`] expires (or until its

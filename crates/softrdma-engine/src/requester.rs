@@ -103,6 +103,8 @@ pub(crate) struct TxCtx<'a> {
     pub local: SocketAddr,
     pub ack_req_every: u32,
     pub ack_delay_ns: u64,
+    /// `EngineConfig::ack_delay_answering_only`.
+    pub hold_needs_answer: bool,
     pub now: Instant,
     /// Payloads may be left in registered memory ([`TxPayload`]).
     pub gather: bool,

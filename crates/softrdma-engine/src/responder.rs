@@ -625,6 +625,33 @@ impl Qp {
         res.complete(self.recv_cq, wc);
     }
 
+    /// Whether all the responder has to send is one positive ACK between
+    /// messages: the ACK that may be held for a request to ride with.
+    pub(crate) fn lone_plain_ack(&self) -> bool {
+        self.resp.cur.is_none()
+            && self.resp.out.len() == 1
+            && matches!(
+                self.resp.out.front(),
+                Some(RespOut::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                })
+            )
+    }
+
+    /// Whether the queued ACK goes out with the next transmission.
+    pub(crate) fn ack_is_due(&self) -> bool {
+        self.resp.ack_hold == AckHold::Due
+    }
+
+    /// The queued ACK goes out with the next transmission, held or not.
+    pub(crate) fn ack_follows(&mut self) {
+        if !self.resp.out.is_empty() {
+            self.resp.ack_hold = AckHold::Due;
+            self.timers.stop(Timer::AckDelay);
+        }
+    }
+
     /// Produces the next ACK, NAK or response packet, if any is queued.
     pub(crate) fn next_response(
         &mut self,
@@ -653,7 +680,9 @@ impl Qp {
                         && self.resp.cur.is_none()
                     {
                         match self.resp.ack_hold {
-                            AckHold::None => {
+                            // A hold starts only for a QP that answers, when asked.
+                            AckHold::None if self.resp.answered || !ctx.hold_needs_answer => {
+                                self.resp.answered = false;
                                 let until = Instant(ctx.now.0.saturating_add(ctx.ack_delay_ns));
                                 self.resp.ack_hold = AckHold::Held;
                                 self.timers.set(Timer::AckDelay, until);

@@ -247,3 +247,57 @@ fn mid_message_ack_is_not_held() {
     net.nodes[1].handle_timeout(due);
     drain_one_ack(&mut net, 1, due, "the last one's ACK at the delay");
 }
+
+/// `ack_delay_answering_only`: a QP that has sent nothing since its last
+/// hold (a one-way stream's target) ACKs at once; once it has answered, its
+/// next lone ACK is held and follows its next request out.
+#[test]
+fn answering_only_holds_for_a_qp_that_answers() {
+    let (mut net, a, b) = pair_cfg(
+        41,
+        NetConfig::perfect(),
+        QpType::Rc,
+        &ConnOpts::default(),
+        |c| {
+            c.ack_delay_ns = DELAY;
+            c.ack_delay_answering_only = true;
+        },
+    );
+    let t0 = net.now;
+    net.nodes[0]
+        .post_send(t0, a.qpn, &write(1, &a, &b, 0))
+        .unwrap();
+    let req = drain(&mut net, 0, t0);
+    deliver(&mut net, 1, t0, &req);
+    let ack = drain_one_ack(&mut net, 1, t0, "B never sent: no hold");
+    deliver(&mut net, 0, t0, &ack);
+    assert_eq!(statuses(&poll(&mut net, &a)), vec![(1, WcStatus::Success)]);
+
+    // B writes once; then A's next WRITE finds B answering: its ACK waits
+    // for B's next WRITE and follows it.
+    net.nodes[1]
+        .post_send(t0, b.qpn, &write(2, &b, &a, 64))
+        .unwrap();
+    let out = drain(&mut net, 1, t0);
+    deliver(&mut net, 0, t0, &out);
+    assert!(
+        drain(&mut net, 0, t0).is_empty(),
+        "A answers: its ACK waits"
+    );
+    let t1 = Instant(t0.0 + 1_000);
+    net.nodes[0]
+        .post_send(t1, a.qpn, &write(3, &a, &b, 128))
+        .unwrap();
+    let req = drain(&mut net, 0, t1);
+    assert_eq!(req.iter().filter(|p| p.0 == OpKind::Write).count(), 1);
+    deliver(&mut net, 1, t1, &req);
+    assert!(
+        drain(&mut net, 1, t1).is_empty(),
+        "B answers: the ACK waits"
+    );
+    net.nodes[1]
+        .post_send(t1, b.qpn, &write(4, &b, &a, 192))
+        .unwrap();
+    let kinds: Vec<OpKind> = drain(&mut net, 1, t1).iter().map(|p| p.0).collect();
+    assert_eq!(kinds, vec![OpKind::Write, OpKind::Ack]);
+}

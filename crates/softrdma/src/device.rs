@@ -289,6 +289,10 @@ impl Device {
         // on memory, like perftest, then needs no background wake-up). The
         // delay stays below any usable ACK timeout (timeout 4 = 65 µs).
         ec.ack_delay_ns = ACK_DELAY.as_nanos() as u64;
+        // Only for a QP that answers: a one-way stream's ACKs (write_bw)
+        // each waited out the delay with the sender's window stalled
+        // behind them (one ACK per ~57 WRITEs, 33 µs after the last).
+        ec.ack_delay_answering_only = true;
         ec.limits.gid_table_len = 1;
         let capture = match &cfg.capture {
             Some(p) => Some(
@@ -397,6 +401,26 @@ impl Device {
         let now = self.now();
         let mut st = self.lock();
         let (r, next) = st.core.command(now, f);
+        self.route_events(&mut st);
+        drop(st);
+        if next.map_or(u64::MAX, |t| t.0) < self.sleeping_until.load(Ordering::Acquire) {
+            self.wake.signal();
+        }
+        r
+    }
+
+    /// A send WR posted on QP `qpn` (`f` posts it): its packets may wait
+    /// in the engine for a batch while the QP has packets in flight
+    /// (`DeviceCore::post`). The background thread is not woken for them:
+    /// the ACK of the packets in flight wakes it (or the application's
+    /// next poll takes it in), and that progress sends them. Waking it at
+    /// once would send them at once, and cost a context switch per burst
+    /// on the poster's CPU. It is woken, as for any command, when an
+    /// engine timer is now due earlier than it planned to sleep.
+    pub fn post<R>(&self, qpn: Qpn, f: impl FnOnce(&mut Engine, Instant) -> R) -> R {
+        let now = self.now();
+        let mut st = self.lock();
+        let (r, next) = st.core.post(now, qpn, f);
         self.route_events(&mut st);
         drop(st);
         if next.map_or(u64::MAX, |t| t.0) < self.sleeping_until.load(Ordering::Acquire) {

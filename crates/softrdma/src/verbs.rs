@@ -1397,7 +1397,7 @@ impl Qp {
         if self.ctx.dev.try_direct(q, wr) {
             return Ok(());
         }
-        Ok(self.ctx.dev.with_engine(|e, now| e.post_send(now, q, wr))?)
+        Ok(self.ctx.dev.post(q, |e, now| e.post_send(now, q, wr))?)
     }
 
     /// `ibv_post_send` with IBV_SEND_INLINE: `data` is copied now.
@@ -1406,7 +1406,7 @@ impl Qp {
         Ok(self
             .ctx
             .dev
-            .with_engine(|e, now| e.post_send_inline(now, q, wr, data))?)
+            .post(q, |e, now| e.post_send_inline(now, q, wr, data))?)
     }
 
     /// `ibv_post_recv` (one WR).

@@ -192,6 +192,7 @@ fn every_packet_in_flight_is_rebuilt_from_its_send_record() {
             local: e.cfg.local,
             ack_req_every: e.cfg.ack_req_every,
             ack_delay_ns: 0,
+            hold_needs_answer: false,
             now,
             gather: false,
         };
