@@ -381,8 +381,21 @@ fn crafted_grants_from_a_hostile_target_are_refused() {
             .unwrap();
     };
     write(1, 64);
-    // The handshake: read the hello, answer with a welcome.
-    let (s, _) = listener.accept().unwrap();
+    // The handshake: read the hello, answer with a welcome. The victim
+    // dials when its progress looks for new links: bounded, so that a
+    // victim that never dials fails the test instead of hanging it.
+    listener.set_nonblocking(true).unwrap();
+    let t0 = Instant::now();
+    let s = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(_) if t0.elapsed() < Duration::from_secs(10) => {
+                honest.progress();
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => panic!("the victim never dialled the pretend target: {e}"),
+        }
+    };
     s.set_nonblocking(true).unwrap();
     let t0 = Instant::now();
     let (hello, fds) = loop {
