@@ -374,49 +374,67 @@ fn repeated_operations_see_every_change_in_between() {
 
 /// A WRITE posted right behind a SEND (which the engine carries) must not
 /// overtake it by going direct, even though the QP's earlier WRITEs did.
+/// Whether the SEND is still unacknowledged when the WRITE is posted is
+/// the peer's timing (its ACK may come at once): the scenario repeats until
+/// the WRITE was posted behind it, and every round must complete in order.
 #[test]
 fn a_write_posted_behind_a_send_completes_after_it() {
     let p = pair(Transport::Shm, all());
     let ma = p.pa.alloc_mr(4096, all()).unwrap();
     ma.write(0, &[0x33; 4096]).unwrap();
     let mb = p.pb.alloc_mr(4096, all()).unwrap();
-    let direct0 = warm(&p, &mb);
+    warm(&p, &mb);
     let wc = write_once(&p, &ma, 1, mb.addr(), mb.rkey(), 64);
     assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-    p.qb.post_recv(&RecvWr {
-        wr_id: 7,
-        sg_list: vec![mb.sge(1024, 256)],
-    })
-    .unwrap();
-    p.qa.post_send(&SendWr::new(2, SendOp::Send, vec![ma.sge(0, 256)]))
+    let mut queued_behind = 0;
+    for round in 0..20u64 {
+        mb.write(1024, &[0; 2048]).unwrap();
+        p.qb.post_recv(&RecvWr {
+            wr_id: 7,
+            sg_list: vec![mb.sge(1024, 256)],
+        })
         .unwrap();
-    p.qa.post_send(&SendWr::new(
-        3,
-        SendOp::Write {
-            remote_addr: mb.addr() + 2048,
-            rkey: mb.rkey(),
-        },
-        vec![ma.sge(0, 128)],
-    ))
-    .unwrap();
-    let wcs = p.ca.wait(2, T).unwrap();
-    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
-    assert_eq!(
-        got,
-        [
-            (2, WcStatus::Success, WcOpcode::Send),
-            (3, WcStatus::Success, WcOpcode::RdmaWrite)
-        ]
-    );
-    assert_eq!(p.cb.wait_ok(T).unwrap().byte_len, 256);
-    let m = mb.to_vec();
-    assert!(m[1024..1280] == [0x33; 256], "the SEND's bytes");
-    assert!(m[2048..2176] == [0x33; 128], "the WRITE's bytes");
-    assert_eq!(
-        p.a.driver_counters().direct_ops - direct0,
-        1,
-        "the second WRITE queued behind the SEND"
-    );
+        let (send_id, write_id) = (100 + 2 * round, 101 + 2 * round);
+        p.qa.post_send(&SendWr::new(send_id, SendOp::Send, vec![ma.sge(0, 256)]))
+            .unwrap();
+        let direct0 = p.a.driver_counters().direct_ops;
+        p.qa.post_send(&SendWr::new(
+            write_id,
+            SendOp::Write {
+                remote_addr: mb.addr() + 2048,
+                rkey: mb.rkey(),
+            },
+            vec![ma.sge(0, 128)],
+        ))
+        .unwrap();
+        if p.a.driver_counters().direct_ops == direct0 {
+            queued_behind += 1;
+        }
+        let wcs = p.ca.wait(2, T).unwrap();
+        let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+        assert_eq!(
+            got,
+            [
+                (send_id, WcStatus::Success, WcOpcode::Send),
+                (write_id, WcStatus::Success, WcOpcode::RdmaWrite)
+            ],
+            "round {round}"
+        );
+        assert_eq!(p.cb.wait_ok(T).unwrap().byte_len, 256);
+        let m = mb.to_vec();
+        assert!(
+            m[1024..1280] == [0x33; 256],
+            "round {round}: the SEND's bytes"
+        );
+        assert!(
+            m[2048..2176] == [0x33; 128],
+            "round {round}: the WRITE's bytes"
+        );
+        if queued_behind > 0 {
+            return;
+        }
+    }
+    panic!("in 20 rounds the SEND was always acknowledged before the WRITE was posted");
 }
 
 /// Two QPs of one device alternate: each keeps to its own destination and
