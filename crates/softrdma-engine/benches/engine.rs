@@ -647,28 +647,6 @@ fn direct(b: &Bench) -> ([f64; 4], u64) {
     ([t_plan, t_check, t_complete, t_all], allocs)
 }
 
-/// The x86 features the CRC-32 paths depend on, as `name yes/no`.
-fn cpu_flags() -> String {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        [
-            ("avx512f", has!("avx512f")),
-            ("avx2", has!("avx2")),
-            ("vpclmulqdq", has!("vpclmulqdq")),
-            ("pclmulqdq", has!("pclmulqdq")),
-        ]
-        .iter()
-        .map(|(n, y)| format!("{n} {}", if *y { "yes" } else { "no" }))
-        .collect::<Vec<_>>()
-        .join(", ")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        format!("{} (no x86 features)", std::env::consts::ARCH)
-    }
-}
-
 /// The 4 KiB RC WRITE against the memcpy baseline, on every CRC-32 path
 /// this CPU supports (each forced in turn, so that this machine also shows
 /// what a CPU without AVX-512 or without VPCLMULQDQ runs; only the one
@@ -736,7 +714,7 @@ fn main() {
         println!("(smoke run: pass --bench, as `cargo bench` does, for figures)");
     }
 
-    println!("CPU: {}", cpu_flags());
+    println!("CPU: {}", softrdma_wire::crc32::cpu_flags());
     let native = crc32::active();
     let mut w_raw = 0.0f64;
     if b.wants("write") {

@@ -108,29 +108,6 @@ fn write_only(payload: &[u8]) -> PacketRepr<'_> {
     }
 }
 
-/// The x86 features the CRC paths depend on, as `name yes/no`.
-fn cpu_flags() -> String {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        [
-            ("avx512f", has!("avx512f")),
-            ("avx2", has!("avx2")),
-            ("vpclmulqdq", has!("vpclmulqdq")),
-            ("pclmulqdq", has!("pclmulqdq")),
-            ("sse4.1", has!("sse4.1")),
-        ]
-        .iter()
-        .map(|(n, y)| format!("{n} {}", if *y { "yes" } else { "no" }))
-        .collect::<Vec<_>>()
-        .join(", ")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        format!("{} (no x86 features)", std::env::consts::ARCH)
-    }
-}
-
 /// `icrc::compute` at the packet sizes the goals name, on every path this
 /// CPU supports (forced in turn), next to `crc32fast` over the same bytes,
 /// in interleaved rounds (best of each): one table, one run.
@@ -238,7 +215,7 @@ fn main() {
         filter: args.iter().find(|a| !a.starts_with('-')).cloned(),
     };
     if b.full {
-        println!("CPU: {}", cpu_flags());
+        println!("CPU: {}", softrdma_wire::crc32::cpu_flags());
         println!(
             "CRC-32 path: {} (detected: {}; SOFTRDMA_CRC32 forces one)",
             crc32::active(),

@@ -335,6 +335,30 @@ unsafe fn padded(path: Path, crc: u32, head: &[u8], body: *const u8, len: usize)
     }
 }
 
+/// The x86 features the CRC-32 paths depend on, as `name yes/no`, for
+/// benchmarks to print beside their figures.
+pub fn cpu_flags() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        [
+            ("avx512f", has!("avx512f")),
+            ("avx2", has!("avx2")),
+            ("vpclmulqdq", has!("vpclmulqdq")),
+            ("pclmulqdq", has!("pclmulqdq")),
+            ("sse4.1", has!("sse4.1")),
+        ]
+        .iter()
+        .map(|(n, y)| format!("{n} {}", if *y { "yes" } else { "no" }))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        format!("{} (no x86 features)", std::env::consts::ARCH)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{checksum_raw_on, Path};
