@@ -10,6 +10,9 @@
 //! invariant CRC ([`icrc`]). [`frame`] builds and finds the IP/UDP headers
 //! around a packet (for captures and for the ICRC's pseudo-header), and
 //! [`Psn`]/[`Msn`] are the 24-bit sequence numbers with wrap-around order.
+//! [`mad`] is the Management Datagram header and how a MAD rides a UD packet
+//! to QP1; [`cm`] the Communication Manager messages it carries, and [`cma`]
+//! the rdma_cm conventions (service IDs, the private-data header) on top.
 //!
 //! Nothing here panics on any input: untrusted bytes go through `parse`,
 //! which returns an [`Error`] naming the header or field at fault.
@@ -26,11 +29,14 @@
 pub mod aeth;
 pub mod atomic_eth;
 pub mod bth;
+pub mod cm;
+pub mod cma;
 pub mod crc32;
 pub mod ecn;
 mod error;
 pub mod frame;
 pub mod icrc;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 mod psn;
@@ -41,9 +47,11 @@ mod util;
 pub use aeth::{AethRepr, NakCode, Syndrome};
 pub use atomic_eth::AtomicEthRepr;
 pub use bth::BthRepr;
+pub use cm::{CmMad, CmMessage, RejReason};
 pub use ecn::Ecn;
 pub use error::{Error, Result};
 pub use icrc::Endpoints;
+pub use mad::{Mad, MadRepr};
 pub use opcode::{HeaderLayout, OpKind, Opcode, OpcodeInfo, Position, Transport, OPCODE_TABLE};
 pub use packet::{Headers, PacketRepr};
 pub use psn::{Msn, Psn, SEQ_MASK};

@@ -681,3 +681,35 @@ fn error_is_std_error() {
     let e: Box<dyn std::error::Error> = Box::new(Error::UnknownOpcode(0x40));
     assert_eq!(e.to_string(), "unknown opcode 0x40");
 }
+
+/// Every prefix of a CM MAD is refused with a `Truncated` error naming the
+/// MAD (or, for the common-header view, the header), never a panic.
+#[test]
+fn truncated_mads() {
+    use softrdma_wire::mad::{Mad, MAD_LEN};
+    use softrdma_wire::{CmMad, CmMessage};
+    let mut r = common::Rng::new(5);
+    for id in common::cm::ATTRIBUTES {
+        let full = CmMad::send(1, common::cm::random_message(&mut r, id))
+            .to_bytes()
+            .unwrap();
+        for len in 0..MAD_LEN {
+            assert_eq!(
+                CmMad::parse(&full[..len]).unwrap_err(),
+                Error::Truncated {
+                    header: "MAD",
+                    need: MAD_LEN,
+                    have: len
+                }
+            );
+            let view = Mad::new_checked(&full[..len]);
+            assert_eq!(view.is_ok(), len >= 24, "{len}");
+            if len > 24 {
+                assert!(matches!(
+                    CmMessage::parse(id, &full[24..len]).unwrap_err(),
+                    Error::Truncated { need: 232, .. }
+                ));
+            }
+        }
+    }
+}

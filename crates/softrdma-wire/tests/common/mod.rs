@@ -5,6 +5,8 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
+pub mod cm;
+
 use softrdma_wire::{
     AethRepr, AtomicEthRepr, DethRepr, Endpoints, HeaderLayout, Headers, Msn, NakCode, RethRepr,
     Syndrome,
