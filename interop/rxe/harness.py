@@ -5,7 +5,8 @@ Boots Debian's kernel in a qemu TCG guest with rdma_rxe on a tap device,
 puts softrdma on the host side of that tap (all inside a network namespace
 this script creates), runs a matrix of perftest / pingpong tests in both
 directions, captures the bridge, checks the ICRC of every RoCE frame, prints
-a table and exits non-zero on any failure. Entry point: interop/rxe/run.sh.
+a table and exits non-zero on any failure. Entry point: interop/rxe/run.sh. With --capture-cm it only boots the guest
+and captures its kernel CM dialling the host (capture_kernel_cm).
 
 Environment (all optional):
   SRX_INTEROP_CACHE   cache for the kernel and initramfs
@@ -46,12 +47,13 @@ RXE_OUT_READS = 16  # outstanding READ/atomics rxe advertises (its own limit: 12
 GUEST_BINS = [
     "rdma", "ibv_devinfo", "ibv_rc_pingpong", "ibv_ud_pingpong",
     "ib_send_lat", "ib_write_lat", "ib_write_bw", "ib_read_lat", "ib_read_bw",
-    "ib_atomic_lat",
+    "ib_atomic_lat", "rping", "udaddy",
 ]
 RXE_PROVIDER = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"
 RXE_DRIVER_FILE = "/etc/libibverbs.d/rxe.driver"
 # Roots of the guest's module set; dependencies are added from modinfo.
-MODULE_ROOTS = ["crc32_generic", "virtio_pci", "virtio_net", "rdma_rxe"]
+# rdma_ucm brings rdma_cm, ib_cm and iw_cm: the kernel CM (--capture-cm).
+MODULE_ROOTS = ["crc32_generic", "virtio_pci", "virtio_net", "rdma_rxe", "rdma_ucm"]
 
 ITERS = int(os.environ.get("SRX_INTEROP_ITERS", "200"))
 BW_ITERS = int(os.environ.get("SRX_INTEROP_BW_ITERS", "500"))
@@ -124,6 +126,9 @@ def ensure_kernel(cache: Path) -> Path:
                   key=lambda p: version_key(p.name))
     if want:
         have = [p for p in have if p.name == f"kernel-{want}"]
+    # A cache made before a module root was added lacks it: fetch again.
+    have = [p for p in have
+            if set(MODULE_ROOTS) <= {l.strip()[:-3] for l in (p / "modules.order").read_text().splitlines()}]
     if have:
         return have[-1]
     if not want:
@@ -980,6 +985,35 @@ def guest_selftest(guest, out):
     return results
 
 
+# How long the guest's kernel CM is watched dialling the host: its first
+# REQ (or SIDR_REQ) goes at once, retries after rdma_cm's CM response
+# timeout (4.096 µs * 2^20, about 4.3 s, doubled per retry by ib_cm).
+CM_CAPTURE_SECS = 14
+
+
+def capture_kernel_cm(ns, guest, out):
+    """The guest's kernel CM dialling the host, where nothing listens: the
+    REQs of `rping -c` (RC, the TCP port space) and the SIDR_REQs of
+    `udaddy` (UD) exactly as Linux builds them. The pcap is the wire
+    crate's fixture (crates/softrdma-wire/tests/fixtures/linux-cm.pcap,
+    tests/kernel_cm.rs)."""
+    cap = Capture(ns, out / "linux-cm.pcap")
+    guest.start("rping", f"rping -c -a {HOST_IP} -p 7174 -C 1 -v")
+    guest.start("udaddy", f"udaddy -s {HOST_IP} -c 1")  # port 7174, the UDP port space
+    time.sleep(CM_CAPTURE_SECS)
+    for job in ("rping", "udaddy"):
+        guest.kill(job)
+        ended = guest.poll(job)
+        (out / f"guest-{job}.txt").write_text(ended[1] if ended else "(still running)")
+    cap.stop()
+    frames = pcap_frames(cap.path)
+    log(f"kernel CM capture: {len(frames)} frames in {cap.path} "
+        f"({sum(1 for f in frames if f[0] == GUEST_IP)} from the guest) {cap.complete()}")
+    if not any(f[0] == GUEST_IP for f in frames):
+        raise Fail("the guest's kernel CM sent nothing")
+    return cap.path
+
+
 # --------------------------------------------------------------------------
 
 
@@ -1061,6 +1095,9 @@ def main():
         guest = Guest(ns, kdir, initrd, out)
         summary["boot_s"] = guest.boot()
         summary["guest"] = guest.info
+        if "--capture-cm" in sys.argv[1:]:
+            capture_kernel_cm(ns, guest, out)
+            return 0
         self_results = guest_selftest(guest, out)
         for name, ok, detail in self_results:
             log(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")

@@ -28,6 +28,7 @@ command -v tcpdump >/dev/null || need+=(tcpdump)
 command -v python3 >/dev/null || need+=(python3)
 command -v ibv_rc_pingpong >/dev/null || need+=(ibverbs-utils)
 command -v ib_write_lat >/dev/null || need+=(perftest)
+command -v rping >/dev/null || need+=(rdmacm-utils)
 [ -e /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so ] || need+=(ibverbs-providers)
 dpkg -s rdma-core >/dev/null 2>&1 || need+=(rdma-core)
 if [ "${#need[@]}" -gt 0 ]; then
