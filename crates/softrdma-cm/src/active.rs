@@ -206,8 +206,24 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         }
     }
 
+    /// The connection a REJ is for. An active side that gives up before
+    /// the REP does not know our ID: its Timeout REJ names itself instead,
+    /// by its ID and its CA GUID in the ARI (as the kernel looks it up).
+    fn rejected_conn(&self, rej: &RejRepr) -> Option<ConnId> {
+        if rej.remote_comm_id != 0 {
+            return self.matching(rej.remote_comm_id, rej.local_comm_id);
+        }
+        if rej.reason != RejReason::Timeout || rej.reject_info_len < 8 {
+            return None;
+        }
+        let mut guid = [0u8; 8];
+        guid.copy_from_slice(&rej.ari[..8]);
+        let key = (u64::from_be_bytes(guid), rej.local_comm_id);
+        self.by_remote_id.get(&key).copied()
+    }
+
     pub(crate) fn on_rej(&mut self, now: Instant, rej: &RejRepr) {
-        let Some(id) = self.matching(rej.remote_comm_id, rej.local_comm_id) else {
+        let Some(id) = self.rejected_conn(rej) else {
             self.stats.unmatched += 1;
             return;
         };
