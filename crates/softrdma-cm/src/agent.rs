@@ -154,7 +154,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             CmMessage::Rej(r) => self.on_rej(now, &r),
             CmMessage::Rep(r) => self.on_rep(&r),
             CmMessage::Rtu(r) => self.on_rtu(&r),
-            CmMessage::Dreq(r) => self.on_dreq(now, tid, &r),
+            CmMessage::Dreq(r) => self.on_dreq(now, from, tid, &r),
             CmMessage::Drep(r) => self.on_drep(now, &r),
             CmMessage::SidrReq(r) => self.on_sidr_req(from, tid, &r),
             CmMessage::SidrRep(r) => self.on_sidr_rep(&r),

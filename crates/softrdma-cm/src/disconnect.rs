@@ -61,9 +61,20 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         }
     }
 
-    pub(crate) fn on_dreq(&mut self, now: Instant, tid: u64, dreq: &DreqRepr) {
+    pub(crate) fn on_dreq(&mut self, now: Instant, from: A, tid: u64, dreq: &DreqRepr) {
         let Some(id) = self.matching(dreq.remote_comm_id, dreq.local_comm_id) else {
+            // Gone already (timewait over): the peer only lost our DREP.
+            // Answer, as the kernel's `cm_issue_drep` does, or it waits out
+            // every retry.
             self.stats.unmatched += 1;
+            let drep = DrepRepr {
+                local_comm_id: dreq.remote_comm_id,
+                remote_comm_id: dreq.local_comm_id,
+                private_data: [0; softrdma_wire::cm::DREP_PRIVATE_DATA_LEN],
+            };
+            if let Ok(mad) = Self::encode(tid, CmMessage::Drep(drep)) {
+                self.send(from, mad);
+            }
             return;
         };
         let c = &self.conns[&id];
