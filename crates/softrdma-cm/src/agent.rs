@@ -78,6 +78,11 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         self.conns.get(&conn).map(|c| c.state)
     }
 
+    /// Every connection the agent holds and its state.
+    pub fn conns(&self) -> impl Iterator<Item = (ConnId, State)> + '_ {
+        self.conns.values().map(|c| (c.id, c.state))
+    }
+
     /// Number of connections the agent holds (timewait included).
     pub fn conn_count(&self) -> usize {
         self.conns.len()

@@ -65,6 +65,8 @@ pub struct Consumer {
     pub accept: Option<AcceptParams>,
     /// Answer a peer's DREQ (Disconnected in DreqRcvd) with a DREP at once.
     pub drep: bool,
+    /// Disconnect every connection as soon as it is established.
+    pub disconnect_established: bool,
 }
 
 /// A packet on the wire.
@@ -191,8 +193,30 @@ impl Net {
             {
                 self.agents[n].disconnect(now, *conn, &[]).unwrap();
             }
+            Event::Established { conn } if c.disconnect_established => {
+                self.agents[n].disconnect(now, *conn, &[]).unwrap();
+            }
             _ => {}
         }
+    }
+
+    /// Delivers `mad` to node `to` as if from `from`, now.
+    pub fn inject(&mut self, from: Node, to: usize, mad: &[u8]) {
+        let now = self.now;
+        self.agents[to].on_mad(now, from, mad);
+        self.collect_events();
+        self.collect_transmits();
+    }
+
+    /// Moves the clock by `d` and runs due timers.
+    pub fn advance(&mut self, d: Duration) {
+        self.now = self.now + d;
+        let now = self.now;
+        for a in &mut self.agents {
+            a.on_timeout(now);
+        }
+        self.collect_events();
+        self.collect_transmits();
     }
 
     /// One step: deliver what is due, run due timers; false when nothing
