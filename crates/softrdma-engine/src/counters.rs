@@ -42,11 +42,17 @@ pub struct Counters {
     /// IPv4 packets whose ICRC matched only with a non-zero IP ID recovered
     /// from the CRC (senders such as Linux rxe; see `icrc::recover_ipv4_id`).
     pub icrc_ip_id_recovered: u64,
+    /// MADs QP1 took in, for the management agents.
+    pub gsi_mads_rcvd: u64,
+    /// MADs sent from QP1.
+    pub gsi_mads_sent: u64,
+    /// Packets for QP1 that were not MADs it takes, or found its queue full.
+    pub gsi_mads_dropped: u64,
 }
 
 impl Counters {
     /// Field names and values, for tools and the stats socket.
-    pub fn fields(&self) -> [(&'static str, u64); 22] {
+    pub fn fields(&self) -> [(&'static str, u64); 25] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -70,6 +76,9 @@ impl Counters {
             ("cnp_rcvd", self.cnp_rcvd),
             ("ecn_ce_rcvd", self.ecn_ce_rcvd),
             ("icrc_ip_id_recovered", self.icrc_ip_id_recovered),
+            ("gsi_mads_rcvd", self.gsi_mads_rcvd),
+            ("gsi_mads_sent", self.gsi_mads_sent),
+            ("gsi_mads_dropped", self.gsi_mads_dropped),
         ]
     }
 }

@@ -165,6 +165,8 @@ pub struct Engine {
     parting: VecDeque<(Transmit, Vec<u8>)>,
     /// QPs and regions changed since the driver last asked (`poll_change`).
     changes: VecDeque<ResourceChange>,
+    /// QP1 (`gsi.rs`).
+    gsi: crate::gsi::Gsi,
 }
 
 impl std::fmt::Debug for Engine {
@@ -191,6 +193,43 @@ impl Engine {
             timers: BinaryHeap::new(),
             parting: VecDeque::new(),
             changes: VecDeque::new(),
+            gsi: crate::gsi::Gsi::default(),
+        }
+    }
+
+    /// The UDP source port of QP `qpn`'s packets.
+    fn src_port_of(&self, qpn: Qpn) -> u16 {
+        match self.cfg.src_port {
+            SrcPortPolicy::Fixed(p) => p,
+            SrcPortPolicy::PerQp => {
+                0xC000 | (qpn.raw().wrapping_mul(0x9E37_79B1) >> 18) as u16 & 0x3FFF
+            }
+        }
+    }
+
+    /// The next MAD QP1 received, for a management agent (the CM).
+    pub fn poll_gsi(&mut self) -> Option<crate::gsi::GsiMad> {
+        self.gsi.poll_rx()
+    }
+
+    /// Sends `mad` from QP1 to the GSI (QP1) of the port at `dst` (IP
+    /// address and UDP port, normally 4791). Fails with `NoMemory` when
+    /// [`crate::GSI_TX_MAX`] MADs already wait to go out.
+    pub fn send_gsi(
+        &mut self,
+        dst: SocketAddr,
+        mad: &[u8; softrdma_wire::mad::MAD_LEN],
+    ) -> Result<()> {
+        let gsi = Qpn::from_raw(softrdma_wire::mad::GSI_QPN);
+        let src = SocketAddr::new(self.cfg.local.ip(), self.src_port_of(gsi));
+        let ep = Endpoints::new(src, dst);
+        if self.gsi.send(&mut self.res.counters, ep, mad) {
+            Ok(())
+        } else {
+            Err(VerbsError::NoMemory(format!(
+                "send_gsi: {} MADs already wait to be sent",
+                crate::gsi::GSI_TX_MAX
+            )))
         }
     }
 
@@ -635,12 +674,7 @@ impl Engine {
         // quarantine, so a draw is free with probability above 98%.
         let qps = &self.qps;
         let qpn = Qpn::from_raw(self.res.new_qpn(|q| qps.contains_key(&Qpn::from_raw(q))));
-        let src_port = match self.cfg.src_port {
-            SrcPortPolicy::Fixed(p) => p,
-            SrcPortPolicy::PerQp => {
-                0xC000 | (qpn.raw().wrapping_mul(0x9E37_79B1) >> 18) as u16 & 0x3FFF
-            }
-        };
+        let src_port = self.src_port_of(qpn);
         let mut cap = init.cap;
         if init.srq.is_some() {
             cap.max_recv_wr = 0;
@@ -1035,6 +1069,10 @@ impl Engine {
             self.handle_cnp(now, ep, &pkt);
             return;
         }
+        if pkt.bth.dest_qp == softrdma_wire::mad::GSI_QPN {
+            self.gsi.receive(&mut self.res.counters, ep.src, &pkt);
+            return;
+        }
         let qpn = Qpn::from_raw(pkt.bth.dest_qp);
         let local_ip = self.cfg.local.ip();
         let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -1215,7 +1253,7 @@ impl Engine {
         buf: &mut [u8],
         gather: bool,
     ) -> Option<Transmit> {
-        if let Some((t, bytes)) = self.parting.pop_front() {
+        if let Some((t, bytes)) = self.parting.pop_front().or_else(|| self.gsi.poll_tx()) {
             if let Some(dst) = buf.get_mut(..bytes.len()) {
                 dst.copy_from_slice(&bytes);
                 return Some(t);

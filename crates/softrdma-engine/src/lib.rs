@@ -25,6 +25,7 @@ mod counters;
 mod engine;
 mod error;
 mod fasthash;
+mod gsi;
 mod handle;
 mod memory;
 mod qp;
@@ -50,6 +51,7 @@ pub use engine::{
     PeerRegion, PeerView, QpInit, RxMeta, SrcPortPolicy, SrqInit, MAX_CQE, MAX_DIRECT_SGE, MAX_QP,
 };
 pub use error::{errno, Result, VerbsError};
+pub use gsi::{GsiMad, DEFAULT_PKEY, GSI_RX_MAX, GSI_TX_MAX};
 pub use handle::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHandle};
 pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};
 pub use qp_attr::{
