@@ -112,6 +112,8 @@ pub struct DeviceCore<P: Port> {
     /// Kept between uses so that answering grants allocates nothing.
     requests: Vec<(SocketAddr, GrantAsk)>,
     standing: Vec<(SocketAddr, Standing)>,
+    /// The IB CM on QP1, once enabled ([`Self::enable_cm`]).
+    cm: Option<crate::cm::DeviceCm>,
 }
 
 impl<P: Port> std::fmt::Debug for DeviceCore<P> {
@@ -142,7 +144,35 @@ impl<P: Port> DeviceCore<P> {
             routes_epoch: 0,
             requests: Vec::new(),
             standing: Vec::new(),
+            cm: None,
         }
+    }
+
+    /// Runs the IB CM on this device's QP1 (`cm.rs`): MADs QP1 receives go
+    /// to it, its timers join the deadline. Without it, QP1's MADs wait
+    /// unread in the engine's bounded queue.
+    pub fn enable_cm(&mut self, cm: crate::cm::DeviceCm) {
+        self.cm = Some(cm);
+    }
+
+    /// Whether the CM has events for the consumer.
+    pub fn has_cm_events(&self) -> bool {
+        self.cm.as_ref().is_some_and(|c| c.has_events())
+    }
+
+    /// Runs a CM command (`f` gets the CM, the engine and the time), then
+    /// what it set off, as [`Self::command`] does; `None` without a CM.
+    pub fn cm_command<R>(
+        &mut self,
+        now: Instant,
+        f: impl FnOnce(&mut crate::cm::DeviceCm, &mut Engine, Instant) -> R,
+    ) -> Option<R> {
+        let cm = self.cm.as_mut()?;
+        let r = f(cm, &mut self.engine, now);
+        cm.progress(&mut self.engine, now);
+        self.follow_changes();
+        self.transmit(now);
+        Some(r)
     }
 
     /// Makes the direct path look up every route again.
@@ -175,7 +205,12 @@ impl<P: Port> DeviceCore<P> {
     /// When progress must run next: the engine's timers, and the packets
     /// of deferred posts ([`Self::post`]).
     pub fn next_deadline(&mut self) -> Option<Instant> {
-        let timer = self.engine.poll_timeout();
+        let engine = self.engine.poll_timeout();
+        let cm = self.cm.as_ref().and_then(|c| c.next_deadline());
+        let timer = match (engine, cm) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match self.defer_deadline() {
             Some(d) => Some(timer.map_or(d, |t| t.min(d))),
             None => timer,
@@ -301,6 +336,9 @@ impl<P: Port> DeviceCore<P> {
                 self.answer_grants();
             }
             self.engine.handle_timeout(now);
+            if let Some(cm) = self.cm.as_mut() {
+                cm.progress(&mut self.engine, now);
+            }
             self.transmit(now);
             if !got.more {
                 break;
@@ -318,6 +356,10 @@ impl<P: Port> DeviceCore<P> {
         }
         self.forget_routes();
         self.engine.handle_timeout(now);
+        if let Some(cm) = self.cm.as_mut() {
+            cm.progress(&mut self.engine, now);
+        }
+        self.follow_changes();
         self.transmit(now);
         self.route_events();
         true

@@ -11,6 +11,7 @@
 //! gets the next deadline back. See docs/core.md.
 
 mod capture;
+pub mod cm;
 mod core;
 mod direct;
 mod fault;

@@ -228,6 +228,8 @@ pub(crate) struct Device {
     sock_fd: RawFd,
     wake: EventFd,
     pub async_fd: EventFd,
+    /// Signalled when the connection manager has events (`rdma_cm.rs`).
+    pub cm_fd: EventFd,
     stop: AtomicBool,
     origin: std::time::Instant,
     last_app_poll: AtomicU64,
@@ -257,6 +259,27 @@ pub fn active_mtu_for(link_mtu: u32) -> Mtu {
         .into_iter()
         .find(|m| m.bytes() <= room)
         .unwrap_or(Mtu::Mtu256)
+}
+
+/// The CA GUID the CM sends: the node GUID of the address (as
+/// `Context::node_guid`).
+fn ca_guid_of(addr: SocketAddr) -> u64 {
+    crate::verbs::node_guid_of(addr)
+}
+
+/// The CM's communication-ID seed: from the OS, or from a configured seed
+/// (tests that want a repeatable run).
+fn cm_seed(seed: Option<u64>) -> Result<[u8; 32], String> {
+    let mut k = [0u8; 32];
+    match seed {
+        Some(s) => {
+            for (i, b) in k.iter_mut().enumerate() {
+                *b = (s.rotate_left(i as u32 * 7) ^ 0xC3) as u8;
+            }
+        }
+        None => getrandom::fill(&mut k).map_err(|e| format!("no OS randomness: {e}"))?,
+    }
+    Ok(k)
 }
 
 fn os_seed() -> u64 {
@@ -374,6 +397,12 @@ impl Device {
             }
         };
         let direct = port.routed().shm.active() && port.direct_allowed();
+        let mut core = DeviceCore::new(Engine::new(ec), port);
+        core.enable_cm(softrdma_core::cm::DeviceCm::new(
+            ca_guid_of(addr),
+            cm_seed(cfg.seed).map_err(|e| Error::Io(format!("device {}: {e}", cfg.name)))?,
+            addr.port(),
+        ));
         let dev = Arc::new(Device {
             name: cfg.name.clone(),
             direct,
@@ -381,7 +410,7 @@ impl Device {
             active_mtu,
             link_mtu,
             state: Mutex::new(State {
-                core: DeviceCore::new(Engine::new(ec), port),
+                core,
                 channels: HashMap::new(),
                 async_events: VecDeque::new(),
                 background_wakeups: 0,
@@ -390,6 +419,7 @@ impl Device {
             sock_fd,
             wake,
             async_fd: EventFd::new(true).map_err(io)?,
+            cm_fd: EventFd::new(true).map_err(io)?,
             stop: AtomicBool::new(false),
             origin: std::time::Instant::now(),
             last_app_poll: AtomicU64::new(0),
@@ -524,6 +554,33 @@ impl Device {
 
     /// Hands the core's events to where they go: completion channels, and
     /// the async event queue with its fd.
+    /// Runs a connection-manager command (`DeviceCore::cm_command`) and
+    /// routes what it raised.
+    pub fn cm_command<R>(
+        &self,
+        f: impl FnOnce(&mut softrdma_core::cm::DeviceCm, &mut Engine, Instant) -> R,
+    ) -> Option<R> {
+        let now = self.now();
+        let mut st = self.lock();
+        let r = st.core.cm_command(now, f);
+        self.route_events(&mut st);
+        drop(st);
+        self.wake.signal();
+        r
+    }
+
+    /// The connection manager's next event, if one waits (with inline
+    /// progress first, as a poll of a CQ runs it).
+    pub fn poll_cm_event(&self) -> Option<softrdma_cm::Event<SocketAddr>> {
+        let now = self.now();
+        let mut st = self.lock();
+        st.core.progress(now, true);
+        self.route_events(&mut st);
+        st.core
+            .cm_command(now, |cm, _, _| cm.poll_event())
+            .flatten()
+    }
+
     fn route_events(&self, st: &mut State) {
         let State {
             core,
@@ -531,6 +588,9 @@ impl Device {
             async_events,
             ..
         } = st;
+        if core.has_cm_events() {
+            self.cm_fd.signal();
+        }
         while let Some(ev) = core.poll_event() {
             match ev {
                 Event::Completion { cq } => {

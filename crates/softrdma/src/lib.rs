@@ -32,6 +32,7 @@ pub mod cm;
 pub mod config;
 mod device;
 mod fence;
+pub mod rdma_cm;
 mod shm_port;
 mod udp_port;
 /// The atomics `fence.rs` is written against (loom's in its model check).
@@ -86,6 +87,13 @@ pub enum Error {
     Timeout(String),
     /// A completion carried an error status.
     Completion(WcStatus, u64),
+    /// The connection manager refused a command (its errno, as rdma_cm's).
+    Cm {
+        /// The errno rdma_cm gives for it.
+        errno: i32,
+        /// What was refused and why.
+        message: String,
+    },
 }
 
 impl Error {
@@ -97,6 +105,7 @@ impl Error {
             Error::Io(_) => 5,
             Error::Timeout(_) => 110,
             Error::Completion(..) => 5,
+            Error::Cm { errno, .. } => *errno,
         }
     }
 }
@@ -114,6 +123,7 @@ impl fmt::Display for Error {
             Error::Completion(s, id) => {
                 write!(f, "work request {id} completed with status {s:?} ({s})")
             }
+            Error::Cm { message, .. } => write!(f, "connection manager: {message}"),
         }
     }
 }
@@ -128,6 +138,15 @@ impl From<VerbsError> for Error {
 
 /// Result of the softrdma API.
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<softrdma_core::cm::CmError> for Error {
+    fn from(e: softrdma_core::cm::CmError) -> Self {
+        Error::Cm {
+            errno: e.errno(),
+            message: e.to_string(),
+        }
+    }
+}
 
 impl From<softrdma_core::FaultSpecError> for Error {
     fn from(e: softrdma_core::FaultSpecError) -> Self {

@@ -25,6 +25,14 @@ use crate::shm_port::SharedRegion;
 use crate::sys::{self, EventFd};
 use crate::{Error, Result};
 
+/// The node GUID of a device at `addr`: derived from the address, stable
+/// across runs.
+pub(crate) fn node_guid_of(addr: std::net::SocketAddr) -> u64 {
+    let g = Gid::from_ip(addr.ip()).0;
+    u64::from_be_bytes([0x02, 0x50, 0x56, 0xff, g[12], g[13], g[14], g[15]])
+        ^ u64::from(addr.port())
+}
+
 /// An open device.
 #[derive(Clone)]
 pub struct Context {
@@ -162,9 +170,7 @@ impl Context {
 
     /// Node GUID: derived from the address, stable across runs.
     pub fn node_guid(&self) -> u64 {
-        let g = self.gid().0;
-        u64::from_be_bytes([0x02, 0x50, 0x56, 0xff, g[12], g[13], g[14], g[15]])
-            ^ u64::from(self.dev.addr.port())
+        node_guid_of(self.dev.addr)
     }
 
     /// `ibv_query_device`.

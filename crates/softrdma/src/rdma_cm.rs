@@ -1,0 +1,216 @@
+//! Connecting QPs with the InfiniBand Communication Manager, in the
+//! rdma_cm model: listen on a port of a port space, connect a QP to an
+//! address and port, take events (a connection request, established,
+//! rejected, unreachable, disconnected, timewait exit) from an fd.
+//!
+//! The CM speaks IB CM MADs on QP1 over the same RoCEv2 wire as the data
+//! (docs/cm.md), so it interoperates with the Linux kernel's rdma_cm. The
+//! QP of a connection is moved for the consumer, as rdma_cm does: INIT at
+//! `connect`, RTR and RTS when the REP comes (active side); INIT, RTR and
+//! RTS at `accept` (passive side), each with the numbers the exchange
+//! settled (the peer's QPN and PSN, the path MTU, READ/atomic depths,
+//! retry counts, the ACK timeout).
+//!
+//! ```no_run
+//! # use softrdma::rdma_cm::{ConnParam, PortSpace, CmEvent};
+//! # use std::time::Duration;
+//! # fn demo(ctx: &softrdma::Context, qp: &softrdma::Qp) -> softrdma::Result<()> {
+//! let cm = ctx.cm();
+//! let conn = cm.connect(qp, "10.0.0.2:7471".parse().unwrap(), &ConnParam::default())?;
+//! match cm.get_event(Duration::from_secs(5))? {
+//!     Some(CmEvent::Established { conn: c }) if c == conn => { /* post WRs */ }
+//!     other => eprintln!("not connected: {other:?}"),
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use softrdma_cm::rdma_cm::connect_params;
+pub use softrdma_cm::rdma_cm::PortSpace;
+pub use softrdma_cm::{ConnId, Event as CmEvent, RejReason, SidrStatus};
+
+use crate::verbs::{Context, Qp};
+use crate::{Error, Result};
+
+/// What `rdma_conn_param` carries: private data and the QP's READ/atomic
+/// depths and retry counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// The consumer's private data (REQ: at most 56 bytes, REP 196).
+    pub private_data: Vec<u8>,
+    /// READ/atomic requests the local QP accepts at once.
+    pub responder_resources: u8,
+    /// READ/atomic requests the local QP keeps outstanding.
+    pub initiator_depth: u8,
+    /// Transport retries (0-7).
+    pub retry_count: u8,
+    /// RNR retries (0-7; 7 = forever).
+    pub rnr_retry_count: u8,
+}
+
+impl Default for ConnParam {
+    fn default() -> Self {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 16,
+            initiator_depth: 16,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        }
+    }
+}
+
+/// The connection manager of one device ([`Context::cm`]).
+#[derive(Clone)]
+pub struct Cm {
+    ctx: Context,
+}
+
+impl Context {
+    /// This device's connection manager.
+    pub fn cm(&self) -> Cm {
+        Cm { ctx: self.clone() }
+    }
+}
+
+fn no_cm() -> Error {
+    Error::Config("this device runs no connection manager".into())
+}
+
+impl Cm {
+    /// Listens on `port` of `space` (rdma_bind_addr + rdma_listen).
+    pub fn listen(&self, space: PortSpace, port: u16) -> Result<()> {
+        let sid = space.service_id(port);
+        self.command(|cm, _, _| Ok(cm.agent().listen(sid)?))
+    }
+
+    /// Connects `qp` (RC, in RESET) to the listener at `dst` (its IP
+    /// address and rdma_cm port) in the TCP port space: the QP goes to INIT
+    /// now and to RTS when the peer accepts; [`CmEvent::Established`] or a
+    /// failure follows.
+    pub fn connect(&self, qp: &Qp, dst: SocketAddr, p: &ConnParam) -> Result<ConnId> {
+        let dev = &self.ctx.dev;
+        let ep = qp.endpoint();
+        // The CMA header's source port names the active side's id.
+        let src = SocketAddr::new(dev.addr.ip(), 0x8000 | (ep.qpn.raw() & 0x7FFF) as u16);
+        let mut params = connect_params(
+            PortSpace::Tcp,
+            src,
+            dst,
+            ep.qpn.raw(),
+            softrdma_wire::Psn::new(ep.psn),
+            &softrdma_cm::rdma_cm::ConnParam {
+                private_data: p.private_data.clone(),
+                responder_resources: p.responder_resources,
+                initiator_depth: p.initiator_depth,
+                retry_count: p.retry_count,
+                rnr_retry_count: p.rnr_retry_count,
+                srq: false,
+            },
+        )
+        .map_err(cm_error)?;
+        params.path_mtu = dev.active_mtu.to_ibv() as u8;
+        let peer = SocketAddr::new(dst.ip(), dev.addr.port());
+        let qpn = ep.qpn;
+        self.command(|cm, e, now| Ok(cm.connect(e, now, peer, qpn, &params)?))
+    }
+
+    /// Accepts connection request `conn` on `qp` (RC, in RESET): the QP
+    /// goes to RTS with the request's numbers and the REP leaves.
+    pub fn accept(&self, conn: ConnId, qp: &Qp, p: &ConnParam) -> Result<()> {
+        let ep = qp.endpoint();
+        let params = softrdma_cm::AcceptParams {
+            qpn: ep.qpn.raw(),
+            starting_psn: softrdma_wire::Psn::new(ep.psn),
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            rnr_retry_count: p.rnr_retry_count,
+            private_data: p.private_data.clone(),
+            ..softrdma_cm::AcceptParams::default()
+        };
+        self.command(|cm, e, now| Ok(cm.accept(e, now, conn, ep.qpn, &params)?))
+    }
+
+    /// Rejects connection request `conn` (consumer-defined reason, with
+    /// `private_data`, at most 148 bytes).
+    pub fn reject(&self, conn: ConnId, private_data: &[u8]) -> Result<()> {
+        self.command(|cm, _, now| {
+            let now = softrdma_cm::Instant(now.0);
+            Ok(cm
+                .agent()
+                .reject(now, conn, RejReason::ConsumerDefined, private_data)?)
+        })
+    }
+
+    /// Disconnects `conn` (DREQ; both sides then see
+    /// [`CmEvent::Disconnected`], and [`CmEvent::TimewaitExit`] later).
+    pub fn disconnect(&self, conn: ConnId, private_data: &[u8]) -> Result<()> {
+        self.command(|cm, _, now| {
+            let now = softrdma_cm::Instant(now.0);
+            Ok(cm.agent().disconnect(now, conn, private_data)?)
+        })
+    }
+
+    /// Forgets `conn` (rdma_destroy_id): the peer gets what its state
+    /// needs (a REJ or a DREQ).
+    pub fn destroy(&self, conn: ConnId) -> Result<()> {
+        self.command(|cm, _, now| Ok(cm.destroy(now, conn)?))
+    }
+
+    /// The next event, waiting at most `timeout` (`None` when none came).
+    pub fn get_event(&self, timeout: Duration) -> Result<Option<CmEvent<SocketAddr>>> {
+        let dev = &self.ctx.dev;
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(ev) = dev.poll_cm_event() {
+                return Ok(Some(ev));
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            // The background thread signals the fd when events wait; wake
+            // at least every millisecond to run inline progress too.
+            let [ready] = crate::sys::wait_readable(
+                [dev.cm_fd.as_raw_fd()],
+                Some(left.min(Duration::from_millis(1))),
+            );
+            if ready {
+                dev.cm_fd.drain();
+            }
+        }
+    }
+
+    /// An fd that becomes readable when events may wait (then call
+    /// [`Self::get_event`] with a zero timeout until it returns `None`).
+    pub fn fd(&self) -> RawFd {
+        self.ctx.dev.cm_fd.as_raw_fd()
+    }
+
+    fn command<R>(
+        &self,
+        f: impl FnOnce(
+            &mut softrdma_core::cm::DeviceCm,
+            &mut softrdma_engine::Engine,
+            softrdma_engine::Instant,
+        ) -> Result<R>,
+    ) -> Result<R> {
+        self.ctx.dev.cm_command(f).ok_or_else(no_cm)?
+    }
+}
+
+fn cm_error(e: softrdma_cm::Error) -> Error {
+    Error::Cm {
+        errno: e.errno(),
+        message: e.to_string(),
+    }
+}
+
+impl From<softrdma_cm::Error> for Error {
+    fn from(e: softrdma_cm::Error) -> Self {
+        cm_error(e)
+    }
+}

@@ -1,0 +1,172 @@
+//! The IB CM between two devices in one process, over UDP loopback and the
+//! same-host transport: a listener, a connect, an accept, and the QPs the
+//! CM moved carry a SEND and a WRITE; a connect to a port nobody listens on
+//! is rejected as an invalid service; a disconnect reaches both sides and
+//! ends in timewait exit; private data over the limit is EINVAL.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use softrdma::rdma_cm::{Cm, CmEvent, ConnId, ConnParam, PortSpace, RejReason};
+use softrdma::*;
+
+const T: Duration = Duration::from_secs(20);
+const PORT: u16 = 7471;
+
+fn device(t: softrdma::shm::Transport) -> Context {
+    let mut c = DeviceConfig::default_loopback().transport(t);
+    c.capture = None;
+    c.fault = None;
+    Context::open_with(&c).unwrap()
+}
+
+/// The next event of `cm` that `want` takes, within T (others are kept
+/// out of the way: the test names what it waits for).
+fn wait_for(cm: &Cm, want: impl Fn(&CmEvent<SocketAddr>) -> bool) -> CmEvent<SocketAddr> {
+    let end = Instant::now() + T;
+    let mut seen = Vec::new();
+    while Instant::now() < end {
+        if let Some(ev) = cm.get_event(Duration::from_millis(50)).unwrap() {
+            if want(&ev) {
+                return ev;
+            }
+            seen.push(ev);
+        }
+    }
+    panic!("no such event within {T:?}; saw {seen:?}");
+}
+
+struct Side {
+    ctx: Context,
+    cq: Cq,
+    mr: Mr,
+    qp: Qp,
+}
+
+fn side(ctx: Context) -> Side {
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mr = pd.alloc_mr(1 << 16, access).unwrap();
+    let qp = pd.create_qp(QpType::Rc, &cq, &cq).build().unwrap();
+    Side { ctx, cq, mr, qp }
+}
+
+/// Connects `a` to `b` (listening on PORT) through the CM; returns both
+/// connection IDs.
+fn connect(a: &Side, b: &Side) -> (ConnId, ConnId) {
+    let (cma, cmb) = (a.ctx.cm(), b.ctx.cm());
+    cmb.listen(PortSpace::Tcp, PORT).unwrap();
+    let dst = SocketAddr::new(b.ctx.addr().ip(), PORT);
+    let p = ConnParam {
+        private_data: b"hello from a".to_vec(),
+        ..ConnParam::default()
+    };
+    let ca = cma.connect(&a.qp, dst, &p).unwrap();
+    let CmEvent::ConnectRequest { conn: cb, req, .. } =
+        wait_for(&cmb, |e| matches!(e, CmEvent::ConnectRequest { .. }))
+    else {
+        unreachable!()
+    };
+    let (h, user) = softrdma_cm::rdma_cm::parse_req_private_data(&req.private_data).unwrap();
+    assert_eq!(
+        h.src,
+        a.ctx.addr().ip(),
+        "the CMA header names the active side"
+    );
+    assert_eq!(&user[..12], b"hello from a");
+    assert_eq!(req.local_qpn, a.qp.qpn().raw());
+    cmb.accept(cb, &b.qp, &ConnParam::default()).unwrap();
+    let est = |c: ConnId| move |e: &CmEvent<SocketAddr>| matches!(e, CmEvent::Established { conn } if *conn == c);
+    wait_for(&cma, est(ca));
+    wait_for(&cmb, est(cb));
+    assert_eq!((a.qp.state(), b.qp.state()), (QpState::Rts, QpState::Rts));
+    (ca, cb)
+}
+
+fn exchange_data(a: &Side, b: &Side) {
+    b.qp.post_recv(&RecvWr {
+        wr_id: 7,
+        sg_list: vec![b.mr.sge(0, 4096)],
+    })
+    .unwrap();
+    a.mr.write(0, b"over the CM's QPs").unwrap();
+    a.qp.post_send(&SendWr::new(1, SendOp::Send, vec![a.mr.sge(0, 17)]))
+        .unwrap();
+    let r = b.cq.wait_ok(T).unwrap();
+    assert_eq!((r.wr_id, r.byte_len), (7, 17));
+    let mut got = [0u8; 17];
+    b.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"over the CM's QPs");
+    a.cq.wait_ok(T).unwrap();
+    let rb = b.mr.remote();
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 + 1) as u8).collect();
+    a.mr.write(8192, &data).unwrap();
+    let op = SendOp::Write {
+        remote_addr: rb.at(20_000),
+        rkey: rb.rkey,
+    };
+    a.qp.post_send(&SendWr::new(2, op, vec![a.mr.sge(8192, 3000)]))
+        .unwrap();
+    a.cq.wait_ok(T).unwrap();
+    let mut back = vec![0u8; 3000];
+    b.mr.read(20_000, &mut back).unwrap();
+    assert!(back == data, "WRITE data intact");
+}
+
+fn connect_exchange_disconnect(t: softrdma::shm::Transport) {
+    let (a, b) = (side(device(t)), side(device(t)));
+    let (ca, cb) = connect(&a, &b);
+    exchange_data(&a, &b);
+    a.ctx.cm().disconnect(ca, b"bye").unwrap();
+    let gone = |c: ConnId| move |e: &CmEvent<SocketAddr>| matches!(e, CmEvent::Disconnected { conn, .. } if *conn == c);
+    wait_for(&b.ctx.cm(), gone(cb));
+    b.ctx.cm().disconnect(cb, b"").unwrap();
+    wait_for(&a.ctx.cm(), gone(ca));
+    let left = |c: ConnId| move |e: &CmEvent<SocketAddr>| matches!(e, CmEvent::TimewaitExit { conn } if *conn == c);
+    wait_for(&a.ctx.cm(), left(ca));
+}
+
+#[test]
+fn connect_exchange_and_disconnect_over_udp() {
+    connect_exchange_disconnect(softrdma::shm::Transport::Udp);
+}
+
+#[test]
+fn connect_exchange_and_disconnect_on_the_same_host() {
+    connect_exchange_disconnect(softrdma::shm::Transport::Shm);
+}
+
+#[test]
+fn a_port_nobody_listens_on_is_rejected_as_an_invalid_service() {
+    let (a, b) = (
+        side(device(softrdma::shm::Transport::Udp)),
+        side(device(softrdma::shm::Transport::Udp)),
+    );
+    let cm = a.ctx.cm();
+    let dst = SocketAddr::new(b.ctx.addr().ip(), PORT + 1);
+    let c = cm.connect(&a.qp, dst, &ConnParam::default()).unwrap();
+    match wait_for(&cm, |e| matches!(e, CmEvent::Rejected { .. })) {
+        CmEvent::Rejected { conn, reason, .. } => {
+            assert_eq!(conn, c);
+            assert_eq!(reason, RejReason::InvalidServiceId);
+        }
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn private_data_over_the_limit_is_einval() {
+    let (a, b) = (
+        side(device(softrdma::shm::Transport::Udp)),
+        side(device(softrdma::shm::Transport::Udp)),
+    );
+    let dst = SocketAddr::new(b.ctx.addr().ip(), PORT);
+    let p = ConnParam {
+        private_data: vec![1; 57],
+        ..ConnParam::default()
+    };
+    let e = a.ctx.cm().connect(&a.qp, dst, &p).unwrap_err();
+    assert_eq!(e.errno(), 22, "{e}");
+    assert_eq!(a.qp.state(), QpState::Reset, "nothing happened to the QP");
+}
