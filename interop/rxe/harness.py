@@ -47,7 +47,7 @@ RXE_OUT_READS = 16  # outstanding READ/atomics rxe advertises (its own limit: 12
 GUEST_BINS = [
     "rdma", "ibv_devinfo", "ibv_rc_pingpong", "ibv_ud_pingpong",
     "ib_send_lat", "ib_write_lat", "ib_write_bw", "ib_read_lat", "ib_read_bw",
-    "ib_atomic_lat", "rping", "udaddy",
+    "ib_atomic_lat", "rping", "udaddy", "rdma_server", "rdma_client",
 ]
 RXE_PROVIDER = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"
 RXE_DRIVER_FILE = "/etc/libibverbs.d/rxe.driver"
@@ -328,6 +328,11 @@ def build_host_tools():
                 link.symlink_to(lib.resolve())
                 tools["dropin"] = d
                 tools["dropin_note"] = ""
+    # The IB CM example that speaks rdma_server/rdma_client's exchange.
+    log("cargo build --release -p softrdma --example cm_ping")
+    run(["cargo", "build", "--release", "-q", "-p", "softrdma", "--example", "cm_ping"],
+        cwd=REPO)
+    tools["cm_ping"] = target_dir() / "release/examples/cm_ping"
     # `softrdma perf`, once the CLI has it.
     helptext = subprocess.run([str(tools["softrdma"]), "--help"], capture_output=True,
                               text=True).stdout
@@ -715,6 +720,10 @@ def build_cases(tools):
         for server in ["host", "guest"]:
             cases.append(Case(f"{impl}-write_bw-loss1%-4096-{server}srv", "ib_write_bw",
                               server, impl, 4096, env=loss, note="SOFTRDMA_FAULT loss=0.01"))
+    # The connection manager against the kernel's rdma_cm: rdma-core's
+    # rdma_server / rdma_client examples against softrdma's cm_ping.
+    cases.append(Case("cm-rdma_server-guestsrv", "rdma_server", "guest", "cm", 16))
+    cases.append(Case("cm-rdma_client-hostsrv", "rdma_client", "host", "cm", 16))
     # The probe goes first: softrdma as responder and requester, both ways.
     probe = next(c for c in cases if c.id == "peer-write_lat-512-hostsrv")
     cases.remove(probe)
@@ -757,6 +766,10 @@ def host_command(case, tools, port, gidx_unused=None):
             a = [case.tool, "-d", "srx0", "-x", "0", "-p", str(port)]
             a += perftest_args(case.tool, case.size, case.extra, lossy(case))[0]
         return pre + a + client
+    if case.impl == "cm":
+        a = [str(tools["cm_ping"])]
+        a += ["server"] if case.server == "host" else ["client", GUEST_IP]
+        return prefix + a + ["-p", str(port)]
     if case.impl == "cli":
         if not prefix:
             if not tools["perf"]:
@@ -769,6 +782,9 @@ def host_command(case, tools, port, gidx_unused=None):
 
 def guest_command(case, gidx, port):
     client = "" if case.server == "guest" else f" {HOST_IP}"
+    if case.impl == "cm":
+        return (f"rdma_server -p {port}" if case.server == "guest"
+                else f"rdma_client -s {HOST_IP} -p {port}")
     if case.tool.startswith("ibv_"):
         return (f"{case.tool} -d rxe0 -g {gidx} -p {port} -n {ITERS} -s {case.size} -c"
                 f"{client}")
@@ -802,6 +818,22 @@ def parse_metric(case, text):
     if m:
         return f"{float(m.group(1)):.2f} µs/iter"
     return ""
+
+
+# How long a guest rdma_cm server is given to start listening.
+CM_SERVER_START_SECS = 3
+
+
+def wait_log_line(path, word, proc, secs=30):
+    """True once the host program `proc` printed `word` into `path`."""
+    t = time.monotonic()
+    while time.monotonic() - t < secs:
+        if proc.poll() is not None:
+            return False
+        if path.exists() and word in path.read_text(errors="replace"):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def wait_host_listen(ns, port, proc, secs=30):
@@ -868,7 +900,13 @@ def run_case(case, tools, ns, guest, out, port):
     job = case.id.replace("%", "pc")
     hrc, grc, gout = 0, 0, ""
     try:
-        if case.server == "guest":
+        if case.server == "guest" and case.impl == "cm":
+            # rdma_cm listens on no TCP port: give it the time to start.
+            guest.start(job, gcmd)
+            time.sleep(CM_SERVER_START_SECS)
+            hproc = spawn(ns.exec(hcmd), env=env, stdout=open(hlog, "wb"),
+                          stderr=subprocess.STDOUT)
+        elif case.server == "guest":
             guest.start(job, gcmd)
             t1 = time.monotonic()
             while not guest.listening(port):
@@ -881,7 +919,9 @@ def run_case(case, tools, ns, guest, out, port):
         else:
             hproc = spawn(ns.exec(hcmd), env=env, stdout=open(hlog, "wb"),
                           stderr=subprocess.STDOUT)
-            if not wait_host_listen(ns, port, hproc):
+            ready = (wait_log_line(hlog, "listening", hproc) if case.impl == "cm"
+                     else wait_host_listen(ns, port, hproc))
+            if not ready:
                 problems.append("host server never listened")
             guest.start(job, gcmd)
         # Wait for both; once one side failed, give the other 5 s.
@@ -1025,7 +1065,7 @@ def table(cases):
         if c.env:
             name += " [" + ",".join(f"{v}" for v in c.env.values()) + "]"
         impl = {"peer": "Rust API peer", "dropin": "drop-in libibverbs",
-                "cli": "softrdma perf"}[c.impl]
+                "cli": "softrdma perf", "cm": "cm_ping (IB CM)"}[c.impl]
         frames = f"{c.fh}/{c.fg} ({c.icrc})" if c.frames else "–"
         if c.status in ("ok", "FAIL"):
             res = c.status

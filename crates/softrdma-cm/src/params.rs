@@ -39,7 +39,8 @@ pub struct ConnectParams {
     pub transport: TransportType,
     /// The local QP.
     pub qpn: u32,
-    /// The first PSN the local QP sends.
+    /// The REQ's Starting PSN: the first PSN the local QP expects to
+    /// receive (as Linux's CM reads it: the peer sends from it).
     pub starting_psn: Psn,
     /// RDMA READ/atomic requests the local QP accepts at once.
     pub responder_resources: u8,
@@ -106,7 +107,8 @@ impl Default for ConnectParams {
 pub struct AcceptParams {
     /// The local QP.
     pub qpn: u32,
-    /// The first PSN the local QP sends (RC/UC).
+    /// The REP's Starting PSN: the first PSN the local QP expects to
+    /// receive (RC/UC; the peer sends from it).
     pub starting_psn: Psn,
     /// The local Q_Key (SIDR: the UD QP's).
     pub qkey: u32,

@@ -35,7 +35,7 @@ pub struct QpAttr {
     pub path_mtu: u8,
     /// RTR: the peer's QPN.
     pub dest_qp_num: u32,
-    /// RTR: the first PSN the peer sends.
+    /// RTR: the first PSN we expect (the Starting PSN we sent).
     pub rq_psn: Psn,
     /// RTR: READ/atomic requests we accept at once.
     pub max_dest_rd_atomic: u8,
@@ -43,7 +43,7 @@ pub struct QpAttr {
     pub path: CmPath,
     /// RTR: partition key.
     pub pkey: u16,
-    /// RTS: the first PSN we send.
+    /// RTS: the first PSN we send (the Starting PSN the peer sent).
     pub sq_psn: Psn,
     /// RTS: the local ACK timeout exponent.
     pub timeout: u8,
@@ -57,8 +57,8 @@ pub struct QpAttr {
 
 impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
     /// The attributes to move the QP of `conn` to `target`. RTR needs the
-    /// peer's numbers (passive: from the REQ; active: from the REP), RTS
-    /// also our own PSN (passive: after accept).
+    /// peer's numbers (passive: from the REQ; active: from the REP) and our
+    /// own starting PSN (passive: after accept).
     pub fn init_qp_attr(&self, conn: ConnId, target: QpState) -> Result<QpAttr> {
         let c = self.conns.get(&conn).ok_or(Error::NoSuchConn(conn))?;
         let known = if c.active {
@@ -72,7 +72,8 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
                 State::RepSent | State::MraRepRcvd | State::Established
             );
             let requested = matches!(c.state, State::ReqRcvd | State::MraReqSent);
-            accepted || (requested && target != QpState::Rts)
+            // RTR needs our own starting PSN, which the accept sets.
+            accepted || (requested && target == QpState::Init)
         };
         if !known {
             return Err(Error::BadState {
@@ -87,11 +88,14 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             remote_read_atomic: x.responder_resources > 0,
             path_mtu: x.path_mtu,
             dest_qp_num: x.remote_qpn,
-            rq_psn: x.remote_psn,
+            // As Linux's CM: a REQ's or REP's Starting PSN is the first PSN
+            // its sender's QP expects to receive (cm.c sets the sender's
+            // rq_psn and the receiver's sq_psn from it).
+            rq_psn: x.local_psn,
             max_dest_rd_atomic: x.responder_resources,
             path: x.path,
             pkey: x.pkey,
-            sq_psn: x.local_psn,
+            sq_psn: x.remote_psn,
             timeout: c.ack_timeout,
             retry_cnt: x.retry_count,
             rnr_retry: x.rnr_retry_count,

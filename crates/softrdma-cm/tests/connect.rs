@@ -100,7 +100,9 @@ fn connect_accept_rtu_establishes_with_mirrored_qp_attributes() {
     assert_eq!(pr.dest_qp_num, connect_params().qpn);
     assert_eq!(ar.rq_psn, pt.sq_psn);
     assert_eq!(pr.rq_psn, at.sq_psn);
-    assert_eq!(at.sq_psn, connect_params().starting_psn);
+    // As Linux's CM: a Starting PSN is what its sender expects to receive.
+    assert_eq!(ar.rq_psn, connect_params().starting_psn);
+    assert_eq!(pr.rq_psn, accept_params().starting_psn);
     // READ/atomic depth: what one side keeps outstanding, the other serves.
     assert_eq!(at.max_rd_atomic, pr.max_dest_rd_atomic);
     assert_eq!(pt.max_rd_atomic, ar.max_dest_rd_atomic);

@@ -142,22 +142,33 @@ impl DeviceCm {
         qpn: Qpn,
         p: &AcceptParams,
     ) -> Result<(), CmError> {
-        let init = self.agent.init_qp_attr(conn, CmQpState::Init)?;
-        modify(
-            engine,
-            now,
-            qpn,
-            &init_attr(init.remote_read_atomic),
-            init_mask(),
-        )?;
-        let rtr = self.agent.init_qp_attr(conn, CmQpState::Rtr)?;
-        let (attr, mask) = rtr_attr(&rtr);
-        modify(engine, now, qpn, &attr, mask)?;
+        // The REP is only queued here: it leaves after the QP is in RTS
+        // (this runs under the device lock), or a REJ follows it if the QP
+        // cannot take the numbers.
         self.agent.accept(cm_now(now), conn, p)?;
-        let rts = self.agent.init_qp_attr(conn, CmQpState::Rts)?;
-        let (attr, mask) = rts_attr(&rts);
-        modify(engine, now, qpn, &attr, mask)?;
+        if let Err(e) = self.ready_passive(engine, now, conn, qpn) {
+            let _ = self.agent.destroy(cm_now(now), conn);
+            return Err(e);
+        }
         self.qps.insert(conn, qpn);
+        Ok(())
+    }
+
+    /// INIT, RTR and RTS for the passive side of `conn`, after its accept.
+    fn ready_passive(
+        &mut self,
+        engine: &mut Engine,
+        now: Instant,
+        conn: ConnId,
+        qpn: Qpn,
+    ) -> Result<(), CmError> {
+        let init = self.agent.init_qp_attr(conn, CmQpState::Init)?;
+        let access = init_attr(init.remote_read_atomic);
+        modify(engine, now, qpn, &access, init_mask())?;
+        let (attr, mask) = rtr_attr(&self.agent.init_qp_attr(conn, CmQpState::Rtr)?);
+        modify(engine, now, qpn, &attr, mask)?;
+        let (attr, mask) = rts_attr(&self.agent.init_qp_attr(conn, CmQpState::Rts)?);
+        modify(engine, now, qpn, &attr, mask)?;
         Ok(())
     }
 

@@ -7,6 +7,9 @@ mod common;
 #[path = "../examples/atomic_counter.rs"]
 mod atomic_counter;
 #[allow(dead_code)]
+#[path = "../examples/cm_ping.rs"]
+mod cm_ping;
+#[allow(dead_code)]
 #[path = "../examples/rc_pingpong.rs"]
 mod rc_pingpong;
 #[allow(dead_code)]
@@ -52,5 +55,14 @@ fn ud_send_example() {
 fn rc_pingpong_example() {
     for cfg in configs() {
         rc_pingpong::run_local(&cfg, 50, 100).unwrap();
+    }
+}
+
+#[test]
+fn cm_ping_example() {
+    for (i, cfg) in configs().iter().enumerate() {
+        let (request, answer) = cm_ping::run_local(cfg, 7600 + i as u16).unwrap();
+        assert_eq!(request, b"softrdma client\0");
+        assert_eq!(answer, b"softrdma server\0");
     }
 }
