@@ -442,6 +442,7 @@ pub struct ibv_qp_attr {
 
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
@@ -657,6 +658,7 @@ macro_rules! layout {
         );)*
     };
 }
+pub(crate) use layout;
 
 layout!(ibv_gid, 16);
 layout!(

@@ -29,6 +29,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use softrdma_cm::rdma_cm::connect_params;
+/// Splits a [`CmEvent::ConnectRequest`]'s private data into the CMA
+/// header (the active side's address and port) and the consumer's bytes.
+pub use softrdma_cm::rdma_cm::parse_req_private_data;
 pub use softrdma_cm::rdma_cm::PortSpace;
 pub use softrdma_cm::{ConnId, Event as CmEvent, RejReason, SidrStatus};
 
@@ -85,6 +88,13 @@ impl Cm {
     pub fn listen(&self, space: PortSpace, port: u16) -> Result<()> {
         let sid = space.service_id(port);
         self.command(|cm, _, _| Ok(cm.agent().listen(sid)?))
+    }
+
+    /// Stops listening on `port` of `space` (rdma_destroy_id of a
+    /// listener); requests already raised are unaffected.
+    pub fn unlisten(&self, space: PortSpace, port: u16) -> Result<()> {
+        let sid = space.service_id(port);
+        self.command(|cm, _, _| Ok(cm.agent().unlisten(sid)?))
     }
 
     /// Connects `qp` (RC, in RESET) to the listener at `dst` (its IP

@@ -1,0 +1,409 @@
+//! rdma_cm, in rdma-core librdmacm's model, inside this library: the
+//! drop-in `librdmacm.so.1` (crate softrdma-rdmacm) forwards its `rdma_*`
+//! entry points to the `softrdma_rdmacm_rdma_*` functions exported here,
+//! so that the devices, PDs, CQs and QPs of the CM are the very objects
+//! the program's verbs see (one copy of softrdma per process; see
+//! docs/rdmacm.md).
+//!
+//! Shape: an [`Id`] (`rdma_cm_id`) and a [`Channel`]
+//! (`rdma_event_channel`) are objects like the verbs' (the C struct
+//! first). The devices' connection managers (`softrdma::rdma_cm::Cm`) raise
+//! events per device; one thread per device (the pump) takes them and
+//! routes each to the id it concerns ([`Registry`]: connections and
+//! listeners by device), as `rdma_cm_event`s queued on that id's channel,
+//! whose fd (an eventfd in semaphore mode) is readable exactly while
+//! events wait. A synchronous id (made without a channel, as
+//! `rdma_create_ep` makes them) gets a private channel, and its calls wait
+//! for their own event (`complete`), as librdmacm's `ucma_complete`.
+//!
+//! Modules: `abi` (the rdma_cma.h structs, layout asserts), `events`
+//! (channels and events), `exports` (the C entry points), `addr`
+//! (sockaddr conversions, rdma_getaddrinfo).
+
+pub mod abi;
+mod addr;
+mod events;
+pub mod exports;
+mod qp;
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::net::{IpAddr, SocketAddr};
+use std::ptr::null_mut;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use softrdma::rdma_cm::{CmEvent, ConnId, ConnParam, PortSpace};
+
+use self::abi::*;
+use self::events::EventData;
+use crate::abi::*;
+use crate::objects::{self, Ctx};
+
+/// An `rdma_cm_id`: the C struct the application reads, then ours.
+#[repr(C)]
+pub struct Id {
+    pub c: rdma_cm_id,
+    pub st: Mutex<IdState>,
+}
+
+/// What librdmacm keeps in its `cma_id_private`.
+#[derive(Default)]
+pub struct IdState {
+    /// The channel is the id's own (made for a synchronous id).
+    pub sync: bool,
+    /// The connection, once connecting or requested.
+    pub conn: Option<ConnId>,
+    /// The port it listens on.
+    pub listening: Option<u16>,
+    /// `rdma_create_ep`'s QP attributes for the requests of a listener.
+    pub qp_init: Option<ibv_qp_init_attr>,
+    /// The QP's CQs and their channels were made by `rdma_create_qp`.
+    pub own_cqs: (bool, bool),
+    /// A request's READ/atomic depths, as the event gave them (the
+    /// defaults of `rdma_accept` without parameters).
+    pub req_depths: Option<(u8, u8)>,
+}
+
+impl Id {
+    /// The id behind an application's pointer (NULL → None).
+    ///
+    /// # Safety
+    /// `p` is NULL or an id of this module not destroyed yet.
+    pub unsafe fn from_ptr<'a>(p: *mut rdma_cm_id) -> Option<&'a mut Id> {
+        // SAFETY: per the contract; Id is repr(C) with the C struct first.
+        unsafe { p.cast::<Id>().as_mut() }
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, IdState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device the id is bound to.
+    pub fn ctx(&self) -> Option<&'static Ctx> {
+        if self.c.verbs.is_null() {
+            return None;
+        }
+        // SAFETY: `verbs` is only ever set to a context of `contexts()`,
+        // which stay open for the rest of the process.
+        Some(unsafe { Ctx::from_ptr(self.c.verbs) })
+    }
+
+    pub fn as_ptr(&mut self) -> *mut rdma_cm_id {
+        &mut self.c
+    }
+}
+
+/// Connections and listeners by device (the address of its `Ctx`), so
+/// that the pump finds the id an event is for.
+#[derive(Default)]
+pub struct Registry {
+    pub conns: HashMap<(usize, u32), usize>,
+    pub listeners: HashMap<(usize, u16), usize>,
+}
+
+pub fn registry() -> MutexGuard<'static, Registry> {
+    static R: OnceLock<Mutex<Registry>> = OnceLock::new();
+    R.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every device (the addresses of their `Ctx`), opened once (as librdmacm opens them all at its first
+/// call) and never closed; each with its pump thread.
+pub fn contexts() -> &'static [usize] {
+    static CTXS: OnceLock<Vec<usize>> = OnceLock::new();
+    CTXS.get_or_init(|| {
+        let mut n: c_int = 0;
+        // SAFETY: this library's own device list; `n` is a live int.
+        let list = unsafe { crate::device::ibv_get_device_list(&mut n) };
+        if list.is_null() {
+            return Vec::new();
+        }
+        let mut v = Vec::new();
+        for i in 0..n.max(0) as usize {
+            // SAFETY: i < n entries of the list; each is a device of ours.
+            let ctx = unsafe { crate::device::ibv_open_device(*list.add(i)) };
+            if ctx.is_null() {
+                continue;
+            }
+            // SAFETY: just opened; contexts of this list are never closed.
+            let c: &'static Ctx = unsafe { Ctx::from_ptr(ctx) };
+            v.push(c as *const Ctx as usize);
+            start_pump(c);
+        }
+        // SAFETY: the list came from ibv_get_device_list.
+        unsafe { crate::device::ibv_free_device_list(list) };
+        v
+    })
+}
+
+/// A context of [`contexts`] from its address (the registry's key).
+pub fn ctx_at(a: usize) -> &'static Ctx {
+    // SAFETY: addresses of `contexts()`' Ctxs, open for the rest of the
+    // process.
+    unsafe { &*(a as *const Ctx) }
+}
+
+/// The device for a local address: the one with that IP, or the first
+/// (the default device) for a wildcard.
+pub fn ctx_for(ip: Option<IpAddr>) -> Option<&'static Ctx> {
+    let all = contexts();
+    let first = all.first().map(|&a| ctx_at(a));
+    match ip {
+        None => first,
+        Some(ip) if ip.is_unspecified() => first,
+        Some(ip) => all
+            .iter()
+            .map(|&a| ctx_at(a))
+            .find(|c| c.dev.addr().ip() == ip),
+    }
+}
+
+/// The port space of `ps`, for the CM's service IDs.
+pub fn port_space(ps: u32) -> Option<PortSpace> {
+    match ps {
+        RDMA_PS_TCP => Some(PortSpace::Tcp),
+        RDMA_PS_UDP => Some(PortSpace::Udp),
+        RDMA_PS_IB => Some(PortSpace::Ib),
+        _ => None,
+    }
+}
+
+/// The pump: waits for the device's CM events and routes each one.
+fn start_pump(ctx: &'static Ctx) {
+    let cm = ctx.dev.cm();
+    // The context goes by address: it is never closed.
+    let key = ctx as *const Ctx as usize;
+    let spawned = std::thread::Builder::new()
+        .name("softrdma-rdmacm".into())
+        .spawn(move || loop {
+            // The fd is signalled when events wait; the timeout only
+            // bounds a missed wake-up.
+            if crate::ffi::wait_readable(cm.fd(), 200) {
+                crate::ffi::drain_eventfd(cm.fd());
+            }
+            while let Ok(Some(ev)) = cm.get_event(Duration::ZERO) {
+                route(ctx_at(key), ev);
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("softrdma: rdma_cm: cannot start the event thread: {e}");
+    }
+}
+
+/// The id an event of `ctx` is for, and the event to queue.
+fn route(ctx: &'static Ctx, ev: CmEvent<SocketAddr>) {
+    let key = ctx as *const Ctx as usize;
+    let reg = registry();
+    let (conn, kind, status, data) = match ev {
+        CmEvent::ConnectRequest { conn, req, .. } => {
+            let port = (req.service_id & 0xFFFF) as u16;
+            let Some(&listener) = reg.listeners.get(&(key, port)) else {
+                drop(reg);
+                let _ = ctx.dev.cm().reject(conn, &[]);
+                return;
+            };
+            drop(reg);
+            let r = Request {
+                port,
+                private_data: req.private_data.to_vec(),
+                initiator_depth: req.initiator_depth,
+                responder_resources: req.responder_resources,
+                flow_control: req.end_to_end_flow_control,
+                retry_count: req.retry_count,
+                rnr_retry_count: req.rnr_retry_count,
+                qpn: req.local_qpn,
+            };
+            request(ctx, listener, conn, &r);
+            return;
+        }
+        CmEvent::Established { conn } => (conn, RDMA_CM_EVENT_ESTABLISHED, 0, Vec::new()),
+        CmEvent::Rejected {
+            conn,
+            reason,
+            private_data,
+        } => (
+            conn,
+            RDMA_CM_EVENT_REJECTED,
+            c_int::from(reason.code()),
+            private_data,
+        ),
+        CmEvent::Unreachable { conn } => (
+            conn,
+            RDMA_CM_EVENT_UNREACHABLE,
+            -libc::ETIMEDOUT,
+            Vec::new(),
+        ),
+        CmEvent::Disconnected { conn, private_data } => {
+            (conn, RDMA_CM_EVENT_DISCONNECTED, 0, private_data)
+        }
+        CmEvent::TimewaitExit { conn } => (conn, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, Vec::new()),
+        _ => return,
+    };
+    let Some(&id) = reg.conns.get(&(key, conn.0)) else {
+        return;
+    };
+    // SAFETY: registered ids are live (destroy unregisters first, under
+    // this lock, which is held until the event is queued).
+    let id = unsafe { &mut *(id as *mut Id) };
+    let ev = EventData {
+        kind,
+        status,
+        listen_id: null_mut(),
+        private_data: data,
+        conn: None,
+    };
+    events::push(id.c.channel, id.as_ptr(), ev);
+    drop(reg);
+}
+
+/// What a connection request's event needs of the REQ.
+struct Request {
+    port: u16,
+    private_data: Vec<u8>,
+    initiator_depth: u8,
+    responder_resources: u8,
+    flow_control: bool,
+    retry_count: u8,
+    rnr_retry_count: u8,
+    qpn: u32,
+}
+
+/// A connection request for `listener`: a new id on the listener's
+/// channel (a synchronous listener's requests are taken by
+/// `rdma_get_request`) and its CONNECT_REQUEST event.
+fn request(ctx: &'static Ctx, listener: usize, conn: ConnId, req: &Request) {
+    let key = ctx as *const Ctx as usize;
+    let mut reg = registry();
+    // The listener may have gone between the two locks.
+    if reg.listeners.values().all(|&l| l != listener) {
+        drop(reg);
+        let _ = ctx.dev.cm().reject(conn, &[]);
+        return;
+    }
+    // SAFETY: a registered listener is live (see `route`).
+    let l = unsafe { &mut *(listener as *mut Id) };
+    let (src, user) = match softrdma::rdma_cm::parse_req_private_data(&req.private_data) {
+        Ok((h, user)) => (Some(SocketAddr::new(h.src, h.src_port)), user.to_vec()),
+        Err(_) => (None, Vec::new()),
+    };
+    let local = SocketAddr::new(ctx.dev.addr().ip(), req.port);
+    let id = new_id(l.c.channel, l.c.context, l.c.ps, l.c.qp_type);
+    // SAFETY: just made.
+    let idr = unsafe { &mut *id };
+    idr.c.verbs = ctx.as_ibv();
+    addr::set_route(&mut idr.c.route, Some(local), src);
+    // The event's depths are the receiver's: what the requester keeps
+    // outstanding is what we must accept, and the other way round.
+    let depths = (req.initiator_depth, req.responder_resources);
+    {
+        let mut st = idr.state();
+        st.conn = Some(conn);
+        st.req_depths = Some(depths);
+    }
+    reg.conns.insert((key, conn.0), id as usize);
+    let p = rdma_conn_param {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: depths.0,
+        initiator_depth: depths.1,
+        flow_control: u8::from(req.flow_control),
+        retry_count: req.retry_count,
+        rnr_retry_count: req.rnr_retry_count,
+        srq: 0,
+        qp_num: req.qpn,
+    };
+    let ev = EventData {
+        kind: RDMA_CM_EVENT_CONNECT_REQUEST,
+        status: 0,
+        listen_id: l.as_ptr(),
+        private_data: user,
+        conn: Some(p),
+    };
+    events::push(l.c.channel, idr.as_ptr(), ev);
+    drop(reg);
+}
+
+/// A new id (not yet bound), leaked; freed by `free_id`.
+pub fn new_id(
+    channel: *mut rdma_event_channel,
+    context: *mut std::ffi::c_void,
+    ps: u32,
+    qp_type: u32,
+) -> *mut Id {
+    // SAFETY: all-zero is a valid rdma_route (integers, NULL pointers and
+    // sockaddr_storage bytes, family AF_UNSPEC).
+    let route: rdma_route = unsafe { std::mem::zeroed() };
+    objects::leak(Id {
+        c: rdma_cm_id {
+            verbs: null_mut(),
+            channel,
+            context,
+            qp: null_mut(),
+            route,
+            ps,
+            port_num: 1,
+            event: null_mut(),
+            send_cq_channel: null_mut(),
+            send_cq: null_mut(),
+            recv_cq_channel: null_mut(),
+            recv_cq: null_mut(),
+            srq: null_mut(),
+            pd: null_mut(),
+            qp_type,
+        },
+        st: Mutex::new(IdState::default()),
+    })
+}
+
+/// `rdma_conn_param` → softrdma's, with librdmacm's defaults for NULL.
+///
+/// # Safety
+/// `p` is NULL or readable, its private data readable for its length.
+pub unsafe fn conn_param(p: *const rdma_conn_param, defaults: ConnParam) -> ConnParam {
+    // SAFETY: per the contract.
+    let Some(p) = (unsafe { p.as_ref() }) else {
+        return defaults;
+    };
+    let data = if p.private_data.is_null() || p.private_data_len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: per the contract, private_data_len readable bytes.
+        unsafe {
+            std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
+        }
+        .to_vec()
+    };
+    ConnParam {
+        private_data: data,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        retry_count: p.retry_count.min(7),
+        rnr_retry_count: p.rnr_retry_count.min(7),
+    }
+}
+
+/// Waits for a synchronous id's next event, as librdmacm's
+/// `ucma_complete`: keeps it in `id->event` (acking the one before) and
+/// fails with its status (ECONNREFUSED for a reject). Asynchronous ids
+/// return at once.
+pub fn complete(id: &mut Id) -> Result<(), c_int> {
+    if !id.state().sync {
+        return Ok(());
+    }
+    if !id.c.event.is_null() {
+        events::free(id.c.event);
+        id.c.event = null_mut();
+    }
+    let ev = events::pop(id.c.channel, true)?;
+    id.c.event = ev;
+    // SAFETY: a live event just taken.
+    let e = unsafe { &*ev };
+    match (e.event, e.status) {
+        (_, 0) => Ok(()),
+        (RDMA_CM_EVENT_REJECTED, _) => Err(libc::ECONNREFUSED),
+        (_, s) if s < 0 => Err(-s),
+        (_, s) => Err(s),
+    }
+}

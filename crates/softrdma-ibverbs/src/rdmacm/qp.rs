@@ -1,0 +1,200 @@
+//! The QP of an id (`rdma_create_qp`, `rdma_destroy_qp`): made with this
+//! library's own verbs, on the device's default PD when none is given,
+//! with a CQ and completion channel of its own for each queue the caller
+//! gave none for (their context is the id, as `rdma_get_send_comp` and
+//! `rdma_get_recv_comp` of `<rdma/rdma_verbs.h>` check), and moved to INIT
+//! at once so that receives can be posted before the connection exists.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::ptr::null_mut;
+use std::sync::{Mutex, OnceLock};
+
+use super::Id;
+use crate::abi::*;
+use crate::objects::{self, Ctx};
+use crate::{device, verbs};
+
+/// `ibv_qp_attr_mask` bits and `ibv_qp_state` values used here.
+const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
+const IBV_QP_PKEY_INDEX: c_int = 1 << 4;
+const IBV_QP_PORT: c_int = 1 << 5;
+const IBV_QPS_INIT: u32 = 1;
+const IBV_QPS_ERR: u32 = 6;
+/// Local write, remote write, remote read, remote atomic.
+const RDMA_CM_ACCESS: u32 = 0xF;
+
+fn last_errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .filter(|&e| e != 0)
+        .unwrap_or(libc::EINVAL)
+}
+
+/// The device's default PD (librdmacm's per-device PD), made once.
+fn default_pd(ctx: &'static Ctx) -> Result<*mut ibv_pd, c_int> {
+    static PDS: OnceLock<Mutex<HashMap<usize, usize>>> = OnceLock::new();
+    let mut pds = PDS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let key = ctx as *const Ctx as usize;
+    if let Some(&pd) = pds.get(&key) {
+        return Ok(pd as *mut ibv_pd);
+    }
+    // SAFETY: an open context of this library.
+    let pd = unsafe { verbs::ibv_alloc_pd(ctx.as_ibv()) };
+    if pd.is_null() {
+        return Err(last_errno());
+    }
+    pds.insert(key, pd as usize);
+    Ok(pd)
+}
+
+/// A completion channel and a CQ of `cqe` entries on it, for `id`.
+fn new_cq(id: &mut Id, cqe: u32) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
+    let verbs_ctx = id.c.verbs;
+    // SAFETY: an open context of this library.
+    let ch = unsafe { device::ibv_create_comp_channel(verbs_ctx) };
+    if ch.is_null() {
+        return Err(last_errno());
+    }
+    let cqe = cqe.clamp(1, i32::MAX as u32) as c_int;
+    let me: *mut Id = id;
+    // SAFETY: an open context and its live channel.
+    let cq = unsafe { verbs::ibv_create_cq(verbs_ctx, cqe, me.cast(), ch, 0) };
+    if cq.is_null() {
+        let e = last_errno();
+        // SAFETY: the channel just made, unused.
+        unsafe { device::ibv_destroy_comp_channel(ch) };
+        return Err(e);
+    }
+    Ok((ch, cq))
+}
+
+/// Destroys a CQ and its channel made by [`new_cq`] (NULLs skipped).
+fn free_cq(ch: *mut ibv_comp_channel, cq: *mut ibv_cq) {
+    if !cq.is_null() {
+        // SAFETY: a CQ of this library no QP uses any more.
+        unsafe { verbs::ibv_destroy_cq(cq) };
+    }
+    if !ch.is_null() {
+        // SAFETY: its channel, unused once the CQ is gone.
+        unsafe { device::ibv_destroy_comp_channel(ch) };
+    }
+}
+
+/// `rdma_create_qp`.
+///
+/// # Safety
+/// `pd` is NULL or a live PD of the id's device; `attr`'s CQs and SRQ
+/// are NULL or live.
+pub unsafe fn create_qp(
+    id: &mut Id,
+    pd: *mut ibv_pd,
+    attr: &mut ibv_qp_init_attr,
+) -> Result<(), c_int> {
+    let ctx = id.ctx().ok_or(libc::EINVAL)?;
+    if !id.c.qp.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let pd = if pd.is_null() { default_pd(ctx)? } else { pd };
+    if attr.qp_type == 0 {
+        attr.qp_type = id.c.qp_type;
+    }
+    let own_send = attr.send_cq.is_null();
+    let own_recv = attr.recv_cq.is_null();
+    if own_send {
+        let (ch, cq) = new_cq(id, attr.cap.max_send_wr)?;
+        (id.c.send_cq_channel, id.c.send_cq, attr.send_cq) = (ch, cq, cq);
+    }
+    if own_recv {
+        match new_cq(id, attr.cap.max_recv_wr) {
+            Ok((ch, cq)) => (id.c.recv_cq_channel, id.c.recv_cq, attr.recv_cq) = (ch, cq, cq),
+            Err(e) => {
+                free_own_cqs(id, own_send, false);
+                return Err(e);
+            }
+        }
+    }
+    // SAFETY: a live PD, attributes with live CQs (per the contract).
+    let qp = unsafe { verbs::ibv_create_qp(pd, attr) };
+    if qp.is_null() {
+        let e = last_errno();
+        free_own_cqs(id, own_send, own_recv);
+        return Err(e);
+    }
+    id.c.qp = qp;
+    id.c.pd = pd;
+    id.state().own_cqs = (own_send, own_recv);
+    if attr.qp_type == IBV_QPT_RC_C {
+        if let Err(e) = to_init(qp) {
+            destroy_qp(id);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+const IBV_QPT_RC_C: u32 = super::abi::IBV_QPT_RC;
+
+/// The QP to INIT with rdma_cm's access rights (port 1, P_Key index 0).
+fn to_init(qp: *mut ibv_qp) -> Result<(), c_int> {
+    // SAFETY: all-zero is a valid ibv_qp_attr (integers and a GID union).
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.pkey_index = 0;
+    a.qp_access_flags = RDMA_CM_ACCESS;
+    let mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    // SAFETY: a live QP of this library and a live attribute struct.
+    match unsafe { verbs::ibv_modify_qp(qp, &mut a, mask) } {
+        0 => Ok(()),
+        e => Err(e),
+    }
+}
+
+/// Moves the id's QP (if any) to ERR, flushing its work requests.
+pub fn to_error(id: &mut Id) {
+    if id.c.qp.is_null() {
+        return;
+    }
+    // SAFETY: as in `to_init`.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = IBV_QPS_ERR;
+    // SAFETY: the id's live QP.
+    let _ = unsafe { verbs::ibv_modify_qp(id.c.qp, &mut a, IBV_QP_STATE) };
+}
+
+fn free_own_cqs(id: &mut Id, send: bool, recv: bool) {
+    if send {
+        free_cq(id.c.send_cq_channel, id.c.send_cq);
+        (id.c.send_cq_channel, id.c.send_cq) = (null_mut(), null_mut());
+    }
+    if recv {
+        free_cq(id.c.recv_cq_channel, id.c.recv_cq);
+        (id.c.recv_cq_channel, id.c.recv_cq) = (null_mut(), null_mut());
+    }
+}
+
+/// `rdma_destroy_qp`: the QP, then the CQs made for it.
+pub fn destroy_qp(id: &mut Id) {
+    if id.c.qp.is_null() {
+        return;
+    }
+    // SAFETY: the id's live QP.
+    unsafe { verbs::ibv_destroy_qp(id.c.qp) };
+    id.c.qp = null_mut();
+    let (send, recv) = std::mem::take(&mut id.state().own_cqs);
+    free_own_cqs(id, send, recv);
+}
+
+/// The softrdma QP behind the id's QP.
+///
+/// # Safety
+/// The id's QP is NULL or live.
+pub unsafe fn soft_qp(id: &Id) -> Option<&softrdma::Qp> {
+    let qp = id.c.qp.cast::<objects::Qp>();
+    // SAFETY: per the contract; a live Qp object whose `qp` is set.
+    unsafe { qp.as_ref()?.qp.as_ref() }
+}
