@@ -142,6 +142,61 @@ fn rdma_server_and_rdma_client() {
     }
 }
 
+/// rping (asynchronous ids on an event channel it polls from a thread of
+/// its own, RDMA READ and WRITE of advertised buffers): 20 pings of 4000
+/// bytes, each validated (`-V`) and printed (`-v`) by both sides.
+#[test]
+fn rping_validated() {
+    if !have(&["rping"]) {
+        return;
+    }
+    let _g = common::serial();
+    let args = ["-C", "20", "-S", "4000", "-V", "-v", "-a", "127.0.77.8"];
+    let mut server = vec!["-s"];
+    server.extend(args);
+    let mut client = vec!["-c"];
+    client.extend(args);
+    let (s, c) = pair(
+        cmd("rping", &server, "127.0.77.8"),
+        cmd("rping", &client, "127.0.77.9"),
+        [127, 0, 77, 8],
+        Duration::from_secs(30),
+    );
+    assert!(s.ok && c.ok, "server: {}\nclient: {}", show(&s), show(&c));
+    for (o, prefix) in [
+        (&c, "ping data: rdma-ping-"),
+        (&s, "server ping data: rdma-ping-"),
+    ] {
+        let pings = o.stdout.lines().filter(|l| l.starts_with(prefix)).count();
+        assert_eq!(pings, 20, "{}", show(o));
+    }
+}
+
+/// ucmatose with 4 connections at once on one channel, 20 messages each
+/// way on each: both report "return status 0".
+#[test]
+fn ucmatose_four_connections() {
+    if !have(&["ucmatose"]) {
+        return;
+    }
+    let _g = common::serial();
+    let (s, c) = pair(
+        cmd("ucmatose", &["-c", "4", "-C", "20"], "127.0.77.10"),
+        cmd(
+            "ucmatose",
+            &["-s", "127.0.77.10", "-c", "4", "-C", "20"],
+            "127.0.77.11",
+        ),
+        [127, 0, 77, 10],
+        Duration::from_secs(30),
+    );
+    assert!(s.ok && c.ok, "server: {}\nclient: {}", show(&s), show(&c));
+    for o in [&s, &c] {
+        assert!(o.stdout.contains("data transfers complete"), "{}", show(o));
+        assert!(o.stdout.contains("return status 0"), "{}", show(o));
+    }
+}
+
 /// A peer device with nothing listening on the port: the REQ gets REJ 8
 /// (invalid service ID) and rdma_connect fails with ECONNREFUSED.
 #[test]

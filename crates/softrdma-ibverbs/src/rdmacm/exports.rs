@@ -587,12 +587,21 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_disconnect(id: *mut rdma_cm_id) ->
 
 /// The QP to ERR (flushing its work, as librdmacm does), then the DREQ
 /// (or the DREP to the peer's); a synchronous id waits for DISCONNECTED.
+/// A connection already down is not an error for an asynchronous id, as
+/// with the kernel (whose rdma_disconnect tries a DREQ, then a DREP, and
+/// returns 0); a synchronous one would wait for an event that never comes.
 fn disconnect(id: &mut Id) -> R {
     let ctx = id.ctx().ok_or(libc::EINVAL)?;
-    let conn = id.state().conn.ok_or(libc::EINVAL)?;
+    let (conn, sync) = {
+        let st = id.state();
+        (st.conn.ok_or(libc::EINVAL)?, st.sync)
+    };
     super::qp::to_error(id);
-    ctx.dev.cm().disconnect(conn, &[]).map_err(|e| e.errno())?;
-    complete(id)
+    match ctx.dev.cm().disconnect(conn, &[]) {
+        Ok(()) => complete(id),
+        Err(e) if sync => Err(e.errno()),
+        Err(_) => Ok(()),
+    }
 }
 
 // ----- endpoints and address info -----
