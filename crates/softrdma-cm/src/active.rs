@@ -202,7 +202,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         let wait = iba_time(service_timeout) + iba_time(c.ack_timeout);
         if let Some(p) = c.pending.as_mut() {
             p.wait = wait;
-            c.timers.set(Timer::Resend, now + wait);
+            self.arm(id, Timer::Resend, now + wait);
         }
     }
 

@@ -7,7 +7,8 @@
 //! holds what they share: sending (once, or with retries), timers,
 //! timewait, and forgetting a connection.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 
 use chacha20::ChaCha20Rng;
@@ -48,6 +49,10 @@ pub struct CmAgent<A> {
     transmits: VecDeque<(A, [u8; MAD_LEN])>,
     events: VecDeque<Event<A>>,
     pub(crate) stats: Stats,
+    /// Every deadline armed, earliest first; an entry whose connection no
+    /// longer has that timer at that time is stale and skipped (a thousand
+    /// connections in timewait must not make every deadline a scan).
+    deadlines: BinaryHeap<Reverse<(Instant, ConnId, bool)>>,
 }
 
 impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
@@ -62,6 +67,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             by_remote_qpn: HashMap::new(),
             sidr_by_remote: HashMap::new(),
             listeners: HashSet::new(),
+            deadlines: BinaryHeap::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -114,28 +120,41 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         self.events.pop_front()
     }
 
-    /// When [`CmAgent::on_timeout`] must next be called.
+    /// When [`CmAgent::on_timeout`] must next be called (possibly early,
+    /// for a timer stopped since: that call then only forgets it).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.conns.values().filter_map(|c| c.timers.next()).min()
+        self.deadlines.peek().map(|Reverse((at, _, _))| *at)
     }
 
     /// Runs every timer that expired by `now`.
     pub fn on_timeout(&mut self, now: Instant) {
-        let due: Vec<(ConnId, Timer)> = self
-            .conns
-            .values()
-            .flat_map(|c| {
-                [Timer::Resend, Timer::Timewait]
-                    .into_iter()
-                    .filter(|t| c.timers.get(*t).is_some_and(|at| at <= now))
-                    .map(move |t| (c.id, t))
-            })
-            .collect();
-        for (id, t) in due {
+        while let Some(&Reverse((at, id, timewait))) = self.deadlines.peek() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop();
+            let t = if timewait {
+                Timer::Timewait
+            } else {
+                Timer::Resend
+            };
+            let armed = self.conns.get(&id).and_then(|c| c.timers.get(t));
+            if armed != Some(at) {
+                continue; // stopped or moved since
+            }
             match t {
                 Timer::Resend => self.resend_due(id, now),
                 Timer::Timewait => self.timewait_over(id),
             }
+        }
+    }
+
+    /// Arms timer `t` of connection `id` at `at`.
+    pub(crate) fn arm(&mut self, id: ConnId, t: Timer, at: Instant) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.timers.set(t, at);
+            self.deadlines
+                .push(Reverse((at, id, matches!(t, Timer::Timewait))));
         }
     }
 
@@ -208,8 +227,8 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             retries_left: c.max_retries,
             wait,
         });
-        c.timers.set(Timer::Resend, now + wait);
         let peer = c.peer;
+        self.arm(id, Timer::Resend, now + wait);
         self.send(peer, mad);
     }
 
@@ -238,7 +257,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         }
         p.retries_left -= 1;
         let (mad, wait, peer) = (p.mad, p.wait, c.peer);
-        c.timers.set(Timer::Resend, now + wait);
+        self.arm(id, Timer::Resend, now + wait);
         self.send(peer, mad);
     }
 
@@ -274,7 +293,8 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         c.state = State::Timewait;
         c.pending = None;
         c.timers.stop(Timer::Resend);
-        c.timers.set(Timer::Timewait, now + iba_time(c.ack_timeout));
+        let at = now + iba_time(c.ack_timeout);
+        self.arm(id, Timer::Timewait, at);
     }
 
     fn timewait_over(&mut self, id: ConnId) {

@@ -75,10 +75,6 @@ impl Timers {
     pub fn get(&self, t: Timer) -> Option<Instant> {
         self.0[Self::index(t)]
     }
-    /// The earliest armed deadline.
-    pub fn next(&self) -> Option<Instant> {
-        self.0.iter().flatten().min().copied()
-    }
 }
 
 /// A message resent until its answer arrives.

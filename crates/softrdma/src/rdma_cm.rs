@@ -52,6 +52,14 @@ pub struct ConnParam {
     pub retry_count: u8,
     /// RNR retries (0-7; 7 = forever).
     pub rnr_retry_count: u8,
+    /// How long each side's CM may take to answer, as the REQ's 5-bit
+    /// exponent (4.096 µs × 2^n; rdma_cm's 20, about 4 s). With the path's
+    /// round trip it is the wait before a REQ or DREQ is sent again.
+    pub cm_response_timeout: u8,
+    /// Times a REQ (and later a DREQ) is sent again before the connection
+    /// is given up as unreachable (0-15; rdma_cm's 15). The two bound how
+    /// long a connect to a peer that never answers takes.
+    pub max_cm_retries: u8,
 }
 
 impl Default for ConnParam {
@@ -62,8 +70,34 @@ impl Default for ConnParam {
             initiator_depth: 16,
             retry_count: 7,
             rnr_retry_count: 7,
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
         }
     }
+}
+
+impl ConnParam {
+    /// The field a CM message cannot carry, if any.
+    fn check(&self) -> Result<()> {
+        let bad = |what: &str, v: u8, max: u8| Error::Cm {
+            errno: libc_einval(),
+            message: format!("ConnParam.{what} is {v}; at most {max}"),
+        };
+        let fields = [
+            ("retry_count", self.retry_count, 7),
+            ("rnr_retry_count", self.rnr_retry_count, 7),
+            ("cm_response_timeout", self.cm_response_timeout, 31),
+            ("max_cm_retries", self.max_cm_retries, 15),
+        ];
+        match fields.into_iter().find(|&(_, v, max)| v > max) {
+            Some((what, v, max)) => Err(bad(what, v, max)),
+            None => Ok(()),
+        }
+    }
+}
+
+fn libc_einval() -> i32 {
+    softrdma_engine::errno::EINVAL
 }
 
 /// The connection manager of one device ([`Context::cm`]).
@@ -102,6 +136,7 @@ impl Cm {
     /// now and to RTS when the peer accepts; [`CmEvent::Established`] or a
     /// failure follows.
     pub fn connect(&self, qp: &Qp, dst: SocketAddr, p: &ConnParam) -> Result<ConnId> {
+        p.check()?;
         let dev = &self.ctx.dev;
         let ep = qp.endpoint();
         // The CMA header's source port names the active side's id.
@@ -123,6 +158,9 @@ impl Cm {
         )
         .map_err(cm_error)?;
         params.path_mtu = dev.active_mtu.to_ibv() as u8;
+        params.remote_cm_response_timeout = p.cm_response_timeout;
+        params.local_cm_response_timeout = p.cm_response_timeout;
+        params.max_cm_retries = p.max_cm_retries;
         let peer = SocketAddr::new(dst.ip(), dev.addr.port());
         let qpn = ep.qpn;
         self.command(|cm, e, now| Ok(cm.connect(e, now, peer, qpn, &params)?))
@@ -131,6 +169,7 @@ impl Cm {
     /// Accepts connection request `conn` on `qp` (RC, in RESET): the QP
     /// goes to RTS with the request's numbers and the REP leaves.
     pub fn accept(&self, conn: ConnId, qp: &Qp, p: &ConnParam) -> Result<()> {
+        p.check()?;
         let ep = qp.endpoint();
         let params = softrdma_cm::AcceptParams {
             qpn: ep.qpn.raw(),

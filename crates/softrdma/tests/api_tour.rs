@@ -8,6 +8,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use softrdma::cm::{self, ConnInfo};
+use softrdma::rdma_cm::{CmEvent, ConnId, ConnParam, PortSpace};
 use softrdma::{
     AccessFlags, CompChannel, ConnectOptions, Context, Cq, DeviceConfig, Event, FaultSpec, Mr, Qp,
     QpState, QpType, RecvWr, RemoteRegion, SendOp, SendWr, UdDest, WcFlags, WcOpcode, WcStatus,
@@ -273,6 +274,38 @@ fn capture_and_faults(dir: &std::path::Path) -> Result<Context> {
 }
 // doc: end
 
+// doc: rdma_cm
+/// Server: waits (10 s at most) for a connection request on `port` and
+/// accepts it on `qp`, which the CM moves to RTS.
+fn cm_serve(ctx: &Context, port: u16, qp: &Qp) -> Result<Option<ConnId>> {
+    let cm = ctx.cm();
+    cm.listen(PortSpace::Tcp, port)?;
+    match cm.get_event(Duration::from_secs(10))? {
+        Some(CmEvent::ConnectRequest { conn, .. }) => {
+            cm.accept(conn, qp, &ConnParam::default())?;
+            Ok(Some(conn))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Client: connects `qp` to the listener at `server` (its address and
+/// port); true once established.
+fn cm_join(ctx: &Context, server: SocketAddr, qp: &Qp) -> Result<bool> {
+    let cm = ctx.cm();
+    let conn = cm.connect(qp, server, &ConnParam::default())?;
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < end {
+        match cm.get_event(Duration::from_millis(100))? {
+            Some(CmEvent::Established { conn: c }) if c == conn => return Ok(true),
+            Some(CmEvent::Rejected { .. } | CmEvent::Unreachable { .. }) => return Ok(false),
+            _ => {}
+        }
+    }
+    Ok(false)
+}
+// doc: end
+
 /// Each ```rust block of docs/api.md appears in this file.
 #[test]
 fn api_md_code_is_compiled_here() {
@@ -406,4 +439,23 @@ fn tour_capture_and_faults() {
     drop(ctx);
     let cap = common::check_capture(&dir.0.join("srx0.pcap"));
     assert_eq!(cap.frames, 0);
+}
+
+#[test]
+fn tour_rdma_cm() {
+    let a = Context::open_with(&common::udp_loopback()).unwrap();
+    let b = Context::open_with(&common::udp_loopback()).unwrap();
+    let (_ca, _ma, qa) = objects(&a).unwrap();
+    let (_cb, _mb, qb) = objects(&b).unwrap();
+    let server = SocketAddr::new(b.addr().ip(), 7473);
+    let (accepted, joined) = std::thread::scope(|s| {
+        let srv = s.spawn(|| cm_serve(&b, 7473, &qb));
+        // The listener is up before the REQ leaves (one sooner is rejected).
+        std::thread::sleep(Duration::from_millis(200));
+        let joined = cm_join(&a, server, &qa);
+        (srv.join().unwrap(), joined)
+    });
+    assert!(accepted.unwrap().is_some(), "the server took a request");
+    assert!(joined.unwrap(), "the client is connected");
+    assert_eq!((qa.state(), qb.state()), (QpState::Rts, QpState::Rts));
 }

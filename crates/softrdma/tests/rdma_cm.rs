@@ -170,3 +170,98 @@ fn private_data_over_the_limit_is_einval() {
     assert_eq!(e.errno(), 22, "{e}");
     assert_eq!(a.qp.state(), QpState::Reset, "nothing happened to the QP");
 }
+
+/// Fast CM retries: each REQ/DREQ waits ~0.6 s (twice the path's packet
+/// lifetime, 268 ms, plus the 67 ms response timeout), sent 3 times.
+fn quick() -> ConnParam {
+    ConnParam {
+        cm_response_timeout: 14,
+        max_cm_retries: 2,
+        ..ConnParam::default()
+    }
+}
+
+#[test]
+fn an_address_nobody_answers_at_is_unreachable_within_the_configured_time() {
+    let a = side(device(softrdma::shm::Transport::Udp));
+    let cm = a.ctx.cm();
+    // A loopback address with no device: the REQs go nowhere.
+    let dst: SocketAddr = "127.0.0.251:7471".parse().unwrap();
+    let start = Instant::now();
+    let c = cm.connect(&a.qp, dst, &quick()).unwrap();
+    let ev = wait_for(&cm, |e| matches!(e, CmEvent::Unreachable { .. }));
+    let took = start.elapsed();
+    assert!(matches!(ev, CmEvent::Unreachable { conn } if conn == c));
+    // Three sends ~0.6 s apart: not before the last wait ran out, and
+    // well within what a loaded machine adds.
+    assert!(
+        took >= Duration::from_millis(1500),
+        "gave up after {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "gave up only after {took:?}"
+    );
+}
+
+#[test]
+fn a_peer_gone_mid_connection_still_ends_in_disconnected_without_a_hang() {
+    let a = side(device(softrdma::shm::Transport::Udp));
+    let b = side(device(softrdma::shm::Transport::Udp));
+    let (cma, cmb) = (a.ctx.cm(), b.ctx.cm());
+    cmb.listen(PortSpace::Tcp, PORT + 2).unwrap();
+    let dst = SocketAddr::new(b.ctx.addr().ip(), PORT + 2);
+    let ca = cma.connect(&a.qp, dst, &quick()).unwrap();
+    let CmEvent::ConnectRequest { conn: cb, .. } =
+        wait_for(&cmb, |e| matches!(e, CmEvent::ConnectRequest { .. }))
+    else {
+        unreachable!()
+    };
+    cmb.accept(cb, &b.qp, &quick()).unwrap();
+    wait_for(
+        &cma,
+        |e| matches!(e, CmEvent::Established { conn } if *conn == ca),
+    );
+    drop(cmb);
+    drop(b); // the peer's device closes: nothing answers any more
+    let start = Instant::now();
+    cma.disconnect(ca, &[]).unwrap();
+    wait_for(
+        &cma,
+        |e| matches!(e, CmEvent::Disconnected { conn, .. } if *conn == ca),
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+    wait_for(
+        &cma,
+        |e| matches!(e, CmEvent::TimewaitExit { conn } if *conn == ca),
+    );
+}
+
+#[test]
+fn conn_params_the_wire_cannot_carry_are_einval() {
+    let a = side(device(softrdma::shm::Transport::Udp));
+    let dst: SocketAddr = "127.0.0.251:7471".parse().unwrap();
+    for bad in [
+        ConnParam {
+            max_cm_retries: 16,
+            ..ConnParam::default()
+        },
+        ConnParam {
+            cm_response_timeout: 32,
+            ..ConnParam::default()
+        },
+        ConnParam {
+            retry_count: 8,
+            ..ConnParam::default()
+        },
+    ] {
+        let e = a.ctx.cm().connect(&a.qp, dst, &bad).unwrap_err();
+        assert_eq!(e.errno(), 22, "{e}");
+        assert!(e.to_string().contains("ConnParam."), "{e}");
+    }
+    assert_eq!(a.qp.state(), QpState::Reset);
+}

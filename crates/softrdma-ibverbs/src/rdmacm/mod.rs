@@ -381,6 +381,7 @@ pub unsafe fn conn_param(p: *const rdma_conn_param, defaults: ConnParam) -> Conn
         initiator_depth: p.initiator_depth,
         retry_count: p.retry_count.min(7),
         rnr_retry_count: p.rnr_retry_count.min(7),
+        ..defaults
     }
 }
 
