@@ -276,6 +276,38 @@ fn every_rdmacm_utils_binary_loads() {
     }
 }
 
+/// Bad arguments (NULL pointers, an unknown port space, an address no
+/// device has, a port in use) fail with rdma-core's errno, the stubs with
+/// ENOSYS, and the event channel's fd is readable exactly while events
+/// wait: `tests/c/api_checks.c`, built against the drop-in library.
+#[test]
+fn c_api_checks() {
+    if !have(&["cc"]) {
+        return;
+    }
+    let dir = lib_dir();
+    let exe = dir.join("api_checks");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/api_checks.c");
+    let built = Command::new("cc")
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg(dir.join("librdmacm.so.1"))
+        .status()
+        .expect("cc runs");
+    assert!(built.success(), "cc failed on {src}");
+    let o = common::run(
+        cmd(&exe.to_string_lossy(), &["127.0.77.12"], "127.0.77.12"),
+        Duration::from_secs(20),
+    );
+    assert!(o.ok && !o.stdout.contains("FAIL"), "{}", show(&o));
+    assert!(
+        o.stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 30,
+        "{}",
+        show(&o)
+    );
+}
+
 /// The library's exports are exactly what rdma-core v44's librdmacm
 /// exports, with the same versions, and it needs libibverbs.so.1.
 #[test]

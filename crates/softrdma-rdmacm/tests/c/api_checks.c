@@ -1,0 +1,131 @@
+/* Checks the drop-in librdmacm's answers to bad arguments, its ENOSYS
+ * stubs and the event channel's fd, without rdma-core's headers (Debian
+ * packages them in librdmacm-dev): the few declarations needed are
+ * written out here, with the layout of rdma-core v44 on x86-64.
+ * Prints "ok <what>" per check, "FAIL <what>" and exits 1 on a failure. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+struct chan { int fd; };
+struct cm_event {          /* struct rdma_cm_event, first fields */
+    void *id, *listen_id;
+    int event, status;
+    unsigned char param[56];
+};
+struct conn_param {        /* struct rdma_conn_param */
+    const void *private_data;
+    uint8_t private_data_len, responder_resources, initiator_depth,
+        flow_control, retry_count, rnr_retry_count, srq;
+    uint32_t qp_num;
+};
+
+struct chan *rdma_create_event_channel(void);
+void rdma_destroy_event_channel(struct chan *);
+int rdma_create_id(struct chan *, void **, void *, int);
+int rdma_destroy_id(void *);
+int rdma_bind_addr(void *, struct sockaddr *);
+int rdma_resolve_addr(void *, struct sockaddr *, struct sockaddr *, int);
+int rdma_listen(void *, int);
+int rdma_get_cm_event(struct chan *, struct cm_event **);
+int rdma_ack_cm_event(struct cm_event *);
+int rdma_connect(void *, struct conn_param *);
+int rdma_getaddrinfo(const char *, const char *, const void *, void **);
+const char *rdma_event_str(int);
+int rdma_join_multicast(void *, struct sockaddr *, void *);
+void **rdma_get_devices(int *);
+int rsocket(int, int, int);
+
+#define PS_TCP 0x0106
+static int failed;
+
+static void check(int cond, const char *what)
+{
+    printf("%s %s\n", cond ? "ok" : "FAIL", what);
+    if (!cond)
+        failed = 1;
+}
+
+static int fails_with(int ret, int err) { return ret == -1 && errno == err; }
+
+static struct sockaddr_in sin_of(const char *ip, int port)
+{
+    struct sockaddr_in s;
+    memset(&s, 0, sizeof s);
+    s.sin_family = AF_INET;
+    s.sin_port = htons(port);
+    inet_pton(AF_INET, ip, &s.sin_addr);
+    return s;
+}
+
+static int readable(int fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    return poll(&p, 1, 0) == 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dev_ip = argc > 1 ? argv[1] : "127.0.0.1";
+    struct chan *ch = rdma_create_event_channel();
+    struct cm_event *ev;
+    void *id, *id2, *res;
+    int ret;
+
+    check(ch != NULL && ch->fd >= 0, "channel with an fd");
+    check(fails_with(rdma_create_id(ch, NULL, NULL, PS_TCP), EINVAL), "create_id NULL out: EINVAL");
+    check(fails_with(rdma_create_id(ch, &id, NULL, 0x7777), EINVAL), "create_id bad port space: EINVAL");
+    check(fails_with(rdma_bind_addr(NULL, NULL), EINVAL), "bind_addr NULL id: EINVAL");
+    check(fails_with(rdma_get_cm_event(NULL, &ev), EINVAL), "get_cm_event NULL channel: EINVAL");
+    check(fails_with(rdma_get_cm_event(ch, NULL), EINVAL), "get_cm_event NULL out: EINVAL");
+    check(fails_with(rdma_ack_cm_event(NULL), EINVAL), "ack_cm_event NULL: EINVAL");
+    check(fails_with(rdma_getaddrinfo(NULL, NULL, NULL, &res), EINVAL), "getaddrinfo no node, no service: EINVAL");
+    check(fails_with(rdma_getaddrinfo(NULL, "7471", NULL, NULL), EINVAL), "getaddrinfo NULL out: EINVAL");
+    check(strcmp(rdma_event_str(9), "RDMA_CM_EVENT_ESTABLISHED") == 0, "event_str(9)");
+    check(strcmp(rdma_event_str(99), "UNKNOWN EVENT") == 0, "event_str(99)");
+    check(fails_with(rdma_join_multicast(NULL, NULL, NULL), ENOSYS), "join_multicast: ENOSYS");
+    check(fails_with(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS), "rsocket: ENOSYS");
+    errno = 0;
+    check(rdma_get_devices(NULL) == NULL && errno == ENOSYS, "get_devices: NULL, ENOSYS");
+
+    ret = rdma_create_id(ch, &id, NULL, PS_TCP);
+    check(ret == 0 && id != NULL, "create_id");
+    struct sockaddr_in nodev = sin_of("192.0.2.1", 0);
+    check(fails_with(rdma_bind_addr(id, (struct sockaddr *)&nodev), ENODEV), "bind to an address no device has: ENODEV");
+    check(fails_with(rdma_bind_addr(id, NULL), EINVAL), "bind NULL address: EINVAL");
+    check(fails_with(rdma_resolve_addr(id, NULL, NULL, 100), EINVAL), "resolve_addr NULL destination: EINVAL");
+    check(fails_with(rdma_connect(id, NULL), EINVAL), "connect before resolving: EINVAL");
+
+    /* The fd is readable exactly while events wait. */
+    check(!readable(ch->fd), "fd not readable before events");
+    struct sockaddr_in dst = sin_of(dev_ip, 7471);
+    check(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 100) == 0, "resolve_addr");
+    check(readable(ch->fd), "fd readable with ADDR_RESOLVED queued");
+    ev = NULL;
+    check(rdma_get_cm_event(ch, &ev) == 0 && ev && ev->event == 0 && ev->status == 0 && ev->id == id,
+          "ADDR_RESOLVED for the id");
+    check(rdma_ack_cm_event(ev) == 0, "ack");
+    check(!readable(ch->fd), "fd not readable once taken");
+
+    /* Two listeners on one port: the second is EADDRINUSE. */
+    struct sockaddr_in any = sin_of(dev_ip, 7480);
+    check(rdma_create_id(ch, &id2, NULL, PS_TCP) == 0, "second id");
+    void *id3;
+    check(rdma_create_id(ch, &id3, NULL, PS_TCP) == 0, "third id");
+    check(rdma_bind_addr(id2, (struct sockaddr *)&any) == 0 && rdma_listen(id2, 1) == 0, "listen");
+    check(rdma_bind_addr(id3, (struct sockaddr *)&any) == 0, "bind the same port");
+    check(fails_with(rdma_listen(id3, 1), EADDRINUSE), "listen on a port in use: EADDRINUSE");
+    check(rdma_destroy_id(id2) == 0, "destroy the listener");
+    check(rdma_listen(id3, 1) == 0, "listen once the port is free");
+
+    check(rdma_destroy_id(id3) == 0 && rdma_destroy_id(id) == 0, "destroy ids");
+    check(fails_with(rdma_destroy_id(NULL), EINVAL), "destroy_id NULL: EINVAL");
+    rdma_destroy_event_channel(ch);
+    return failed;
+}
