@@ -197,6 +197,58 @@ fn ucmatose_four_connections() {
     }
 }
 
+/// perftest with `-R` (its QPs made and connected through rdma_cm):
+/// `ib_write_lat` and `ib_send_bw` complete on both sides and print their
+/// result lines.
+#[test]
+fn perftest_over_rdma_cm() {
+    if !have(&["ib_write_lat", "ib_send_bw"]) {
+        return;
+    }
+    let _g = common::serial();
+    for (tool, args, ip) in [
+        (
+            "ib_write_lat",
+            ["-R", "-n", "200", "-s", "64"],
+            "127.0.77.13",
+        ),
+        (
+            "ib_send_bw",
+            ["-R", "-n", "200", "-s", "4096"],
+            "127.0.77.14",
+        ),
+    ] {
+        let mut cargs = args.to_vec();
+        cargs.push(ip);
+        let octets: Vec<u8> = ip.split('.').map(|o| o.parse().expect("octet")).collect();
+        let (s, c) = pair(
+            cmd(tool, &args, ip),
+            cmd(tool, &cargs, "127.0.77.15"),
+            [octets[0], octets[1], octets[2], octets[3]],
+            Duration::from_secs(60),
+        );
+        assert!(
+            s.ok && c.ok,
+            "{tool} server: {}\nclient: {}",
+            show(&s),
+            show(&c)
+        );
+        for o in [&s, &c] {
+            assert!(
+                o.stdout.contains("Data ex. method : rdma_cm"),
+                "{tool}: {}",
+                show(o)
+            );
+            let size = args[4];
+            let result = o
+                .stdout
+                .lines()
+                .any(|l| l.split_whitespace().take(2).eq([size, "200"]));
+            assert!(result, "{tool}: no result line: {}", show(o));
+        }
+    }
+}
+
 /// A peer device with nothing listening on the port: the REQ gets REJ 8
 /// (invalid service ID) and rdma_connect fails with ECONNREFUSED.
 #[test]
