@@ -6,7 +6,7 @@
 //! synchronous behaviour of ids made without a channel (`rdma_create_ep`'s)
 //! is `super::complete`.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::ptr::null_mut;
 
 use softrdma::rdma_cm::ConnParam;
@@ -92,8 +92,6 @@ pub extern "C" fn softrdma_rdmacm_rdma_event_str(event: c_uint) -> *const c_char
         .unwrap_or(c"UNKNOWN EVENT")
         .as_ptr()
 }
-
-use std::ffi::c_uint;
 
 // ----- ids -----
 

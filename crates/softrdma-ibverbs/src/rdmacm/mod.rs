@@ -192,32 +192,47 @@ fn start_pump(ctx: &'static Ctx) {
     }
 }
 
-/// The id an event of `ctx` is for, and the event to queue.
+/// Queues a device event for the id it concerns.
 fn route(ctx: &'static Ctx, ev: CmEvent<SocketAddr>) {
-    let key = ctx as *const Ctx as usize;
+    if let CmEvent::ConnectRequest { conn, req, .. } = ev {
+        let r = Request {
+            port: (req.service_id & 0xFFFF) as u16,
+            private_data: req.private_data.to_vec(),
+            initiator_depth: req.initiator_depth,
+            responder_resources: req.responder_resources,
+            flow_control: req.end_to_end_flow_control,
+            retry_count: req.retry_count,
+            rnr_retry_count: req.rnr_retry_count,
+            qpn: req.local_qpn,
+        };
+        return request(ctx, conn, &r);
+    }
+    let Some((conn, kind, status, private_data)) = conn_event(ev) else {
+        return;
+    };
     let reg = registry();
-    let (conn, kind, status, data) = match ev {
-        CmEvent::ConnectRequest { conn, req, .. } => {
-            let port = (req.service_id & 0xFFFF) as u16;
-            let Some(&listener) = reg.listeners.get(&(key, port)) else {
-                drop(reg);
-                let _ = ctx.dev.cm().reject(conn, &[]);
-                return;
-            };
-            drop(reg);
-            let r = Request {
-                port,
-                private_data: req.private_data.to_vec(),
-                initiator_depth: req.initiator_depth,
-                responder_resources: req.responder_resources,
-                flow_control: req.end_to_end_flow_control,
-                retry_count: req.retry_count,
-                rnr_retry_count: req.rnr_retry_count,
-                qpn: req.local_qpn,
-            };
-            request(ctx, listener, conn, &r);
-            return;
-        }
+    let Some(&id) = reg.conns.get(&(ctx as *const Ctx as usize, conn.0)) else {
+        return;
+    };
+    // SAFETY: registered ids are live (destroy unregisters first, under
+    // this lock, which is held until the event is queued).
+    let id = unsafe { &mut *(id as *mut Id) };
+    let ev = EventData {
+        kind,
+        status,
+        listen_id: null_mut(),
+        private_data,
+        conn: None,
+    };
+    events::push(id.c.channel, id.as_ptr(), ev);
+    drop(reg);
+}
+
+/// A connection's event as rdma_cm reports it: (connection, type,
+/// status, private data). REJECTED's status is the IB reject reason,
+/// UNREACHABLE's -ETIMEDOUT, as the kernel's.
+fn conn_event(ev: CmEvent<SocketAddr>) -> Option<(ConnId, u32, c_int, Vec<u8>)> {
+    Some(match ev {
         CmEvent::Established { conn } => (conn, RDMA_CM_EVENT_ESTABLISHED, 0, Vec::new()),
         CmEvent::Rejected {
             conn,
@@ -239,23 +254,8 @@ fn route(ctx: &'static Ctx, ev: CmEvent<SocketAddr>) {
             (conn, RDMA_CM_EVENT_DISCONNECTED, 0, private_data)
         }
         CmEvent::TimewaitExit { conn } => (conn, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, Vec::new()),
-        _ => return,
-    };
-    let Some(&id) = reg.conns.get(&(key, conn.0)) else {
-        return;
-    };
-    // SAFETY: registered ids are live (destroy unregisters first, under
-    // this lock, which is held until the event is queued).
-    let id = unsafe { &mut *(id as *mut Id) };
-    let ev = EventData {
-        kind,
-        status,
-        listen_id: null_mut(),
-        private_data: data,
-        conn: None,
-    };
-    events::push(id.c.channel, id.as_ptr(), ev);
-    drop(reg);
+        _ => return None,
+    })
 }
 
 /// What a connection request's event needs of the REQ.
@@ -273,15 +273,15 @@ struct Request {
 /// A connection request for `listener`: a new id on the listener's
 /// channel (a synchronous listener's requests are taken by
 /// `rdma_get_request`) and its CONNECT_REQUEST event.
-fn request(ctx: &'static Ctx, listener: usize, conn: ConnId, req: &Request) {
+fn request(ctx: &'static Ctx, conn: ConnId, req: &Request) {
     let key = ctx as *const Ctx as usize;
     let mut reg = registry();
-    // The listener may have gone between the two locks.
-    if reg.listeners.values().all(|&l| l != listener) {
+    let Some(&listener) = reg.listeners.get(&(key, req.port)) else {
+        // The listener went away after the CM took the REQ.
         drop(reg);
         let _ = ctx.dev.cm().reject(conn, &[]);
         return;
-    }
+    };
     // SAFETY: a registered listener is live (see `route`).
     let l = unsafe { &mut *(listener as *mut Id) };
     let (src, user) = match softrdma::rdma_cm::parse_req_private_data(&req.private_data) {
