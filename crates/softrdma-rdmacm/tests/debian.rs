@@ -249,6 +249,41 @@ fn perftest_over_rdma_cm() {
     }
 }
 
+/// cmtime's client makes, connects, disconnects and destroys 10
+/// connections at once (asynchronous ids on one channel) and prints the
+/// time of each step; its server serves until killed.
+#[test]
+fn cmtime_ten_connections() {
+    if !have(&["cmtime"]) {
+        return;
+    }
+    let _g = common::serial();
+    let (_s, c) = pair(
+        cmd("cmtime", &[], "127.0.77.16"),
+        cmd("cmtime", &["-s", "127.0.77.16", "-c", "10"], "127.0.77.17"),
+        [127, 0, 77, 16],
+        Duration::from_secs(10),
+    );
+    assert!(c.ok, "{}", show(&c));
+    for step in [
+        "create id",
+        "resolve addr",
+        "resolve route",
+        "create qp",
+        "connect",
+        "disconnect",
+        "destroy",
+    ] {
+        assert!(
+            c.stdout
+                .lines()
+                .any(|l| l.starts_with(step) && l.contains(':')),
+            "no {step} line: {}",
+            show(&c)
+        );
+    }
+}
+
 /// A peer device with nothing listening on the port: the REQ gets REJ 8
 /// (invalid service ID) and rdma_connect fails with ECONNREFUSED.
 #[test]
