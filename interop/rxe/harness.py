@@ -51,6 +51,7 @@ GUEST_BINS = [
 ]
 RXE_PROVIDER = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"
 RXE_DRIVER_FILE = "/etc/libibverbs.d/rxe.driver"
+LIBGCC_S = "/lib/x86_64-linux-gnu/libgcc_s.so.1"
 # Roots of the guest's module set; dependencies are added from modinfo.
 # rdma_ucm brings rdma_cm, ib_cm and iw_cm: the kernel CM (--capture-cm).
 MODULE_ROOTS = ["crc32_generic", "virtio_pci", "virtio_net", "rdma_rxe", "rdma_ucm"]
@@ -219,6 +220,10 @@ def ensure_initramfs(cache: Path, kdir: Path) -> Path:
             raise Fail(f"{p} missing (package ibverbs-providers)")
         files.add(p)
         files.update(ldd_deps(p))
+    # glibc loads libgcc_s with dlopen when a thread exits (pthread_exit,
+    # rping's CM thread): ldd does not list it.
+    if Path(LIBGCC_S).exists():
+        files.add(LIBGCC_S)
     if not Path(RXE_DRIVER_FILE).exists():
         raise Fail(f"{RXE_DRIVER_FILE} missing (package ibverbs-providers)")
     h = hashlib.sha256()
@@ -328,6 +333,16 @@ def build_host_tools():
                 link.symlink_to(lib.resolve())
                 tools["dropin"] = d
                 tools["dropin_note"] = ""
+                # The drop-in librdmacm.so.1 beside it (rping, ucmatose).
+                log("cargo build --release -p softrdma-rdmacm")
+                r = subprocess.run(["cargo", "build", "--release", "-q", "-p",
+                                    "softrdma-rdmacm"], cwd=REPO)
+                cm_lib = rel / "librdmacm.so"
+                cm_link = d / "librdmacm.so.1"
+                if cm_link.is_symlink() or cm_link.exists():
+                    cm_link.unlink()
+                if r.returncode == 0 and cm_lib.exists():
+                    cm_link.symlink_to(cm_lib.resolve())
     # The IB CM example that speaks rdma_server/rdma_client's exchange.
     log("cargo build --release -p softrdma --example cm_ping")
     run(["cargo", "build", "--release", "-q", "-p", "softrdma", "--example", "cm_ping"],
@@ -724,6 +739,10 @@ def build_cases(tools):
     # rdma_server / rdma_client examples against softrdma's cm_ping.
     cases.append(Case("cm-rdma_server-guestsrv", "rdma_server", "guest", "cm", 16))
     cases.append(Case("cm-rdma_client-hostsrv", "rdma_client", "host", "cm", 16))
+    # Debian's rping on the drop-in libibverbs + librdmacm against the
+    # guest's rping over the kernel's rdma_cm: 10 validated pings each way.
+    for server in ["guest", "host"]:
+        cases.append(Case(f"dropin-rping-4000-{server}srv", "rping", server, "dropin", 4000))
     # The probe goes first: softrdma as responder and requester, both ways.
     probe = next(c for c in cases if c.id == "peer-write_lat-512-hostsrv")
     cases.remove(probe)
@@ -759,6 +778,9 @@ def host_command(case, tools, port, gidx_unused=None):
         if tools["dropin"] is None and not prefix:
             return tools["dropin_note"]
         pre = prefix or ["env", f"LD_LIBRARY_PATH={tools['dropin']}"]
+        if case.tool == "rping":
+            side = ["-s"] if case.server == "host" else ["-c", "-a", GUEST_IP]
+            return pre + ["rping"] + side + rping_args(case, port)
         if case.tool.startswith("ibv_"):
             a = [case.tool, "-d", "srx0", "-g", "0", "-p", str(port), "-n", str(ITERS),
                  "-s", str(case.size), "-c"]
@@ -780,8 +802,21 @@ def host_command(case, tools, port, gidx_unused=None):
     return f"fail: unknown implementation {case.impl}"
 
 
+def rping_args(case, port):
+    """rping's options on both sides: the port, 10 pings of the case's size, verbose, validated."""
+    return ["-p", str(port), "-C", "10", "-S", str(case.size), "-v", "-V"]
+
+
+def rdma_cm_only(case):
+    """Programs that listen through rdma_cm, on no TCP port."""
+    return case.impl == "cm" or case.tool == "rping"
+
+
 def guest_command(case, gidx, port):
     client = "" if case.server == "guest" else f" {HOST_IP}"
+    if case.tool == "rping":
+        side = "-s" if case.server == "guest" else f"-c -a {HOST_IP}"
+        return f"rping {side} {' '.join(rping_args(case, port))}"
     if case.impl == "cm":
         return (f"rdma_server -p {port}" if case.server == "guest"
                 else f"rdma_client -s {HOST_IP} -p {port}")
@@ -900,7 +935,7 @@ def run_case(case, tools, ns, guest, out, port):
     job = case.id.replace("%", "pc")
     hrc, grc, gout = 0, 0, ""
     try:
-        if case.server == "guest" and case.impl == "cm":
+        if case.server == "guest" and rdma_cm_only(case):
             # rdma_cm listens on no TCP port: give it the time to start.
             guest.start(job, gcmd)
             time.sleep(CM_SERVER_START_SECS)
@@ -919,8 +954,13 @@ def run_case(case, tools, ns, guest, out, port):
         else:
             hproc = spawn(ns.exec(hcmd), env=env, stdout=open(hlog, "wb"),
                           stderr=subprocess.STDOUT)
-            ready = (wait_log_line(hlog, "listening", hproc) if case.impl == "cm"
-                     else wait_host_listen(ns, port, hproc))
+            if case.impl == "cm":
+                ready = wait_log_line(hlog, "listening", hproc)
+            elif rdma_cm_only(case):
+                time.sleep(CM_SERVER_START_SECS)  # rping -s prints nothing until a client comes
+                ready = hproc.poll() is None
+            else:
+                ready = wait_host_listen(ns, port, hproc)
             if not ready:
                 problems.append("host server never listened")
             guest.start(job, gcmd)
