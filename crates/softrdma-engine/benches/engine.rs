@@ -146,11 +146,6 @@ impl RegionMemory for RawMem {
     fn tx_addr(&self, offset: usize) -> Option<usize> {
         (offset <= self.len).then(|| self.ptr as usize + offset)
     }
-    fn read_crc32(&self, crc: u32, head: &[u8], offset: usize, dst: &mut [u8]) -> u32 {
-        assert!(offset + dst.len() <= self.len);
-        // SAFETY: in bounds (checked above); dst is a distinct buffer.
-        unsafe { softrdma_wire::icrc::crc32_copy_raw(crc, head, self.ptr.add(offset), dst) }
-    }
 }
 
 // ----- timing -----

@@ -55,18 +55,6 @@ pub trait RegionMemory: Send + Sync {
         self.read(offset, &mut buf);
         softrdma_wire::icrc::crc32(crc, head, &buf)
     }
-
-    /// Copies the `dst.len()` bytes at `offset` into `dst` and returns the
-    /// CRC-32 continuing from `crc` over `head` and then them (as
-    /// `softrdma_wire::icrc::crc32` computes it): a sender's payload moved
-    /// into its packet with its share of the ICRC. The default copies, then
-    /// checksums the copy; drivers over process memory do both in one pass
-    /// (`softrdma_wire::icrc::crc32_copy_raw`), which saves a pass over
-    /// every payload the engine copies.
-    fn read_crc32(&self, crc: u32, head: &[u8], offset: usize, dst: &mut [u8]) -> u32 {
-        self.read(offset, dst);
-        softrdma_wire::icrc::crc32(crc, head, dst)
-    }
 }
 
 /// A region model backed by a `Vec`, for tests and simulation. Every access

@@ -8,14 +8,13 @@
 use crate::handle::{Lkey, Qpn};
 use std::net::SocketAddr;
 
-use softrdma_wire::packet::{emit_around, emit_filling, emit_in_place, payload_offset};
+use softrdma_wire::packet::{emit_around, emit_in_place, payload_offset};
 use softrdma_wire::{
     AtomicEthRepr, BthRepr, DethRepr, Endpoints, Headers, OpKind, Opcode, Position, Psn, RethRepr,
     Transport,
 };
 
 use crate::congestion::{SendVerdict, SentPacket};
-use crate::memory::RegionMemory;
 use crate::qp::{Qp, SendWqe, WqeView};
 use crate::qp_attr::QpType;
 use crate::resources::Resources;
@@ -66,33 +65,14 @@ pub struct TxPayload {
     pub region_offset: usize,
 }
 
-/// A payload piece of one packet lying in one region (one SGE that passed
-/// the checks of `Resources::gather`).
+/// A payload piece of one packet lying in one region, to be sent by reference.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ZcPiece {
     pub lkey: Lkey,
     /// Offset in the region.
     pub base: usize,
-    /// Its address, to be sent by reference ([`TxPayload`]); `None`: it is
-    /// copied into the packet as its ICRC is taken
-    /// (`RegionMemory::read_crc32`), one pass instead of two.
-    pub addr: Option<usize>,
+    pub addr: usize,
 }
-
-/// Where the payload of a packet being sealed comes from.
-enum PayloadSource<'m> {
-    /// Already in the buffer at its offset.
-    InBuffer,
-    /// Copied from a region at this offset as the ICRC is taken.
-    Region(&'m dyn RegionMemory, usize),
-    /// Left in a region, sent by reference (its `addr` is set).
-    ByRef(&'m dyn RegionMemory, ZcPiece),
-}
-
-/// The shortest payload copied into its packet by `read_crc32` rather than
-/// `gather` then the ICRC: below, the CRC kernels do not take it in one
-/// pass anyway.
-pub(crate) const FILL_MIN: usize = 512;
 
 /// A request packet built by `build_request`, not yet sealed and counted.
 pub(crate) struct BuiltRequest {
@@ -156,8 +136,7 @@ impl Qp {
         self.finish_packet_zc(res, ctx, bth, headers, payload_len, dst, None)
     }
 
-    /// [`Self::finish_packet`] for a payload that may be left in a region,
-    /// or copied from it as the ICRC is taken (`zc`).
+    /// [`Self::finish_packet`] for a payload that may be left in a region (`zc`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn finish_packet_zc(
         &mut self,
@@ -169,86 +148,36 @@ impl Qp {
         dst: SocketAddr,
         zc: Option<ZcPiece>,
     ) -> Option<Transmit> {
-        let sealed = match zc {
-            None => self.seal(
-                ctx,
-                bth,
-                &headers,
-                payload_len,
-                dst,
-                PayloadSource::InBuffer,
-            ),
-            Some(p) => {
-                let mem = &*res.mrs.get(&p.lkey)?.mem;
-                let src = match p.addr {
-                    None => PayloadSource::Region(mem, p.base),
-                    Some(_) => PayloadSource::ByRef(mem, p),
-                };
-                self.seal(ctx, bth, &headers, payload_len, dst, src)
-            }
-        }?;
-        Some(self.count_sent(res, sealed))
-    }
-
-    /// [`Self::finish_packet`] for a payload copied out of `mem` at
-    /// `offset` as the ICRC is taken.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn finish_packet_from(
-        &mut self,
-        res: &mut Resources,
-        ctx: &mut TxCtx<'_>,
-        bth: BthRepr,
-        headers: Headers,
-        payload_len: usize,
-        dst: SocketAddr,
-        (mem, offset): (&dyn RegionMemory, usize),
-    ) -> Option<Transmit> {
-        let src = PayloadSource::Region(mem, offset);
-        let sealed = self.seal(ctx, bth, &headers, payload_len, dst, src)?;
-        Some(self.count_sent(res, sealed))
-    }
-
-    /// Writes the headers, the payload from `src`, the pad and the ICRC.
-    fn seal(
-        &self,
-        ctx: &mut TxCtx<'_>,
-        bth: BthRepr,
-        headers: &Headers,
-        payload_len: usize,
-        dst: SocketAddr,
-        src: PayloadSource<'_>,
-    ) -> Option<Transmit> {
         // Every packet a QP sends (requests, ACKs, NAKs, READ responses,
         // atomic ACKs) carries its P_Key, which the peer checks.
         let mut bth = bth;
         bth.pkey = self.pkey();
         let ep = self.endpoints(ctx, dst);
-        let (len, payload) = match src {
-            PayloadSource::InBuffer => (
-                emit_in_place(&bth, headers, ctx.buf, payload_len, &ep).ok()?,
+        let (len, payload) = match zc {
+            None => (
+                emit_in_place(&bth, &headers, ctx.buf, payload_len, &ep).ok()?,
                 None,
             ),
-            PayloadSource::Region(mem, base) => {
-                let fill =
-                    |crc, head: &[u8], hole: &mut [u8]| mem.read_crc32(crc, head, base, hole);
-                let len = emit_filling(&bth, headers, ctx.buf, payload_len, &ep, fill).ok()?;
-                (len, None)
-            }
-            PayloadSource::ByRef(mem, p) => {
-                let len = emit_around(&bth, headers, ctx.buf, payload_len, &ep, |crc, head| {
+            Some(p) => {
+                let mem = &res.mrs.get(&p.lkey)?.mem;
+                let len = emit_around(&bth, &headers, ctx.buf, payload_len, &ep, |crc, head| {
                     mem.crc32(crc, head, p.base, payload_len)
                 })
                 .ok()?;
                 let payload = TxPayload {
-                    offset: payload_offset(headers),
+                    offset: payload_offset(&headers),
                     len: payload_len,
-                    addr: p.addr?,
+                    addr: p.addr,
                     lkey: p.lkey,
                     region_offset: p.base,
                 };
                 (len, Some(payload))
             }
         };
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += len as u64;
+        res.counters.tx_packets += 1;
+        res.counters.tx_bytes += len as u64;
         Some(Transmit {
             len,
             endpoints: ep,
@@ -256,15 +185,6 @@ impl Qp {
             ecn: self.cc.ecn_to_send(),
             payload,
         })
-    }
-
-    /// Counts a sealed packet as sent.
-    fn count_sent(&mut self, res: &mut Resources, t: Transmit) -> Transmit {
-        self.counters.tx_packets += 1;
-        self.counters.tx_bytes += t.len as u64;
-        res.counters.tx_packets += 1;
-        res.counters.tx_bytes += t.len as u64;
-        t
     }
 
     fn npkts_of(&self, w: &SendWqe) -> u32 {
@@ -658,8 +578,8 @@ impl Qp {
         // a region that allows it; otherwise (and for every error,
         // which the copy then reports) copied.
         let by_ref = match &wqe.inline {
-            None if seg > 0 && (ctx.gather || seg as usize >= FILL_MIN) => {
-                res.payload_ref(&wqe.sges, self.pd, offset, seg as usize, ctx.gather)
+            None if ctx.gather && seg > 0 => {
+                res.payload_ref(&wqe.sges, self.pd, offset, seg as usize)
             }
             _ => None,
         };

@@ -359,18 +359,16 @@ impl Resources {
     }
 
     /// Where the `len` bytes starting `offset` bytes into the SGE list lie,
-    /// when they lie inside one SGE that passes the checks [`Self::gather`]
-    /// makes: with `by_ref`, for a send by reference (the region must be
-    /// readable in place, [`crate::RegionMemory::tx_addr`]), else for a
-    /// copy into the packet with the ICRC. `None` otherwise, and the caller
-    /// copies with `gather`, which reports any error.
+    /// for a send by reference: `Some` when they lie inside one SGE whose
+    /// region may be read in place ([`crate::RegionMemory::tx_addr`]) and
+    /// the SGE passes the checks [`Self::gather`] makes. `None` otherwise,
+    /// and the caller copies with `gather`, which reports any error.
     pub(crate) fn payload_ref(
         &self,
         sges: &[Sge],
         pd: PdHandle,
         mut offset: u64,
         len: usize,
-        by_ref: bool,
     ) -> Option<crate::requester::ZcPiece> {
         for s in sges {
             let l = u64::from(s.length);
@@ -383,10 +381,7 @@ impl Resources {
             }
             let (mr, base) = self.local_mr(s, pd, AccessFlags::empty()).ok()?;
             let at = base + offset as usize;
-            let addr = if by_ref { mr.mem.tx_addr(at) } else { None };
-            if addr.is_none() && len < crate::requester::FILL_MIN {
-                return None;
-            }
+            let addr = mr.mem.tx_addr(at)?;
             return Some(crate::requester::ZcPiece {
                 lkey: s.lkey,
                 base: at,

@@ -15,7 +15,7 @@ use softrdma_wire::{
 
 use crate::qp::{AckHold, AtomicResource, InMsg, Qp, ReadJob, RespOut};
 use crate::qp_attr::{AccessFlags, Gid, QpType};
-use crate::requester::{Transmit, TxCtx, FILL_MIN};
+use crate::requester::{Transmit, TxCtx};
 use crate::resources::{Mr, RecvWqe, Resources};
 use crate::rules::{self, RemoteDenied};
 use crate::time::Instant;
@@ -770,11 +770,6 @@ impl Qp {
                             }
                         }
                     };
-                    // A long payload is copied as its ICRC is taken (one pass).
-                    let (fill, region) = match region {
-                        Some(r) if seg as usize >= FILL_MIN => (Some(r), None),
-                        r => (None, r),
-                    };
                     let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
                     if let Some((mem, o)) = region {
                         mem.read(o, dstbuf);
@@ -789,18 +784,6 @@ impl Qp {
                         job.remaining -= seg;
                     }
                     let bth = BthRepr::new(opcode, remote_qpn.raw(), psn);
-                    if let Some((mem, o)) = fill {
-                        let from = (&*mem, o);
-                        return self.finish_packet_from(
-                            res,
-                            ctx,
-                            bth,
-                            headers,
-                            seg as usize,
-                            dst,
-                            from,
-                        );
-                    }
                     return self.finish_packet(res, ctx, bth, headers, seg as usize, dst);
                 }
             }

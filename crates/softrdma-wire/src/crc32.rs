@@ -174,65 +174,6 @@ pub(crate) unsafe fn checksum_raw(crc: u32, head: &[u8], body: *const u8, len: u
     unsafe { on_path(active(), crc, head, body, len, None) }
 }
 
-/// [`checksum_raw`] that also copies the body to `dst` (as long as the
-/// body), in one pass where the path's kernel takes the input: a sender's
-/// payload leaves its region for the packet with its share of the ICRC.
-///
-/// # Safety
-/// `body` must be valid for reads of `dst.len()` bytes for the duration of
-/// the call, and not overlap `dst`.
-pub(crate) unsafe fn checksum_copy_raw(
-    crc: u32,
-    head: &[u8],
-    body: *const u8,
-    dst: &mut [u8],
-) -> u32 {
-    // SAFETY: `active` returns only supported paths; the rest is passed on.
-    unsafe { copy_on_path(active(), crc, head, body, dst) }
-}
-
-/// [`checksum_copy_raw`] on `path`.
-///
-/// # Safety
-/// `path` is supported; otherwise as [`checksum_copy_raw`].
-unsafe fn copy_on_path(path: Path, crc: u32, head: &[u8], body: *const u8, dst: &mut [u8]) -> u32 {
-    let len = dst.len();
-    if let Some((block, min)) = path.kernel() {
-        if (4..=MAX_HEAD).contains(&head.len()) && head.len() + len >= min && len >= block + 4 {
-            // SAFETY: as `folded` would take it (head of 4 to MAX_HEAD
-            // bytes), and `dst` is writable for `len` bytes.
-            return unsafe { padded_into::<true>(path, crc, head, body, len, dst.as_mut_ptr()) };
-        }
-    }
-    // Two passes: the copy, then the CRC of the copy.
-    // SAFETY: the body is readable for `len` bytes and does not overlap `dst`.
-    unsafe { std::ptr::copy_nonoverlapping(body, dst.as_mut_ptr(), len) };
-    // SAFETY: `path` is supported; a slice is readable.
-    unsafe { on_path(path, crc, head, dst.as_ptr(), len, Some(dst)) }
-}
-
-/// [`copy_on_path`] on a given path (an unsupported one runs as
-/// [`Path::Portable`]): for tests that compare the paths.
-///
-/// # Safety
-/// As [`checksum_copy_raw`].
-#[cfg(test)]
-pub(crate) unsafe fn checksum_copy_raw_on(
-    path: Path,
-    crc: u32,
-    head: &[u8],
-    body: *const u8,
-    dst: &mut [u8],
-) -> u32 {
-    let path = if path.supported() {
-        path
-    } else {
-        Path::Portable
-    };
-    // SAFETY: checked just above; the rest by the contract.
-    unsafe { copy_on_path(path, crc, head, body, dst) }
-}
-
 /// [`checksum_raw`] on a given path (an unsupported one runs as
 /// [`Path::Portable`]): for tests that compare the paths.
 ///
@@ -352,25 +293,6 @@ unsafe fn folded(path: Path, crc: u32, head: &[u8], body: *const u8, len: usize)
 /// `path` is supported and has a kernel, `4 <= head.len() <= MAX_HEAD`,
 /// and `body` is readable for `len` bytes.
 unsafe fn padded(path: Path, crc: u32, head: &[u8], body: *const u8, len: usize) -> u32 {
-    // SAFETY: passed on; nothing is copied.
-    unsafe { padded_into::<false>(path, crc, head, body, len, std::ptr::null_mut()) }
-}
-
-/// [`padded`], also copying the body to `dst` when `COPY`: the body bytes
-/// that go into the first blocks with a plain copy, the rest by the kernel
-/// as it folds them.
-///
-/// # Safety
-/// As [`padded`], and with `COPY` `dst` is writable for `len` bytes and
-/// does not overlap the body.
-unsafe fn padded_into<const COPY: bool>(
-    path: Path,
-    crc: u32,
-    head: &[u8],
-    body: *const u8,
-    len: usize,
-    dst: *mut u8,
-) -> u32 {
     let Some((block, _)) = path.kernel() else {
         return crc; // unreachable: only paths with a kernel come here
     };
@@ -397,24 +319,17 @@ unsafe fn padded_into<const COPY: bool>(
     // `pad + h`, so at least `first_len`: the body has `split < block` bytes.
     let split = first_len - pad - h;
     let (rest, rest_len) = (body.wrapping_add(split), len - split);
-    let rest_dst = dst.wrapping_add(split);
-    if COPY {
-        // SAFETY: `split < len` body bytes are readable and `dst` writable
-        // for them (caller's contract); the two do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(body, dst, split) };
-    }
     // SAFETY: `path` is supported (caller's contract), so its kernel's
     // features are present; `first` holds `first_len` initialised bytes
-    // and the remaining `rest_len` body bytes (whole blocks) are readable,
-    // and with `COPY` writable at `rest_dst`.
+    // and the remaining `rest_len` body bytes (whole blocks) are readable.
     unsafe {
         match path {
             #[cfg(target_arch = "x86_64")]
-            Path::Avx512 => x86::avx512::run::<COPY>(f, first_len, rest, rest_len, rest_dst),
+            Path::Avx512 => x86::avx512::run(f, first_len, rest, rest_len),
             #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => x86::avx2::run::<COPY>(f, first_len, rest, rest_len, rest_dst),
+            Path::Avx2 => x86::avx2::run(f, first_len, rest, rest_len),
             #[cfg(target_arch = "x86_64")]
-            Path::Pclmul => x86::pclmul::run::<COPY>(f, first_len, rest, rest_len, rest_dst),
+            Path::Pclmul => x86::pclmul::run(f, first_len, rest, rest_len),
             _ => crc,
         }
     }
@@ -516,42 +431,6 @@ mod tests {
                     for &p in &paths {
                         let got = on(p, 0x2144_DF1C, &d[..head], &d[head..]);
                         assert_eq!(got, want, "{p} len {len} align {align} head {head}");
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn copying_paths_match_crc32fast_and_copy_every_byte() {
-        let data = bytes(9100, 13);
-        let paths = paths();
-        for len in [
-            0, 3, 4, 200, 259, 260, 511, 512, 1000, 1024, 2048, 4096, 4100, 9000,
-        ] {
-            for align in [0, 1, 7, 33] {
-                let d = &data[align..align + len];
-                for head in [0, 4, 40, 60, 88, 256, 300] {
-                    let want = reference(0x2144_DF1C, &[&data[9000 - head..9000], d].concat());
-                    for &p in &paths {
-                        let mut out = vec![0xEEu8; len + 2];
-                        // SAFETY: `d` is readable for `len` bytes; `out` is distinct.
-                        let got = unsafe {
-                            super::checksum_copy_raw_on(
-                                p,
-                                0x2144_DF1C,
-                                &data[9000 - head..9000],
-                                d.as_ptr(),
-                                &mut out[1..=len],
-                            )
-                        };
-                        assert_eq!(got, want, "{p} len {len} align {align} head {head}");
-                        assert_eq!(&out[1..=len], d, "{p} len {len}: the copy");
-                        assert_eq!(
-                            (out[0], out[len + 1]),
-                            (0xEE, 0xEE),
-                            "{p}: outside the copy"
-                        );
                     }
                 }
             }

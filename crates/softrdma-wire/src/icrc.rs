@@ -96,28 +96,11 @@ pub fn compute_around(
             have: pkt.len(),
         });
     }
-    let (before, after) = (&pkt[..hole.start], &pkt[hole.end..]);
-    compute_split(ep, before, hole.len(), after, payload_crc)
-}
-
-/// [`compute_around`] for a packet given as the bytes `before` its
-/// payload (from the BTH), the payload's length, and the bytes `after` it
-/// (pad; no ICRC): the payload may then be written while its CRC is taken
-/// (`packet::emit_filling`), as nothing here borrows it.
-pub fn compute_split(
-    ep: &Endpoints,
-    before: &[u8],
-    payload_len: usize,
-    after: &[u8],
-    payload_crc: impl FnOnce(u32, &[u8]) -> u32,
-) -> Result<u32> {
-    check("BTH", before, bth::HEADER_LEN)?;
-    let total = before.len() + payload_len + after.len();
     let mut hdr = [0u8; PSEUDO_MAX];
-    let n = pseudo_header(ep, total, &before[..bth::HEADER_LEN], 0, &mut hdr)?;
+    let n = pseudo_header(ep, pkt.len(), &pkt[..bth::HEADER_LEN], 0, &mut hdr)?;
     // The pseudo-header and the headers between the BTH and the payload,
     // as one head (at most 60 + 28 bytes: IPv6 and an AtomicETH).
-    let ext = &before[bth::HEADER_LEN..];
+    let ext = &pkt[bth::HEADER_LEN..hole.start];
     let mut head = [0u8; PSEUDO_MAX + 64];
     let Some(h) = head.get_mut(n..n + ext.len()) else {
         return Err(Error::BadLength {
@@ -130,11 +113,12 @@ pub fn compute_split(
     h.copy_from_slice(ext);
     head[..n].copy_from_slice(&hdr[..n]);
     let crc = payload_crc(CRC_OF_LEADING_ONES, &head[..n + ext.len()]);
-    if after.is_empty() {
+    let tail = &pkt[hole.end..];
+    if tail.is_empty() {
         return Ok(crc);
     }
     let mut h = crc32fast::Hasher::new_with_initial(crc);
-    h.update(after);
+    h.update(tail);
     Ok(h.finalize())
 }
 
@@ -155,20 +139,6 @@ pub fn crc32(crc: u32, head: &[u8], body: &[u8]) -> u32 {
 pub unsafe fn crc32_raw(crc: u32, head: &[u8], body: *const u8, len: usize) -> u32 {
     // SAFETY: passed on from the caller.
     unsafe { crate::crc32::checksum_raw(crc, head, body, len) }
-}
-
-/// [`crc32_raw`] that also copies the body into `dst` (as long as it), in
-/// one pass over the bytes where the CPU's kernel takes them: how a sender
-/// moves a payload from its region into the packet with the payload's share
-/// of the ICRC (see [`compute_split`]).
-///
-/// # Safety
-/// `body` must be valid for reads of `dst.len()` bytes for the duration of
-/// the call, and must not overlap `dst`.
-#[allow(unsafe_code)]
-pub unsafe fn crc32_copy_raw(crc: u32, head: &[u8], body: *const u8, dst: &mut [u8]) -> u32 {
-    // SAFETY: passed on from the caller.
-    unsafe { crate::crc32::checksum_copy_raw(crc, head, body, dst) }
 }
 
 /// Longest [`pseudo_header`].

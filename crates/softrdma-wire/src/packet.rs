@@ -366,28 +366,3 @@ pub fn emit_around(
     buf[body..need].copy_from_slice(&crc.to_le_bytes());
     Ok(need)
 }
-
-/// [`emit_around`] that fills the hole too: `fill(crc, head, hole)` must
-/// write the payload into `hole` and return the CRC-32 continuing from
-/// `crc` over `head` and then that payload (`icrc::crc32_copy_raw` does
-/// both in one pass). Gives exactly the packet [`emit_in_place`] builds
-/// around the same payload. Returns the packet length.
-pub fn emit_filling(
-    bth: &BthRepr,
-    headers: &Headers,
-    buf: &mut [u8],
-    payload_len: usize,
-    ep: &Endpoints,
-    fill: impl FnOnce(u32, &[u8], &mut [u8]) -> u32,
-) -> Result<usize> {
-    let need = emit_headers(bth, headers, buf, payload_len)?;
-    let off = payload_offset(headers);
-    let body = need - icrc::ICRC_LEN;
-    let (before, rest) = buf[..body].split_at_mut(off);
-    let (hole, after) = rest.split_at_mut(payload_len);
-    let crc = icrc::compute_split(ep, before, payload_len, after, |crc, head| {
-        fill(crc, head, hole)
-    })?;
-    buf[body..need].copy_from_slice(&crc.to_le_bytes());
-    Ok(need)
-}

@@ -124,24 +124,6 @@ pub(crate) fn crc_in_place(
     unsafe { softrdma_wire::icrc::crc32_raw(crc, head, base.add(offset), len) }
 }
 
-pub(crate) fn copy_out_crc(
-    base: *mut u8,
-    size: usize,
-    crc: u32,
-    head: &[u8],
-    offset: usize,
-    dst: &mut [u8],
-) -> u32 {
-    assert!(
-        offset.checked_add(dst.len()).is_some_and(|e| e <= size),
-        "region read out of bounds"
-    );
-    // SAFETY: bounds checked above; `base` is valid for `size` bytes (type
-    // invariants of both region kinds) and only loaded from; dst is a
-    // distinct, exclusive buffer.
-    unsafe { softrdma_wire::icrc::crc32_copy_raw(crc, head, base.add(offset), dst) }
-}
-
 /// Serialises atomics on words that are not 8-byte aligned in process
 /// memory (possible when a region is registered at an iova that differs from
 /// its address): CPU atomics need alignment, so these fall back to a lock.
@@ -205,9 +187,6 @@ macro_rules! region_memory {
             }
             fn crc32(&self, crc: u32, head: &[u8], offset: usize, len: usize) -> u32 {
                 $crate::region::crc_in_place(self.ptr_raw(), self.len, crc, head, offset, len)
-            }
-            fn read_crc32(&self, crc: u32, head: &[u8], offset: usize, dst: &mut [u8]) -> u32 {
-                $crate::region::copy_out_crc(self.ptr_raw(), self.len, crc, head, offset, dst)
             }
         }
     };

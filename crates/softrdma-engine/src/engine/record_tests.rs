@@ -201,16 +201,14 @@ fn every_packet_in_flight_is_rebuilt_from_its_send_record() {
             .unwrap();
         assert_eq!(built.span, rec.span);
         let dst = qp.dest.unwrap();
-        // Sealed as the engine seals it: a long payload is copied in with the ICRC.
         let t = qp
-            .finish_packet_zc(
+            .finish_packet(
                 &mut e.res,
                 &mut ctx,
                 built.bth,
                 built.headers,
                 built.payload_len,
                 dst,
-                built.zc,
             )
             .unwrap();
         let again = PacketRepr::parse(&buf[..t.len]).unwrap();

@@ -159,51 +159,23 @@ pub(super) mod avx512 {
         _mm512_ternarylogic_epi64(lo, hi, b, 0x96)
     }
 
-    /// One block (four 64-byte loads) from `p`, also stored at `dst` when
-    /// `COPY`.
+    /// Folds the `len / BLOCK` whole blocks at `p` into `acc`.
     ///
     /// # Safety
-    /// `p` must be readable, and with `COPY` `dst` writable, for `BLOCK` bytes.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn take_block<const COPY: bool>(p: *const u8, dst: *mut u8) -> [__m512i; 4] {
-        // SAFETY: the caller's contract.
-        let d = unsafe { [load(p), load(p.add(64)), load(p.add(128)), load(p.add(192))] };
-        if COPY {
-            for (i, v) in d.iter().enumerate() {
-                // SAFETY: the caller's contract; an unaligned store.
-                unsafe { _mm512_storeu_si512(dst.add(64 * i).cast(), *v) };
-            }
-        }
-        d
-    }
-
-    /// Folds the `len / BLOCK` whole blocks at `p` into `acc` (copying them
-    /// to `dst` when `COPY`).
-    ///
-    /// # Safety
-    /// `p` must be readable, and with `COPY` `dst` writable, for `len` bytes.
+    /// `p` must be readable for `len` bytes.
     #[inline]
     #[target_feature(enable = "avx512f,vpclmulqdq")]
-    unsafe fn fold_blocks<const COPY: bool>(
-        acc: &mut [__m512i; 4],
-        mut p: *const u8,
-        mut dst: *mut u8,
-        mut len: usize,
-    ) {
+    unsafe fn fold_blocks(acc: &mut [__m512i; 4], mut p: *const u8, mut len: usize) {
         let [mut v0, mut v1, mut v2, mut v3] = *acc;
         let k = keys(K2048);
         while len >= BLOCK {
-            // SAFETY: the next BLOCK bytes at `p` (and `dst`) are in range
-            // (caller's contract).
+            // SAFETY: the next BLOCK bytes at `p` are readable (caller's contract).
             unsafe {
-                let d = take_block::<COPY>(p, dst);
-                v0 = fold(v0, d[0], k);
-                v1 = fold(v1, d[1], k);
-                v2 = fold(v2, d[2], k);
-                v3 = fold(v3, d[3], k);
+                v0 = fold(v0, load(p), k);
+                v1 = fold(v1, load(p.add(64)), k);
+                v2 = fold(v2, load(p.add(128)), k);
+                v3 = fold(v3, load(p.add(192)), k);
                 p = p.add(BLOCK);
-                dst = dst.wrapping_add(BLOCK);
             }
             len -= BLOCK;
         }
@@ -211,35 +183,34 @@ pub(super) mod avx512 {
     }
 
     /// The CRC of `first[..first_len]` then `rest[..rest_len]`, both whole
-    /// blocks, `first_len >= BLOCK`; with `COPY`, `rest` is also copied to
-    /// `dst` on the way (one pass over it instead of a copy and a CRC).
+    /// blocks, `first_len >= BLOCK`.
     ///
     /// # Safety
-    /// The CPU has [`has_avx512`]'s features; both ranges are readable, and
-    /// with `COPY` `dst` is writable for `rest_len` bytes.
+    /// The CPU has [`has_avx512`]'s features; both ranges are readable.
     #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse4.1")]
-    pub(in crate::crc32) unsafe fn run<const COPY: bool>(
+    pub(in crate::crc32) unsafe fn run(
         first: *const u8,
         first_len: usize,
         rest: *const u8,
         rest_len: usize,
-        dst: *mut u8,
     ) -> u32 {
-        let key = rest_key(rest_len).filter(|_| rest_len >= BLOCK);
-        let none = std::ptr::null_mut();
         // SAFETY: `first` holds at least one block; the rest by the contract.
+        let head = |p: *const u8| unsafe {
+            [load(p), load(p.add(64)), load(p.add(128)), load(p.add(192))]
+        };
+        let key = rest_key(rest_len).filter(|_| rest_len >= BLOCK);
+        // SAFETY: as above.
         let acc = unsafe {
-            let mut f = take_block::<false>(first, none);
-            fold_blocks::<false>(&mut f, first.add(BLOCK), none, first_len - BLOCK);
+            let mut f = head(first);
+            fold_blocks(&mut f, first.add(BLOCK), first_len - BLOCK);
             match key {
                 None => {
-                    fold_blocks::<COPY>(&mut f, rest, dst, rest_len);
+                    fold_blocks(&mut f, rest, rest_len);
                     f
                 }
                 Some(k) => {
-                    let mut r = take_block::<COPY>(rest, dst);
-                    let next = dst.wrapping_add(BLOCK);
-                    fold_blocks::<COPY>(&mut r, rest.add(BLOCK), next, rest_len - BLOCK);
+                    let mut r = head(rest);
+                    fold_blocks(&mut r, rest.add(BLOCK), rest_len - BLOCK);
                     let k = keys(k);
                     [0, 1, 2, 3].map(|i| fold(f[i], r[i], k))
                 }
@@ -309,52 +280,38 @@ pub(super) mod avx2 {
         _mm256_xor_si256(_mm256_xor_si256(lo, b), hi)
     }
 
-    /// Eight 32-byte loads from `p`, also stored at `dst` when `COPY`.
+    /// Eight 32-byte loads from `p`.
     ///
     /// # Safety
-    /// `p` must be readable, and with `COPY` `dst` writable, for `BLOCK` bytes.
+    /// `p` must be readable for `BLOCK` bytes.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn load_block<const COPY: bool>(p: *const u8, dst: *mut u8) -> [__m256i; 8] {
+    unsafe fn load_block(p: *const u8) -> [__m256i; 8] {
         let mut v = [_mm256_setzero_si256(); 8];
         for (i, v) in v.iter_mut().enumerate() {
-            // SAFETY: each load (and store) lies within the BLOCK bytes at
-            // `p` (and `dst`); unaligned accesses.
-            unsafe {
-                *v = load(p.add(32 * i));
-                if COPY {
-                    _mm256_storeu_si256(dst.add(32 * i).cast(), *v);
-                }
-            }
+            // SAFETY: each load lies within the BLOCK bytes at `p`.
+            *v = unsafe { load(p.add(32 * i)) };
         }
         v
     }
 
-    /// Folds the `len / BLOCK` whole blocks at `p` into `acc` (copying them
-    /// to `dst` when `COPY`).
+    /// Folds the `len / BLOCK` whole blocks at `p` into `acc`.
     ///
     /// # Safety
-    /// `p` must be readable, and with `COPY` `dst` writable, for `len` bytes.
+    /// `p` must be readable for `len` bytes.
     #[inline]
     #[target_feature(enable = "avx2,vpclmulqdq")]
-    unsafe fn fold_blocks<const COPY: bool>(
-        acc: &mut [__m256i; 8],
-        mut p: *const u8,
-        mut dst: *mut u8,
-        mut len: usize,
-    ) {
+    unsafe fn fold_blocks(acc: &mut [__m256i; 8], mut p: *const u8, mut len: usize) {
         let k = keys(K2048);
         let mut v = *acc;
         while len >= BLOCK {
-            // SAFETY: the next BLOCK bytes at `p` (and `dst`) are in range
-            // (caller's contract).
-            let d = unsafe { load_block::<COPY>(p, dst) };
+            // SAFETY: the next BLOCK bytes at `p` are readable (caller's contract).
+            let d = unsafe { load_block(p) };
             for i in 0..8 {
                 v[i] = fold(v[i], d[i], k);
             }
             // SAFETY: stays within (or one past) the readable range.
             p = unsafe { p.add(BLOCK) };
-            dst = dst.wrapping_add(BLOCK);
             len -= BLOCK;
         }
         *acc = v;
@@ -363,30 +320,27 @@ pub(super) mod avx2 {
     /// As [`super::avx512::run`].
     ///
     /// # Safety
-    /// As [`super::avx512::run`], with [`has_avx2`]'s features.
+    /// The CPU has [`has_avx2`]'s features; both ranges are readable.
     #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.1")]
-    pub(in crate::crc32) unsafe fn run<const COPY: bool>(
+    pub(in crate::crc32) unsafe fn run(
         first: *const u8,
         first_len: usize,
         rest: *const u8,
         rest_len: usize,
-        dst: *mut u8,
     ) -> u32 {
         let key = rest_key(rest_len).filter(|_| rest_len >= BLOCK);
-        let none = std::ptr::null_mut();
         // SAFETY: `first` holds at least one block; the rest by the contract.
         let acc = unsafe {
-            let mut f = load_block::<false>(first, none);
-            fold_blocks::<false>(&mut f, first.add(BLOCK), none, first_len - BLOCK);
+            let mut f = load_block(first);
+            fold_blocks(&mut f, first.add(BLOCK), first_len - BLOCK);
             match key {
                 None => {
-                    fold_blocks::<COPY>(&mut f, rest, dst, rest_len);
+                    fold_blocks(&mut f, rest, rest_len);
                     f
                 }
                 Some(k) => {
-                    let mut r = load_block::<COPY>(rest, dst);
-                    let next = dst.wrapping_add(BLOCK);
-                    fold_blocks::<COPY>(&mut r, rest.add(BLOCK), next, rest_len - BLOCK);
+                    let mut r = load_block(rest);
+                    fold_blocks(&mut r, rest.add(BLOCK), rest_len - BLOCK);
                     let k = keys(k);
                     for i in 0..8 {
                         r[i] = fold(f[i], r[i], k);
@@ -428,52 +382,38 @@ pub(super) mod pclmul {
     /// Bytes per block.
     pub(in crate::crc32) const BLOCK: usize = 128;
 
-    /// Eight 16-byte loads from `p`, also stored at `dst` when `COPY`.
+    /// Eight 16-byte loads from `p`.
     ///
     /// # Safety
-    /// `p` must be readable, and with `COPY` `dst` writable, for `BLOCK` bytes.
+    /// `p` must be readable for `BLOCK` bytes.
     #[inline]
     #[target_feature(enable = "sse2")]
-    unsafe fn load_block<const COPY: bool>(p: *const u8, dst: *mut u8) -> [__m128i; 8] {
+    unsafe fn load_block(p: *const u8) -> [__m128i; 8] {
         let mut v = [_mm_setzero_si128(); 8];
         for (i, v) in v.iter_mut().enumerate() {
-            // SAFETY: each load (and store) lies within the BLOCK bytes at
-            // `p` (and `dst`); unaligned accesses.
-            unsafe {
-                *v = _mm_loadu_si128(p.add(16 * i).cast());
-                if COPY {
-                    _mm_storeu_si128(dst.add(16 * i).cast(), *v);
-                }
-            }
+            // SAFETY: each load lies within the BLOCK bytes at `p`; unaligned loads.
+            *v = unsafe { _mm_loadu_si128(p.add(16 * i).cast()) };
         }
         v
     }
 
-    /// Folds the `len / BLOCK` whole blocks at `p` into `acc` (copying them
-    /// to `dst` when `COPY`).
+    /// Folds the `len / BLOCK` whole blocks at `p` into `acc`.
     ///
     /// # Safety
-    /// `p` must be readable, and with `COPY` `dst` writable, for `len` bytes.
+    /// `p` must be readable for `len` bytes.
     #[inline]
     #[target_feature(enable = "pclmulqdq,sse4.1")]
-    unsafe fn fold_blocks<const COPY: bool>(
-        acc: &mut [__m128i; 8],
-        mut p: *const u8,
-        mut dst: *mut u8,
-        mut len: usize,
-    ) {
+    unsafe fn fold_blocks(acc: &mut [__m128i; 8], mut p: *const u8, mut len: usize) {
         let k = _mm_set_epi64x(K1024.1, K1024.0);
         let mut v = *acc;
         while len >= BLOCK {
-            // SAFETY: the next BLOCK bytes at `p` (and `dst`) are in range
-            // (caller's contract).
-            let d = unsafe { load_block::<COPY>(p, dst) };
+            // SAFETY: the next BLOCK bytes at `p` are readable (caller's contract).
+            let d = unsafe { load_block(p) };
             for i in 0..8 {
                 v[i] = super::fold128_k(v[i], d[i], k);
             }
             // SAFETY: stays within (or one past) the readable range.
             p = unsafe { p.add(BLOCK) };
-            dst = dst.wrapping_add(BLOCK);
             len -= BLOCK;
         }
         *acc = v;
@@ -482,30 +422,27 @@ pub(super) mod pclmul {
     /// As [`super::avx512::run`].
     ///
     /// # Safety
-    /// As [`super::avx512::run`], with [`has_pclmul`]'s features.
+    /// The CPU has [`has_pclmul`]'s features; both ranges are readable.
     #[target_feature(enable = "pclmulqdq,sse4.1")]
-    pub(in crate::crc32) unsafe fn run<const COPY: bool>(
+    pub(in crate::crc32) unsafe fn run(
         first: *const u8,
         first_len: usize,
         rest: *const u8,
         rest_len: usize,
-        dst: *mut u8,
     ) -> u32 {
         let key = rest_key(rest_len).filter(|_| rest_len >= BLOCK);
-        let none = std::ptr::null_mut();
         // SAFETY: `first` holds at least one block; the rest by the contract.
         let v = unsafe {
-            let mut f = load_block::<false>(first, none);
-            fold_blocks::<false>(&mut f, first.add(BLOCK), none, first_len - BLOCK);
+            let mut f = load_block(first);
+            fold_blocks(&mut f, first.add(BLOCK), first_len - BLOCK);
             match key {
                 None => {
-                    fold_blocks::<COPY>(&mut f, rest, dst, rest_len);
+                    fold_blocks(&mut f, rest, rest_len);
                     f
                 }
                 Some(k) => {
-                    let mut r = load_block::<COPY>(rest, dst);
-                    let next = dst.wrapping_add(BLOCK);
-                    fold_blocks::<COPY>(&mut r, rest.add(BLOCK), next, rest_len - BLOCK);
+                    let mut r = load_block(rest);
+                    fold_blocks(&mut r, rest.add(BLOCK), rest_len - BLOCK);
                     let k = _mm_set_epi64x(k.1, k.0);
                     for i in 0..8 {
                         r[i] = super::fold128_k(f[i], r[i], k);
