@@ -80,7 +80,7 @@ impl ConnParam {
     /// The field a CM message cannot carry, if any.
     fn check(&self) -> Result<()> {
         let bad = |what: &str, v: u8, max: u8| Error::Cm {
-            errno: libc_einval(),
+            errno: softrdma_engine::errno::EINVAL,
             message: format!("ConnParam.{what} is {v}; at most {max}"),
         };
         let fields = [
@@ -96,9 +96,6 @@ impl ConnParam {
     }
 }
 
-fn libc_einval() -> i32 {
-    softrdma_engine::errno::EINVAL
-}
 
 /// The connection manager of one device ([`Context::cm`]).
 #[derive(Clone)]
