@@ -96,7 +96,6 @@ impl ConnParam {
     }
 }
 
-
 /// The connection manager of one device ([`Context::cm`]).
 #[derive(Clone)]
 pub struct Cm {
