@@ -50,7 +50,17 @@ pub fn gid_of(ip: IpAddr) -> [u8; 16] {
 /// address and port, `dst` the passive side's address), then at most
 /// [`Message::user_len`] bytes of the consumer's own (56).
 pub fn req_private_data(src: SocketAddr, dst: IpAddr, user: &[u8]) -> Result<Vec<u8>> {
-    Message::Req.check(user.len(), Message::Req.user_len())?;
+    headed_private_data(Message::Req, src, dst, user)
+}
+
+/// A SIDR_REQ's private data: the same CMA header as a REQ's, then at
+/// most 180 bytes of the consumer's.
+pub fn sidr_req_private_data(src: SocketAddr, dst: IpAddr, user: &[u8]) -> Result<Vec<u8>> {
+    headed_private_data(Message::SidrReq, src, dst, user)
+}
+
+fn headed_private_data(m: Message, src: SocketAddr, dst: IpAddr, user: &[u8]) -> Result<Vec<u8>> {
+    m.check(user.len(), m.user_len())?;
     let h = CmaHeader {
         src: src.ip(),
         dst,

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 
 use softrdma_cm::{
     AcceptParams, AgentConfig, CmAgent, ConnId, ConnectParams, Event, QpAttr as CmQpAttr,
-    QpState as CmQpState,
+    QpState as CmQpState, SidrParams,
 };
 use softrdma_engine::{
     AccessFlags, AhAttr, AttrMask, Engine, Gid, Instant, Mtu, QpAttr, QpState, Qpn, VerbsError,
@@ -170,6 +170,29 @@ impl DeviceCm {
         let (attr, mask) = rts_attr(&self.agent.init_qp_attr(conn, CmQpState::Rts)?);
         modify(engine, now, qpn, &attr, mask)?;
         Ok(())
+    }
+
+    /// Asks `peer` which UD QP serves `p.service_id` (SIDR_REQ); an
+    /// `Event::SidrResolved` or `Event::Unreachable` follows. No QP moves:
+    /// a UD QP is ready before it asks.
+    pub fn sidr_resolve(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        p: &SidrParams,
+    ) -> Result<ConnId, CmError> {
+        Ok(self.agent.sidr_resolve(cm_now(now), self.peer(peer), p)?)
+    }
+
+    /// Answers the SIDR request `conn` with the UD QP and Q_Key of `p`
+    /// (SIDR_REP, status Success); the request is then gone.
+    pub fn sidr_accept(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        p: &AcceptParams,
+    ) -> Result<(), CmError> {
+        Ok(self.agent.accept(cm_now(now), conn, p)?)
     }
 
     /// Forgets connection `conn` (the agent's destroy: a REJ or DREQ as its state needs).

@@ -76,8 +76,14 @@ fn lib_dir() -> &'static PathBuf {
     })
 }
 
-/// `tool args` on the drop-in libraries, with one device at `ip`.
+/// `tool args` on the drop-in libraries, with one device at `ip`, over UDP.
 fn cmd(tool: &str, args: &[&str], ip: &str) -> Command {
+    cmd_on(tool, args, ip, "udp")
+}
+
+/// `tool args` on the drop-in libraries, with one device at `ip`, over
+/// `transport` (`udp`, or `shm` for the same-host path).
+fn cmd_on(tool: &str, args: &[&str], ip: &str, transport: &str) -> Command {
     let mut c = Command::new(tool);
     c.args(args)
         .env("SOFTRDMA_DEVICES", format!("srx0={ip}"))
@@ -85,7 +91,7 @@ fn cmd(tool: &str, args: &[&str], ip: &str) -> Command {
         .env_remove("LD_PRELOAD")
         .env_remove("SOFTRDMA_FAULT")
         .env_remove("SOFTRDMA_CAPTURE")
-        .env("SOFTRDMA_TRANSPORT", "udp");
+        .env("SOFTRDMA_TRANSPORT", transport);
     c
 }
 
@@ -96,17 +102,71 @@ fn udp_bound(ip: [u8; 4]) -> bool {
     std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| t.contains(&want))
 }
 
-/// Runs `server`, waits for its device, then runs `client`.
+/// Runs `server`, waits for its device, then runs `client`; the server
+/// may take until `timeout` to finish.
 fn pair(server: Command, client: Command, ip: [u8; 4], timeout: Duration) -> (Output, Output) {
-    let s = std::thread::spawn(move || common::run(server, timeout));
-    let ready_by = Instant::now() + Duration::from_secs(10);
-    while !udp_bound(ip) && Instant::now() < ready_by {
-        std::thread::sleep(Duration::from_millis(20));
+    serve(server, client, ip, timeout, timeout)
+}
+
+/// As [`pair`], with no second try for a refused client (the tests of
+/// refusals), and the server given 10 s after its client ends.
+fn pair_once(server: Command, client: Command, ip: [u8; 4], timeout: Duration) -> (Output, Output) {
+    let opened = Instant::now();
+    let ready = || udp_bound(ip) && opened.elapsed() > Duration::from_millis(200);
+    let mut client = Some(client);
+    let make = move || client.take().expect("one client");
+    let grace = Duration::from_secs(10);
+    common::run_client_of(server, make, ready, |_| false, timeout, grace)
+}
+
+/// As [`pair`], but the server gets only `grace` after its client ends
+/// (then it is killed: for servers that serve until killed).
+fn serve(
+    server: Command,
+    client: Command,
+    ip: [u8; 4],
+    timeout: Duration,
+    grace: Duration,
+) -> (Output, Output) {
+    let opened = Instant::now();
+    let ready = || {
+        // The listen follows the device's opening within microseconds
+        // (on a quiet machine; `too_early` covers a loaded one).
+        udp_bound(ip) && opened.elapsed() > Duration::from_millis(200)
+    };
+    let mut client = Some(client);
+    let again = client.as_ref().map(clone_command);
+    let make = move || match client.take() {
+        Some(c) => c,
+        None => again.as_ref().map(clone_command).expect("a command"),
+    };
+    common::run_client_of(server, make, ready, too_early, timeout, grace)
+}
+
+/// The client met no listener yet (REJ 8, invalid service ID, in the
+/// words of perftest, cmtime and the librdmacm examples): the server's
+/// device is open but its rdma_listen has not run. Nothing outside the
+/// server can see a listener (as with the kernel's CM), so such a client
+/// is started again. Tests of the refusal itself use [`cmd`] directly.
+fn too_early(o: &Output) -> bool {
+    let text = format!("{}{}", o.stdout, o.stderr);
+    !o.ok
+        && (text.contains("RDMA_CM_EVENT_REJECTED; error: 8")
+            || text.contains("RDMA_CM_EVENT_REJECTED, error: 8")
+            || text.contains("rdma_connect: Connection refused"))
+}
+
+/// A copy of `c` (program, arguments, environment).
+fn clone_command(c: &Command) -> Command {
+    let mut n = Command::new(c.get_program());
+    n.args(c.get_args());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => n.env(k, v),
+            None => n.env_remove(k),
+        };
     }
-    // The listen follows the device's opening within microseconds.
-    std::thread::sleep(Duration::from_millis(200));
-    let c = common::run(client, timeout);
-    (s.join().expect("server thread"), c)
+    n
 }
 
 fn show(o: &Output) -> String {
@@ -200,6 +260,14 @@ fn ucmatose_four_connections() {
 /// perftest with `-R` (its QPs made and connected through rdma_cm):
 /// `ib_write_lat` and `ib_send_bw` complete on both sides and print their
 /// result lines.
+///
+/// perftest races itself: after the exchange over its first (control)
+/// connection the server makes a new listener for the data QPs, while the
+/// client connects them at once; a client that comes first gets REJ 8 (no
+/// listener), as with the kernel's CM (seen with rxe in the qemu guest),
+/// and perftest's own retry then uses the ids it destroyed (and aborts
+/// in a double free). So that one outcome starts the pair again (at most
+/// three times, said on stderr); any other failure fails the test.
 #[test]
 fn perftest_over_rdma_cm() {
     if !have(&["ib_write_lat", "ib_send_bw"]) {
@@ -221,12 +289,21 @@ fn perftest_over_rdma_cm() {
         let mut cargs = args.to_vec();
         cargs.push(ip);
         let octets: Vec<u8> = ip.split('.').map(|o| o.parse().expect("octet")).collect();
-        let (s, c) = pair(
-            cmd(tool, &args, ip),
-            cmd(tool, &cargs, "127.0.77.15"),
-            [octets[0], octets[1], octets[2], octets[3]],
-            Duration::from_secs(60),
-        );
+        let ip4 = [octets[0], octets[1], octets[2], octets[3]];
+        let mut attempt = 1;
+        let (s, c) = loop {
+            let (s, c) = pair_once(
+                cmd(tool, &args, ip),
+                cmd(tool, &cargs, "127.0.77.15"),
+                ip4,
+                Duration::from_secs(60),
+            );
+            if attempt == 3 || !too_early(&c) {
+                break (s, c);
+            }
+            eprintln!("{tool}: attempt {attempt} lost perftest's listener race (REJ 8); again");
+            attempt += 1;
+        };
         assert!(
             s.ok && c.ok,
             "{tool} server: {}\nclient: {}",
@@ -249,39 +326,114 @@ fn perftest_over_rdma_cm() {
     }
 }
 
-/// cmtime's client makes, connects, disconnects and destroys 10
+/// cmtime's client makes, connects, disconnects and destroys 1,000
 /// connections at once (asynchronous ids on one channel) and prints the
-/// time of each step; its server serves until killed.
+/// time of each step; its server serves until killed. Over UDP and the
+/// same-host path; no connection may fail (cmtime prints an `event:` line
+/// for each one that does).
 #[test]
-fn cmtime_ten_connections() {
+fn cmtime_thousand_connections() {
     if !have(&["cmtime"]) {
         return;
     }
     let _g = common::serial();
-    let (_s, c) = pair(
-        cmd("cmtime", &[], "127.0.77.16"),
-        cmd("cmtime", &["-s", "127.0.77.16", "-c", "10"], "127.0.77.17"),
-        [127, 0, 77, 16],
-        Duration::from_secs(10),
-    );
-    assert!(c.ok, "{}", show(&c));
-    for step in [
-        "create id",
-        "resolve addr",
-        "resolve route",
-        "create qp",
-        "connect",
-        "disconnect",
-        "destroy",
-    ] {
+    for transport in ["udp", "shm"] {
+        let (_s, c) = serve(
+            cmd_on("cmtime", &[], "127.0.77.16", transport),
+            cmd_on(
+                "cmtime",
+                &["-s", "127.0.77.16", "-c", "1000"],
+                "127.0.77.17",
+                transport,
+            ),
+            [127, 0, 77, 16],
+            Duration::from_secs(120),
+            Duration::from_millis(500),
+        );
+        assert!(c.ok, "{transport}: {}", show(&c));
         assert!(
-            c.stdout
-                .lines()
-                .any(|l| l.starts_with(step) && l.contains(':')),
-            "no {step} line: {}",
+            !c.stdout.contains("event:"),
+            "{transport}: a connection failed: {}",
             show(&c)
         );
+        for step in [
+            "create id",
+            "resolve addr",
+            "resolve route",
+            "create qp",
+            "connect",
+            "disconnect",
+            "destroy",
+        ] {
+            assert!(
+                c.stdout
+                    .lines()
+                    .any(|l| l.starts_with(step) && l.contains(':')),
+                "{transport}: no {step} line: {}",
+                show(&c)
+            );
+        }
     }
+}
+
+/// udaddy: UD ids in the UDP port space, resolved with SIDR (the server
+/// answers each SIDR_REQ with its UD QP and rdma_cm's Q_Key), then 3
+/// connections × 20 datagrams of 500 bytes each way, the server replying
+/// through address handles made from the completions. Over UDP and the
+/// same-host path.
+#[test]
+fn udaddy_over_sidr() {
+    if !have(&["udaddy"]) {
+        return;
+    }
+    let _g = common::serial();
+    let args = ["-c", "3", "-C", "20", "-S", "500"];
+    for transport in ["udp", "shm"] {
+        let mut client = vec!["-s", "127.0.77.18"];
+        client.extend(args);
+        let (s, c) = pair(
+            cmd_on("udaddy", &args, "127.0.77.18", transport),
+            cmd_on("udaddy", &client, "127.0.77.19", transport),
+            [127, 0, 77, 18],
+            Duration::from_secs(30),
+        );
+        assert!(
+            s.ok && c.ok,
+            "{transport}: server: {}\nclient: {}",
+            show(&s),
+            show(&c)
+        );
+        assert!(s.stdout.contains("sending replies"), "{}", show(&s));
+        for o in [&s, &c] {
+            assert!(o.stdout.contains("data transfers complete"), "{}", show(o));
+            assert!(o.stdout.contains("return status 0"), "{}", show(o));
+        }
+    }
+}
+
+/// A SIDR_REQ for a port nobody serves on a live device: the SIDR_REP
+/// says "service ID not supported" (status 1) and udaddy gets
+/// UNREACHABLE with that status at once, as from the kernel's CM.
+#[test]
+fn udaddy_without_a_listener_is_unreachable() {
+    if !have(&["udaddy", "cmtime"]) {
+        return;
+    }
+    let _g = common::serial();
+    let (_s, c) = serve(
+        // A device on the address, listening only in the TCP port space.
+        cmd("cmtime", &[], "127.0.77.20"),
+        cmd("udaddy", &["-s", "127.0.77.20"], "127.0.77.21"),
+        [127, 0, 77, 20],
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+    );
+    assert!(!c.timed_out, "{}", show(&c));
+    assert!(
+        c.stdout.contains("RDMA_CM_EVENT_UNREACHABLE, error: 1"),
+        "{}",
+        show(&c)
+    );
 }
 
 /// A peer device with nothing listening on the port: the REQ gets REJ 8
@@ -293,7 +445,7 @@ fn rdma_client_without_a_listener_is_refused() {
     }
     let _g = common::serial();
     // The server listens on another port; it is killed at the timeout.
-    let (_s, c) = pair(
+    let (_s, c) = pair_once(
         cmd("rdma_server", &["-p", "7999"], "127.0.77.3"),
         cmd(
             "rdma_client",

@@ -179,6 +179,43 @@ impl Cm {
         self.command(|cm, e, now| Ok(cm.accept(e, now, conn, ep.qpn, &params)?))
     }
 
+    /// Asks the listener at `dst` (its IP address and rdma_cm port) in the
+    /// UDP port space which UD QP serves it (SIDR, rdma_connect on a UD
+    /// id): [`CmEvent::SidrResolved`] follows with the QPN and Q_Key, or
+    /// [`CmEvent::Unreachable`] once every resend (each after
+    /// `p.cm_response_timeout`, `p.max_cm_retries` of them) went unanswered.
+    /// Only `p`'s private data (at most 180 bytes) and CM timing are used.
+    pub fn resolve_ud(&self, dst: SocketAddr, p: &ConnParam) -> Result<ConnId> {
+        p.check()?;
+        let dev = &self.ctx.dev;
+        let src = SocketAddr::new(dev.addr.ip(), 0);
+        let private_data =
+            softrdma_cm::rdma_cm::sidr_req_private_data(src, dst.ip(), &p.private_data)
+                .map_err(cm_error)?;
+        let params = softrdma_cm::SidrParams {
+            service_id: PortSpace::Udp.service_id(dst.port()),
+            pkey: 0xFFFF,
+            timeout: p.cm_response_timeout,
+            max_retries: p.max_cm_retries,
+            private_data,
+        };
+        let peer = SocketAddr::new(dst.ip(), dev.addr.port());
+        self.command(|cm, _, now| Ok(cm.sidr_resolve(now, peer, &params)?))
+    }
+
+    /// Answers the SIDR request `conn` ([`CmEvent::SidrRequest`]) with
+    /// `qp` (UD, ready to receive) and its Q_Key `qkey`; `private_data`
+    /// (at most 136 bytes) goes in the SIDR_REP.
+    pub fn accept_ud(&self, conn: ConnId, qp: &Qp, qkey: u32, private_data: &[u8]) -> Result<()> {
+        let params = softrdma_cm::AcceptParams {
+            qpn: qp.endpoint().qpn.raw(),
+            qkey,
+            private_data: private_data.to_vec(),
+            ..softrdma_cm::AcceptParams::default()
+        };
+        self.command(|cm, _, now| Ok(cm.sidr_accept(now, conn, &params)?))
+    }
+
     /// Rejects connection request `conn` (consumer-defined reason, with
     /// `private_data`, at most 148 bytes).
     pub fn reject(&self, conn: ConnId, private_data: &[u8]) -> Result<()> {

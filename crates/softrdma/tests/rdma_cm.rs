@@ -265,3 +265,102 @@ fn conn_params_the_wire_cannot_carry_are_einval() {
     }
     assert_eq!(a.qp.state(), QpState::Reset);
 }
+
+/// SIDR: `b` listens in the UDP port space and answers `a`'s resolve with
+/// its UD QP and Q_Key; `a` then sends a datagram to what it learnt, and
+/// it arrives (with `a`'s QPN as source). The SIDR_REQ's private data
+/// reaches `b` after the CMA header, the SIDR_REP's reaches `a`.
+fn sidr_resolve_then_send(t: softrdma::shm::Transport) {
+    const UD_PORT: u16 = 7174;
+    const QKEY: u32 = 0x0123_4567;
+    let (a, b) = (device(t), device(t));
+    let (cma, cmb) = (a.cm(), b.cm());
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let ma = pa.alloc_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mb = pb.alloc_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut qa = pa.create_qp(QpType::Ud, &ca, &ca).build().unwrap();
+    let mut qb = pb.create_qp(QpType::Ud, &cb, &cb).build().unwrap();
+    qa.set_qkey(QKEY);
+    qb.set_qkey(QKEY);
+    qa.ready_ud().unwrap();
+    qb.ready_ud().unwrap();
+    qb.post_recv(&RecvWr {
+        wr_id: 7,
+        sg_list: vec![mb.sge(0, (GRH_LEN + 1024) as u32)],
+    })
+    .unwrap();
+    cmb.listen(PortSpace::Udp, UD_PORT).unwrap();
+
+    let dst = SocketAddr::new(b.addr().ip(), UD_PORT);
+    let p = ConnParam {
+        private_data: b"which qp?".to_vec(),
+        ..quick()
+    };
+    let asked = cma.resolve_ud(dst, &p).unwrap();
+    let CmEvent::SidrRequest {
+        conn, private_data, ..
+    } = wait_for(&cmb, |e| matches!(e, CmEvent::SidrRequest { .. }))
+    else {
+        unreachable!()
+    };
+    let (h, user) = softrdma_cm::rdma_cm::parse_req_private_data(&private_data).unwrap();
+    assert_eq!(h.src, a.addr().ip(), "the CMA header names the asker");
+    assert_eq!(&user[..9], b"which qp?");
+    cmb.accept_ud(conn, &qb, QKEY, b"this one").unwrap();
+    let CmEvent::SidrResolved {
+        conn,
+        status,
+        qpn,
+        qkey,
+        private_data,
+    } = wait_for(&cma, |e| matches!(e, CmEvent::SidrResolved { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(conn, asked);
+    assert_eq!(status, softrdma::rdma_cm::SidrStatus::Success);
+    assert_eq!((qpn, qkey), (qb.qpn().raw(), QKEY));
+    assert_eq!(&private_data[..8], b"this one");
+
+    let ah = pa.create_ah(b.gid()).unwrap();
+    ma.write(0, b"datagram").unwrap();
+    let mut wr = SendWr::new(1, SendOp::Send, vec![ma.sge(0, 8)]);
+    wr.ud = Some(UdDest {
+        ah: ah.handle(),
+        remote_qpn: Qpn::from_raw(qpn),
+        remote_qkey: qkey,
+    });
+    qa.post_send(&wr).unwrap();
+    let wc = cb.wait_ok(T).unwrap();
+    assert_eq!(wc.src_qp, qa.qpn());
+    let mut got = [0u8; 8];
+    mb.read(GRH_LEN, &mut got).unwrap();
+    assert_eq!(&got, b"datagram");
+}
+
+#[test]
+fn sidr_resolves_a_ud_service_over_udp() {
+    sidr_resolve_then_send(softrdma::shm::Transport::Udp);
+}
+
+#[test]
+fn sidr_resolves_a_ud_service_on_the_same_host() {
+    sidr_resolve_then_send(softrdma::shm::Transport::Shm);
+}
+
+/// A SIDR_REQ for a UDP-space port nobody listens on: the answer is
+/// "service ID not supported" at once, not a timeout.
+#[test]
+fn sidr_for_a_port_nobody_serves_is_unsupported() {
+    let t = softrdma::shm::Transport::Udp;
+    let (a, b) = (device(t), device(t));
+    let dst = SocketAddr::new(b.addr().ip(), 7175);
+    let asked = a.cm().resolve_ud(dst, &quick()).unwrap();
+    let ev = wait_for(&a.cm(), |e| matches!(e, CmEvent::SidrResolved { .. }));
+    let CmEvent::SidrResolved { conn, status, .. } = ev else {
+        unreachable!()
+    };
+    assert_eq!(conn, asked);
+    assert_eq!(status, softrdma::rdma_cm::SidrStatus::Unsupported);
+}

@@ -69,7 +69,7 @@ pub fn to_c(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 }
 
 /// The GID of an IP address (IPv4-mapped for IPv4), as RoCEv2 names it.
-fn gid(ip: IpAddr) -> crate::abi::ibv_gid {
+pub fn gid(ip: IpAddr) -> crate::abi::ibv_gid {
     let v6 = match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),
         IpAddr::V6(v6) => v6,

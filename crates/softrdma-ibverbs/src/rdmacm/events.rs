@@ -33,8 +33,32 @@ pub struct EventData {
     pub status: c_int,
     pub listen_id: *mut rdma_cm_id,
     pub private_data: Vec<u8>,
-    /// A connection request's parameters (otherwise only the private data).
-    pub conn: Option<rdma_conn_param>,
+    /// The event's `param` (its private data pointer is set on queueing).
+    pub param: Param,
+}
+
+/// Which member of the event's `param` union it fills.
+pub enum Param {
+    /// Only the private data, in `param.conn`.
+    None,
+    /// A connection request's parameters (RC/UC).
+    Conn(rdma_conn_param),
+    /// A UD id's: the SIDR request, or the resolved QP (ESTABLISHED).
+    Ud(rdma_ud_param),
+}
+
+fn empty_conn() -> rdma_conn_param {
+    rdma_conn_param {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: 0,
+        initiator_depth: 0,
+        flow_control: 0,
+        retry_count: 0,
+        rnr_retry_count: 0,
+        srq: 0,
+        qp_num: 0,
+    }
 }
 
 impl Channel {
@@ -84,34 +108,34 @@ pub fn push(channel: *mut rdma_event_channel, id: *mut rdma_cm_id, d: EventData)
     let Some(ch) = (unsafe { Channel::from_ptr(channel) }) else {
         return;
     };
+    let ud = matches!(d.param, Param::Ud(_));
+    let param = match d.param {
+        Param::None => rdma_cm_event_param { conn: empty_conn() },
+        Param::Conn(conn) => rdma_cm_event_param { conn },
+        Param::Ud(ud) => rdma_cm_event_param { ud },
+    };
     let mut ev = Box::new(Event {
         c: rdma_cm_event {
             id,
             listen_id: d.listen_id,
             event: d.kind,
             status: d.status,
-            param: rdma_cm_event_param {
-                conn: d.conn.unwrap_or(rdma_conn_param {
-                    private_data: std::ptr::null(),
-                    private_data_len: 0,
-                    responder_resources: 0,
-                    initiator_depth: 0,
-                    flow_control: 0,
-                    retry_count: 0,
-                    rnr_retry_count: 0,
-                    srq: 0,
-                    qp_num: 0,
-                }),
-            },
+            param,
         },
         data: d.private_data,
     });
     if !ev.data.is_empty() {
         let len = ev.data.len().min(255) as u8;
-        // SAFETY: `conn` is the variant just written.
-        let conn = unsafe { &mut ev.c.param.conn };
-        conn.private_data = ev.data.as_ptr().cast();
-        conn.private_data_len = len;
+        let data = ev.data.as_ptr().cast();
+        if ud {
+            // SAFETY: `ud` is the variant just written.
+            let p = unsafe { &mut ev.c.param.ud };
+            (p.private_data, p.private_data_len) = (data, len);
+        } else {
+            // SAFETY: `conn` is the variant just written.
+            let p = unsafe { &mut ev.c.param.conn };
+            (p.private_data, p.private_data_len) = (data, len);
+        }
     }
     let mut q = ch.queue();
     q.push_back(ev);

@@ -12,7 +12,7 @@ use std::ptr::null_mut;
 use softrdma::rdma_cm::ConnParam;
 
 use super::abi::*;
-use super::events::{self, Channel, EventData};
+use super::events::{self, Channel, EventData, Param};
 use super::{addr, complete, contexts, ctx_for, new_id, port_space, registry, Id};
 use crate::abi::*;
 use crate::ffi::{self, guard};
@@ -31,11 +31,13 @@ fn ret(verb: &str, r: R) -> c_int {
     }
 }
 
+/// The id behind `p`; EINVAL for NULL, or for what is not a live id.
+///
 /// # Safety
-/// `p` is NULL or a live id.
+/// No other thread uses the id mutably at the same time (the
+/// rdma_cm contract).
 unsafe fn id_mut<'a>(p: *mut rdma_cm_id) -> Result<&'a mut Id, c_int> {
-    // SAFETY: per the contract.
-    unsafe { Id::from_ptr(p) }.ok_or(libc::EINVAL)
+    Id::live(p).ok_or(libc::EINVAL)
 }
 
 // ----- channels -----
@@ -177,6 +179,7 @@ unsafe fn destroy_id(p: *mut rdma_cm_id) -> R {
         // SAFETY: the id's own channel, used by nothing else.
         unsafe { Channel::destroy(id.c.channel) };
     }
+    super::live_ids().remove(&key);
     // SAFETY: made by `new_id` (leak), not freed yet.
     unsafe { objects::free(key as *mut Id) };
     Ok(())
@@ -286,7 +289,7 @@ fn queue(id: &mut Id, kind: c_uint) {
         status: 0,
         listen_id: null_mut(),
         private_data: Vec::new(),
-        conn: None,
+        param: Param::None,
     };
     events::push(id.c.channel, id.as_ptr(), ev);
 }
@@ -312,16 +315,14 @@ fn resolve_route(id: &mut Id) -> R {
 }
 
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    // SAFETY: a live id or NULL.
-    guard(0, || match unsafe { Id::from_ptr(id) } {
+    guard(0, || match Id::live(id) {
         Some(id) => addr::route_addr(&id.c.route, false).map_or(0, |a| a.port().to_be()),
         None => 0,
     })
 }
 
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    // SAFETY: a live id or NULL.
-    guard(0, || match unsafe { Id::from_ptr(id) } {
+    guard(0, || match Id::live(id) {
         Some(id) => addr::route_addr(&id.c.route, true).map_or(0, |a| a.port().to_be()),
         None => 0,
     })
@@ -375,17 +376,23 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_connect(
 unsafe fn connect(id: &mut Id, param: *const rdma_conn_param) -> R {
     let ctx = id.ctx().ok_or(libc::EINVAL)?;
     let dst = addr::route_addr(&id.c.route, true).ok_or(libc::EINVAL)?;
-    if id.c.ps != RDMA_PS_TCP {
-        // UD (SIDR) and the IB port space are not wired yet.
-        return Err(libc::ENOSYS);
-    }
-    // SAFETY: the id's QP is NULL or live.
-    let qp = unsafe { super::qp::soft_qp(id) }.ok_or(libc::ENOSYS)?;
     // SAFETY: per the contract.
     let p = unsafe { super::conn_param(param, ConnParam::default()) };
+    let cm = ctx.dev.cm();
     {
         let mut reg = registry();
-        let conn = ctx.dev.cm().connect(qp, dst, &p).map_err(|e| e.errno())?;
+        let conn = match id.c.ps {
+            // SIDR: which UD QP serves the port (no QP of ours moves).
+            RDMA_PS_UDP => cm.resolve_ud(dst, &p),
+            RDMA_PS_TCP => {
+                // SAFETY: the id's QP is NULL or live.
+                let qp = unsafe { super::qp::soft_qp(id) }.ok_or(libc::EINVAL)?;
+                cm.connect(qp, dst, &p)
+            }
+            // The IB port space (AF_IB addressing) is not offered.
+            _ => return Err(libc::ENOSYS),
+        }
+        .map_err(|e| e.errno())?;
         reg.conns
             .insert((ctx as *const Ctx as usize, conn.0), id as *mut Id as usize);
         id.state().conn = Some(conn);
@@ -408,7 +415,7 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_listen(
 /// device, or of every device for a wildcard bind.
 fn listen(id: &mut Id) -> R {
     let space = match id.c.ps {
-        RDMA_PS_TCP | RDMA_PS_IB => port_space(id.c.ps).ok_or(libc::EINVAL)?,
+        RDMA_PS_TCP | RDMA_PS_IB | RDMA_PS_UDP => port_space(id.c.ps).ok_or(libc::EINVAL)?,
         _ => return Err(libc::ENOSYS),
     };
     let bound = addr::route_addr(&id.c.route, false)
@@ -541,7 +548,19 @@ unsafe fn accept(id: &mut Id, param: *const rdma_conn_param) -> R {
         )
     };
     // SAFETY: the id's QP is NULL or live.
-    let qp = unsafe { super::qp::soft_qp(id) }.ok_or(libc::ENOSYS)?;
+    let qp = unsafe { super::qp::soft_qp(id) }.ok_or(libc::EINVAL)?;
+    if id.c.ps == RDMA_PS_UDP {
+        // SAFETY: per the contract.
+        let p = unsafe { super::conn_param(param, ConnParam::default()) };
+        let qkey = super::qp::RDMA_UDP_QKEY;
+        ctx.dev
+            .cm()
+            .accept_ud(conn, qp, qkey, &p.private_data)
+            .map_err(|e| e.errno())?;
+        // The SIDR_REP ends the exchange: no event follows on this side.
+        id.state().conn = None;
+        return Ok(());
+    }
     let defaults = ConnParam {
         responder_resources: depths.0.min(16),
         initiator_depth: depths.1.min(16),

@@ -36,7 +36,7 @@ use std::time::Duration;
 use softrdma::rdma_cm::{CmEvent, ConnId, ConnParam, PortSpace};
 
 use self::abi::*;
-use self::events::EventData;
+use self::events::{EventData, Param};
 use crate::abi::*;
 use crate::objects::{self, Ctx};
 
@@ -75,6 +75,19 @@ impl Id {
         unsafe { p.cast::<Id>().as_mut() }
     }
 
+    /// The id behind an application's pointer, if it is one this module
+    /// made and has not destroyed: a program that passes an id after
+    /// destroying it (perftest's rdma_cm retry does) gets EINVAL, not a
+    /// read of freed memory.
+    pub fn live<'a>(p: *mut rdma_cm_id) -> Option<&'a mut Id> {
+        if !live_ids().contains(&(p as usize)) {
+            return None;
+        }
+        // SAFETY: in the live set: made by `new_id`, not yet freed
+        // (`destroy_id` takes it out first).
+        unsafe { Id::from_ptr(p) }
+    }
+
     pub fn state(&self) -> MutexGuard<'_, IdState> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -92,6 +105,15 @@ impl Id {
     pub fn as_ptr(&mut self) -> *mut rdma_cm_id {
         &mut self.c
     }
+}
+
+/// The addresses of the ids that exist (made by [`new_id`], not yet
+/// freed).
+pub fn live_ids() -> MutexGuard<'static, std::collections::HashSet<usize>> {
+    static LIVE: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// Connections and listeners by device (the address of its `Ctx`), so
@@ -207,6 +229,22 @@ fn route(ctx: &'static Ctx, ev: CmEvent<SocketAddr>) {
         };
         return request(ctx, conn, &r);
     }
+    let ev = match ev {
+        CmEvent::SidrRequest {
+            conn,
+            service_id,
+            private_data,
+            ..
+        } => return ud_request(ctx, conn, (service_id & 0xFFFF) as u16, &private_data),
+        CmEvent::SidrResolved {
+            conn,
+            status,
+            qpn,
+            qkey,
+            private_data,
+        } => return ud_resolved(ctx, conn, status, (qpn, qkey), private_data),
+        other => other,
+    };
     let Some((conn, kind, status, private_data)) = conn_event(ev) else {
         return;
     };
@@ -222,7 +260,7 @@ fn route(ctx: &'static Ctx, ev: CmEvent<SocketAddr>) {
         status,
         listen_id: null_mut(),
         private_data,
-        conn: None,
+        param: Param::None,
     };
     events::push(id.c.channel, id.as_ptr(), ev);
     drop(reg);
@@ -284,6 +322,13 @@ fn request(ctx: &'static Ctx, conn: ConnId, req: &Request) {
     };
     // SAFETY: a registered listener is live (see `route`).
     let l = unsafe { &mut *(listener as *mut Id) };
+    if l.c.qp_type == IBV_QPT_UD {
+        // A REQ for a UD listener's service: refused, as the kernel's
+        // rdma_cm refuses a request of the wrong QP type.
+        drop(reg);
+        let _ = ctx.dev.cm().reject(conn, &[]);
+        return;
+    }
     let (src, user) = match softrdma::rdma_cm::parse_req_private_data(&req.private_data) {
         Ok((h, user)) => (Some(SocketAddr::new(h.src, h.src_port)), user.to_vec()),
         Err(_) => (None, Vec::new()),
@@ -319,10 +364,106 @@ fn request(ctx: &'static Ctx, conn: ConnId, req: &Request) {
         status: 0,
         listen_id: l.as_ptr(),
         private_data: user,
-        conn: Some(p),
+        param: Param::Conn(p),
     };
     events::push(l.c.channel, idr.as_ptr(), ev);
     drop(reg);
+}
+
+/// A SIDR request for a UD listener: a new UD id and its CONNECT_REQUEST
+/// (`param.ud` with the consumer's private data, after the CMA header).
+fn ud_request(ctx: &'static Ctx, conn: ConnId, port: u16, private_data: &[u8]) {
+    let key = ctx as *const Ctx as usize;
+    let mut reg = registry();
+    let Some(&listener) = reg.listeners.get(&(key, port)) else {
+        drop(reg);
+        let _ = ctx.dev.cm().reject(conn, &[]);
+        return;
+    };
+    // SAFETY: a registered listener is live (see `route`).
+    let l = unsafe { &mut *(listener as *mut Id) };
+    if l.c.qp_type != IBV_QPT_UD {
+        // A SIDR_REQ for a connected listener's service: refused.
+        drop(reg);
+        let _ = ctx.dev.cm().reject(conn, &[]);
+        return;
+    }
+    let (src, user) = match softrdma::rdma_cm::parse_req_private_data(private_data) {
+        Ok((h, user)) => (Some(SocketAddr::new(h.src, h.src_port)), user.to_vec()),
+        Err(_) => (None, Vec::new()),
+    };
+    let id = new_id(l.c.channel, l.c.context, l.c.ps, l.c.qp_type);
+    // SAFETY: just made.
+    let idr = unsafe { &mut *id };
+    idr.c.verbs = ctx.as_ibv();
+    let local = SocketAddr::new(ctx.dev.addr().ip(), port);
+    addr::set_route(&mut idr.c.route, Some(local), src);
+    idr.state().conn = Some(conn);
+    reg.conns.insert((key, conn.0), id as usize);
+    let ev = EventData {
+        kind: RDMA_CM_EVENT_CONNECT_REQUEST,
+        status: 0,
+        listen_id: l.as_ptr(),
+        private_data: user,
+        param: Param::Ud(ud_param(None, 0, 0)),
+    };
+    events::push(l.c.channel, idr.as_ptr(), ev);
+    drop(reg);
+}
+
+/// A SIDR_REP for a UD id: ESTABLISHED with the peer's QP, Q_Key and
+/// address handle attributes (`param.ud`), or UNREACHABLE with the SIDR
+/// status, as the kernel's rdma_cm reports them.
+fn ud_resolved(
+    ctx: &'static Ctx,
+    conn: ConnId,
+    status: softrdma::rdma_cm::SidrStatus,
+    (qpn, qkey): (u32, u32),
+    private_data: Vec<u8>,
+) {
+    let mut reg = registry();
+    let Some(id) = reg.conns.remove(&(ctx as *const Ctx as usize, conn.0)) else {
+        return;
+    };
+    // SAFETY: registered ids are live (see `route`).
+    let id = unsafe { &mut *(id as *mut Id) };
+    // The SIDR exchange is over: nothing to destroy later.
+    id.state().conn = None;
+    let ok = status == softrdma::rdma_cm::SidrStatus::Success;
+    let dst = addr::route_addr(&id.c.route, true).map(|a| a.ip());
+    let ev = EventData {
+        kind: if ok {
+            RDMA_CM_EVENT_ESTABLISHED
+        } else {
+            RDMA_CM_EVENT_UNREACHABLE
+        },
+        status: if ok { 0 } else { status as c_int },
+        listen_id: null_mut(),
+        private_data,
+        param: Param::Ud(ud_param(dst.filter(|_| ok), qpn, qkey)),
+    };
+    events::push(id.c.channel, id.as_ptr(), ev);
+    drop(reg);
+}
+
+/// `rdma_ud_param` for a peer at `dst` (an address handle to reach it:
+/// RoCEv2 always carries a GRH) serving QP `qpn` with `qkey`.
+fn ud_param(dst: Option<IpAddr>, qpn: u32, qkey: u32) -> rdma_ud_param {
+    // SAFETY: all-zero is a valid ibv_ah_attr (integers and a GID union).
+    let mut ah: ibv_ah_attr = unsafe { std::mem::zeroed() };
+    if let Some(ip) = dst {
+        ah.grh.dgid = addr::gid(ip);
+        ah.grh.hop_limit = 64;
+        ah.is_global = 1;
+        ah.port_num = 1;
+    }
+    rdma_ud_param {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        ah_attr: ah,
+        qp_num: qpn,
+        qkey,
+    }
 }
 
 /// A new id (not yet bound), leaked; freed by `free_id`.
@@ -335,7 +476,7 @@ pub fn new_id(
     // SAFETY: all-zero is a valid rdma_route (integers, NULL pointers and
     // sockaddr_storage bytes, family AF_UNSPEC).
     let route: rdma_route = unsafe { std::mem::zeroed() };
-    objects::leak(Id {
+    let id = objects::leak(Id {
         c: rdma_cm_id {
             verbs: null_mut(),
             channel,
@@ -354,7 +495,10 @@ pub fn new_id(
             qp_type,
         },
         st: Mutex::new(IdState::default()),
-    })
+    });
+    // The C struct is the first field: its address is the id's.
+    live_ids().insert(id as usize);
+    id
 }
 
 /// `rdma_conn_param` → softrdma's, with librdmacm's defaults for NULL.

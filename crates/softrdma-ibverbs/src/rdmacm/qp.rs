@@ -19,8 +19,14 @@ use crate::{device, verbs};
 const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
 const IBV_QP_PKEY_INDEX: c_int = 1 << 4;
 const IBV_QP_PORT: c_int = 1 << 5;
+const IBV_QP_QKEY: c_int = 1 << 6;
+const IBV_QP_SQ_PSN: c_int = 1 << 16;
 const IBV_QPS_INIT: u32 = 1;
+const IBV_QPS_RTR: u32 = 2;
+const IBV_QPS_RTS: u32 = 3;
 const IBV_QPS_ERR: u32 = 6;
+/// The Q_Key of rdma_cm's UDP port space (`RDMA_UDP_QKEY`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 /// Local write, remote write, remote read, remote atomic.
 const RDMA_CM_ACCESS: u32 = 0xF;
 
@@ -127,10 +133,41 @@ pub unsafe fn create_qp(
     id.c.qp = qp;
     id.c.pd = pd;
     id.state().own_cqs = (own_send, own_recv);
-    if attr.qp_type == IBV_QPT_RC_C {
-        if let Err(e) = to_init(qp) {
-            destroy_qp(id);
-            return Err(e);
+    let ready = match attr.qp_type {
+        IBV_QPT_RC_C => to_init(qp),
+        IBV_QPT_UD_C => to_rts_ud(qp),
+        _ => Ok(()),
+    };
+    if let Err(e) = ready {
+        destroy_qp(id);
+        return Err(e);
+    }
+    Ok(())
+}
+
+const IBV_QPT_UD_C: u32 = super::abi::IBV_QPT_UD;
+
+/// A UD QP straight to RTS with rdma_cm's UDP Q_Key, as librdmacm readies
+/// the QPs of UD ids: it can send and receive before (and without) SIDR.
+fn to_rts_ud(qp: *mut ibv_qp) -> Result<(), c_int> {
+    let steps = [
+        (
+            IBV_QPS_INIT,
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+        ),
+        (IBV_QPS_RTR, IBV_QP_STATE),
+        (IBV_QPS_RTS, IBV_QP_STATE | IBV_QP_SQ_PSN),
+    ];
+    for (state, mask) in steps {
+        // SAFETY: all-zero is a valid ibv_qp_attr (integers and a GID union).
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = state;
+        a.port_num = 1;
+        a.qkey = RDMA_UDP_QKEY;
+        // SAFETY: a live QP of this library and a live attribute struct.
+        match unsafe { verbs::ibv_modify_qp(qp, &mut a, mask) } {
+            0 => {}
+            e => return Err(e),
         }
     }
     Ok(())

@@ -271,3 +271,35 @@ pub fn assert_both_ok(what: &str, s: &Output, c: &Output) {
         c.stderr
     );
 }
+
+/// Runs `server`, waits (at most 20 s) until `ready`, then runs the
+/// client `client()` makes to completion — again while `again` says its
+/// output shows it came too early (at most 5 times, a second apart); the
+/// server gets `grace` more to finish before it is killed (a server that
+/// serves forever, as cmtime's, is killed then). Both are killed at
+/// `timeout`. Returns (server, last client).
+pub fn run_client_of(
+    server: Command,
+    mut client: impl FnMut() -> Command,
+    ready: impl Fn() -> bool,
+    again: impl Fn(&Output) -> bool,
+    timeout: Duration,
+    grace: Duration,
+) -> (Output, Output) {
+    let deadline = Instant::now() + timeout;
+    let s = spawn(server);
+    let ready_by = Instant::now() + Duration::from_secs(20).min(timeout);
+    while !ready() && Instant::now() < ready_by {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut out = spawn(client()).finish(deadline);
+    for _ in 1..5 {
+        if !again(&out) || Instant::now() + Duration::from_secs(1) >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        out = spawn(client()).finish(deadline);
+    }
+    let server = s.finish(deadline.min(Instant::now() + grace));
+    (server, out)
+}
