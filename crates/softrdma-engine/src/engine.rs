@@ -680,6 +680,14 @@ impl Engine {
             cap.max_recv_wr = 0;
             cap.max_recv_sge = 0;
         }
+        // As rxe and mlx5 size a send WQE: the inline room is at least what
+        // its scatter list takes (16 bytes an SGE), so a QP that asks for
+        // none can still inline 16 bytes per SGE (rdma_xclient relies on
+        // it); the caps the QP really has are what query_qp reports.
+        cap.max_inline_data = cap
+            .max_inline_data
+            .max(cap.max_send_sge.saturating_mul(16))
+            .min(l.max_inline_data);
         let mtu = match init.qp_type {
             QpType::Ud => self.cfg.active_mtu.bytes(),
             _ => Mtu::Mtu1024.bytes(),
