@@ -48,7 +48,7 @@ fn have(tools: &[&str]) -> bool {
         missing.join(", ")
     );
     eprintln!(
-        "SKIPPED: {} not installed (Debian: apt-get install rdmacm-utils)",
+        "SKIPPED: {} not installed (Debian: apt-get install rdmacm-utils qperf perftest)",
         missing.join(", ")
     );
     false
@@ -364,6 +364,41 @@ fn perftest_over_rdma_cm() {
             assert!(result, "{tool}: no result line: {}", show(o));
         }
     }
+}
+
+/// qperf with its QPs connected through rdma_cm (`-cm1`): `rc_lat`,
+/// `rc_bw` and `rc_rdma_write_bw`, one second each, over UDP. qperf's
+/// server binds port 0 and reads the port before it listens (so the port
+/// is chosen at bind, as the kernel chooses it), forks a child per test,
+/// and that child exits with its connection up (so the library ends its
+/// connections at exit, as the kernel does for a process that exits).
+/// Each test prints its figure, and the client exits 0.
+#[test]
+fn qperf_over_rdma_cm() {
+    if !have(&["qperf"]) {
+        return;
+    }
+    let _g = common::serial();
+    let tests = ["rc_lat", "rc_bw", "rc_rdma_write_bw"];
+    let mut args = vec!["127.0.77.32", "-cm1", "-t", "1"];
+    args.extend(tests);
+    let (_s, c) = serve(
+        cmd("qperf", &[], "127.0.77.32"),
+        cmd("qperf", &args, "127.0.77.33"),
+        [127, 0, 77, 32],
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+    );
+    assert!(c.ok, "{}", show(&c));
+    for t in tests {
+        assert!(c.stdout.contains(&format!("{t}:")), "{}", show(&c));
+    }
+    let figures = c
+        .stdout
+        .lines()
+        .filter(|l| l.contains("latency  =") || l.contains("bw  ="))
+        .count();
+    assert_eq!(figures, 3, "{}", show(&c));
 }
 
 /// cmtime's client makes, connects, disconnects and destroys 1,000

@@ -295,11 +295,35 @@ fn os_seed() -> u64 {
             .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Binds a device's address, waiting up to 2 s while it is in use: a
+/// process that exits (a forking server's previous child, say) releases
+/// its device's address a moment after its peer has moved on, as a NIC's
+/// address outlives the process while here the process owns it.
+fn bind_device_socket(a: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let give_up = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match bind_socket(a) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < give_up =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
 impl Device {
     pub fn open(cfg: &DeviceConfig) -> Result<Arc<Device>, Error> {
         let sock = match &cfg.bind {
-            Bind::Addr(a) => bind_socket(*a)
-                .map_err(|e| Error::Io(format!("device {}: cannot bind UDP {a}: {e}", cfg.name)))?,
+            Bind::Addr(a) => bind_device_socket(*a).map_err(|e| {
+                Error::Io(format!(
+                    "device {}: cannot bind UDP {a}: {e} (another softrdma device, or \
+                     another program, has that address and port)",
+                    cfg.name
+                ))
+            })?,
             Bind::AutoLoopback { port } => auto_loopback_candidates(*port)
                 .find_map(|a| bind_socket(a).ok())
                 .ok_or_else(|| {

@@ -736,10 +736,12 @@ pub fn send_batch(
         [d] => return send_one(sock, d).map(|()| (1, 0)),
         _ => {}
     }
-    SEND_SCRATCH.with(|cell| {
+    let kept = SEND_SCRATCH.try_with(|cell| {
         let mut scratch = cell.borrow_mut();
         send_batch_with(sock, packets, gso, &mut scratch)
-    })
+    });
+    // During process exit the thread's storage is gone: fresh buffers.
+    kept.unwrap_or_else(|_| send_batch_with(sock, packets, gso, &mut SendScratch::default()))
 }
 
 /// Per-thread buffers of [`send_batch`], kept between calls so that a send

@@ -174,7 +174,9 @@ impl UdpPort {
             }
         }
         // This thread's kept (empty) list, borrowing `out` for this send only.
-        let mut pkts: Vec<sys::Datagram<'_>> = DGRAMS.take();
+        // A send during process exit (rdma_cm's exit handler ends the
+        // connections) finds the thread's storage gone: a new list then.
+        let mut pkts: Vec<sys::Datagram<'_>> = DGRAMS.try_with(|d| d.take()).unwrap_or_default();
         pkts.extend((start..end).map(|i| {
             let dst = out.endpoints(i).dst;
             let p = out.parts(i);
@@ -219,7 +221,7 @@ impl UdpPort {
         // its collect reuses the allocation in place.
         #[allow(clippy::unnecessary_filter_map)]
         let empty = pkts.into_iter().filter_map(|_| None).collect();
-        DGRAMS.set(empty);
+        let _ = DGRAMS.try_with(|d| d.set(empty));
     }
 }
 

@@ -231,12 +231,18 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_bind_addr(
     })
 }
 
-/// Binds to `a`: a specific address also binds the device that has it.
+/// Binds to `a`: a specific address also binds the device that has it;
+/// port 0 takes an ephemeral port now, as the kernel's rdma_bind_addr
+/// does (qperf reads it with rdma_get_src_port before rdma_listen).
 fn bind(id: &mut Id, a: std::net::SocketAddr) -> R {
     if !a.ip().is_unspecified() {
         let ctx = ctx_for(Some(a.ip())).ok_or(libc::ENODEV)?;
         id.c.verbs = ctx.as_ibv();
     }
+    let a = match a.port() {
+        0 => std::net::SocketAddr::new(a.ip(), ephemeral_port()),
+        _ => a,
+    };
     addr::set_route(&mut id.c.route, Some(a), None);
     Ok(())
 }

@@ -156,7 +156,33 @@ pub fn contexts() -> &'static [usize] {
         }
         // SAFETY: the list came from ibv_get_device_list.
         unsafe { crate::device::ibv_free_device_list(list) };
+        // SAFETY: registers a function of this library, which stays
+        // loaded for the process's life (it is never dlclose'd while
+        // devices are open).
+        if unsafe { libc::atexit(disconnect_at_exit) } != 0 {
+            eprintln!("softrdma: rdma_cm: cannot register the exit handler");
+        }
         v
+    })
+}
+
+/// At `exit`, every connection still up is ended as the kernel ends those
+/// of a process that exits: its id destroyed, so the peer gets a DREQ
+/// (or a REJ for one still connecting) and sees DISCONNECTED instead of
+/// waiting out its retries (qperf's server exits with its connection up).
+/// `_exit` and fatal signals run no handler: the peer then times out.
+extern "C" fn disconnect_at_exit() {
+    crate::ffi::guard((), || {
+        let ids: Vec<usize> = live_ids().iter().copied().collect();
+        for key in ids {
+            // SAFETY: in the live set: an id not freed (the application's
+            // other threads may still run, but exit is under way).
+            let id = unsafe { &*(key as *const Id) };
+            let conn = id.state().conn.take();
+            if let (Some(conn), Some(ctx)) = (conn, id.ctx()) {
+                let _ = ctx.dev.cm().destroy(conn);
+            }
+        }
     })
 }
 
