@@ -30,15 +30,15 @@ pub struct Args {
     json: bool,
 }
 
-struct Info {
-    name: String,
-    addr: std::net::SocketAddr,
-    gid: Gid,
-    dev: DeviceAttr,
-    port: PortAttr,
+pub(crate) struct Info {
+    pub name: String,
+    pub addr: std::net::SocketAddr,
+    pub gid: Gid,
+    pub dev: DeviceAttr,
+    pub port: PortAttr,
 }
 
-fn query(ctx: &Context) -> Info {
+pub(crate) fn query(ctx: &Context) -> Info {
     Info {
         name: ctx.name().to_string(),
         addr: ctx.addr(),
@@ -71,7 +71,7 @@ fn mtu(m: Mtu) -> String {
     format!("{} ({})", m.bytes(), m.to_ibv())
 }
 
-fn port_state(s: u32) -> &'static str {
+pub(crate) fn port_state(s: u32) -> &'static str {
     match s {
         1 => "PORT_DOWN",
         2 => "PORT_INIT",
@@ -81,7 +81,7 @@ fn port_state(s: u32) -> &'static str {
     }
 }
 
-fn width(w: u8) -> &'static str {
+pub(crate) fn width(w: u8) -> &'static str {
     match w {
         1 => "1",
         2 => "4",
@@ -92,7 +92,7 @@ fn width(w: u8) -> &'static str {
     }
 }
 
-fn speed(s: u8) -> &'static str {
+pub(crate) fn speed(s: u8) -> &'static str {
     match s {
         1 => "2.5 Gbps",
         2 => "5.0 Gbps",
@@ -104,7 +104,7 @@ fn speed(s: u8) -> &'static str {
     }
 }
 
-fn phys_state(s: u8) -> &'static str {
+pub(crate) fn phys_state(s: u8) -> &'static str {
     match s {
         1 => "SLEEP",
         2 => "POLLING",
@@ -115,7 +115,7 @@ fn phys_state(s: u8) -> &'static str {
     }
 }
 
-fn link_layer(l: u8) -> &'static str {
+pub(crate) fn link_layer(l: u8) -> &'static str {
     match l {
         2 => "Ethernet",
         _ => "InfiniBand",
@@ -255,8 +255,8 @@ fn to_json(i: &Info) -> Value {
 }
 
 /// Runs `softrdma devinfo`.
-pub fn run(args: &Args) -> ExitCode {
-    let list = match softrdma::devices() {
+pub fn run(args: &Args, devices: &[String]) -> ExitCode {
+    let list = match crate::hosts::devices(devices) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("softrdma devinfo: {e}");
@@ -267,7 +267,11 @@ pub fn run(args: &Args) -> ExitCode {
         Some(name) => match list.iter().find(|d| &d.name == name) {
             Some(d) => vec![d.clone()],
             None => {
-                eprintln!("softrdma devinfo: IB device '{name}' wasn't found");
+                let e = softrdma::config::select(&list, name).err();
+                eprintln!(
+                    "softrdma devinfo: IB device '{name}' wasn't found: {}",
+                    e.map(|e| e.to_string()).unwrap_or_default()
+                );
                 return ExitCode::from(1);
             }
         },

@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 
 mod decode;
 mod devinfo;
+mod hosts;
+mod ibstat;
 mod perf;
 mod stat;
 
@@ -16,6 +18,12 @@ mod stat;
 #[derive(Debug, Parser)]
 #[command(name = "softrdma", version, propagate_version = true)]
 struct Cli {
+    /// Use this device: NAME=IP[:PORT], e.g. srx0=192.0.2.1 (the address
+    /// other hosts reach this one at; it is the device's GID). Repeatable;
+    /// replaces SOFTRDMA_DEVICES. Without it: SOFTRDMA_DEVICES, else srx0
+    /// on the first free 127.0.0.N (reachable from this host only).
+    #[arg(long = "device", global = true, value_name = "NAME=IP[:PORT]")]
+    devices: Vec<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -47,15 +55,26 @@ enum Command {
     /// `--server` waits for a client; `HOST` connects to a server. With
     /// neither, both ends run on this machine: a server process is started
     /// automatically. Output follows perftest (ib_write_lat, …).
-    Perf(perf::Args),
+    Perf(Box<perf::Args>),
+    /// Show softrdma devices in the layout of infiniband-diags' ibstat.
+    ///
+    /// `softrdma ibstat [CA [PORT]]`; -l lists the CA names, -s leaves out
+    /// the ports, -p lists the port GUIDs.
+    Ibstat(ibstat::Args),
+    /// Show the ports of softrdma devices like iproute2's `rdma link show`.
+    Link(ibstat::LinkArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let dev = &cli.devices;
     match &cli.command {
+        // A capture names its own addresses: --device does not apply.
         Command::Decode(args) => decode::run(args),
-        Command::Devinfo(args) => devinfo::run(args),
-        Command::Stat(args) => stat::run(args),
-        Command::Perf(args) => perf::run(args),
+        Command::Devinfo(args) => devinfo::run(args, dev),
+        Command::Stat(args) => stat::run(args, dev),
+        Command::Perf(args) => perf::run(args, dev),
+        Command::Ibstat(args) => ibstat::run(args, dev),
+        Command::Link(args) => ibstat::link(args, dev),
     }
 }

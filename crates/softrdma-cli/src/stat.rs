@@ -132,7 +132,21 @@ fn text(devs: &[Value], all: bool) -> String {
 }
 
 /// Runs `softrdma stat`.
-pub fn run(args: &Args) -> ExitCode {
+///
+/// With `--device`, only the devices it names are shown (their counters
+/// are those of the processes that have them open).
+pub fn run(args: &Args, devices: &[String]) -> ExitCode {
+    let only: Option<Vec<String>> = if devices.is_empty() {
+        None
+    } else {
+        match crate::hosts::devices(devices) {
+            Ok(l) => Some(l.into_iter().map(|d| d.name).collect()),
+            Err(e) => {
+                eprintln!("softrdma stat: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    };
     let dir = args
         .run_dir
         .clone()
@@ -144,7 +158,14 @@ pub fn run(args: &Args) -> ExitCode {
         }
     }
     loop {
-        let devs = gather(&dir);
+        let mut devs = gather(&dir);
+        if let Some(names) = &only {
+            devs.retain(|d| {
+                d.get("device")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| names.iter().any(|x| x == n))
+            });
+        }
         if args.json {
             let v = json!({
                 "run_dir": dir.display().to_string(),

@@ -59,15 +59,24 @@ impl FromStr for FaultSpec {
                 })?;
                 continue;
             }
-            let p: f64 = v
-                .parse()
-                .ok()
-                .filter(|p: &f64| (0.0..=1.0).contains(p))
-                .ok_or_else(|| {
-                    FaultSpecError(format!(
-                        "fault spec {k}={v}: probability must be between 0 and 1"
-                    ))
-                })?;
+            let p: f64 = match v.trim().parse::<f64>() {
+                Ok(p) if (0.0..=1.0).contains(&p) => p,
+                Ok(_) => {
+                    return Err(FaultSpecError(format!(
+                        "fault spec {k}={v}: {v} is not a probability (give 0 to 1, e.g. {k}=0.01)"
+                    )))
+                }
+                Err(_) if v.contains([';', ' ', ':']) => {
+                    return Err(FaultSpecError(format!(
+                        "fault spec {k}={v}: items are separated by commas, e.g. loss=0.1,seed=3"
+                    )))
+                }
+                Err(_) => {
+                    return Err(FaultSpecError(format!(
+                        "fault spec {k}={v}: {v:?} is not a number (give a probability 0 to 1, e.g. {k}=0.01)"
+                    )))
+                }
+            };
             match k {
                 "loss" => f.loss = p,
                 "reorder" => f.reorder = p,
@@ -245,7 +254,14 @@ mod tests {
             .parse::<FaultSpec>()
             .unwrap_err()
             .to_string()
-            .contains("between 0 and 1"));
+            .contains("2 is not a probability (give 0 to 1"));
+        let e = "loss=0.1;seed=3"
+            .parse::<FaultSpec>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("separated by commas"), "{e}");
+        let e = "loss=lots".parse::<FaultSpec>().unwrap_err().to_string();
+        assert!(e.contains("\"lots\" is not a number"), "{e}");
         assert!("jitter=0.1"
             .parse::<FaultSpec>()
             .unwrap_err()

@@ -108,7 +108,17 @@ pub fn connect(
                 let _ = e;
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(e) => return Err(io(e)),
+            Err(e) => {
+                let to = addr
+                    .to_socket_addrs()
+                    .map(|a| a.map(|a| a.to_string()).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_else(|_| "an address that does not resolve".into());
+                return Err(Error::Io(format!(
+                    "cannot connect to the peer at {to} after trying for {:.1} s: {e} \
+                     (is its listener running, on that address and port?)",
+                    start.elapsed().as_secs_f64()
+                )));
+            }
         }
     };
     let theirs = exchange(&mut s, mine)?;

@@ -168,17 +168,20 @@ impl DeviceConfig {
     }
 }
 
-/// Parses one `name=address[:port]` entry.
-fn parse_entry(entry: &str) -> Result<DeviceConfig, Error> {
+/// Parses one `name=address[:port]` entry (one SOFTRDMA_DEVICES item, or
+/// the value of a command's `--device`); `source` names where it came from
+/// in error messages ("SOFTRDMA_DEVICES entry", "--device").
+pub fn parse_device(entry: &str, source: &str) -> Result<DeviceConfig, Error> {
+    let entry = entry.trim();
     let (name, addr) = entry.split_once('=').ok_or_else(|| {
         Error::Config(format!(
-            "SOFTRDMA_DEVICES entry {entry:?} is not name=address"
+            "{source} {entry:?} is not name=address (e.g. srx0=192.0.2.1 or srx0=[fd00::2]:4791)"
         ))
     })?;
     let name = name.trim();
     if name.is_empty() {
         return Err(Error::Config(format!(
-            "SOFTRDMA_DEVICES entry {entry:?} has an empty name"
+            "{source} {entry:?} has an empty name"
         )));
     }
     let addr = addr.trim();
@@ -200,12 +203,12 @@ fn parse_entry(entry: &str) -> Result<DeviceConfig, Error> {
         SocketAddr::new(ip, ROCE_PORT)
     } else {
         return Err(Error::Config(format!(
-            "SOFTRDMA_DEVICES entry {entry:?}: {addr:?} is not an IP address, ip:port, [ipv6]:port or \"auto\""
+            "{source} {entry:?}: {addr:?} is not an IP address, ip:port, [ipv6]:port or \"auto\""
         )));
     };
     if sa.ip().is_unspecified() {
         return Err(Error::Config(format!(
-            "SOFTRDMA_DEVICES entry {entry:?}: a device needs a concrete address (its GID), not {}",
+            "{source} {entry:?}: a device needs a concrete address (its GID), not {}",
             sa.ip()
         )));
     }
@@ -214,21 +217,63 @@ fn parse_entry(entry: &str) -> Result<DeviceConfig, Error> {
 
 /// Parses a SOFTRDMA_DEVICES value.
 pub fn parse_devices(spec: &str) -> Result<Vec<DeviceConfig>, Error> {
+    parse_device_list(
+        spec.split(',').map(str::trim).filter(|e| !e.is_empty()),
+        "SOFTRDMA_DEVICES",
+    )
+}
+
+/// Parses device entries from `source` (SOFTRDMA_DEVICES or a command's
+/// `--device` options): each `name=address[:port]`, no name twice, at
+/// least one.
+pub fn parse_device_list<'a>(
+    entries: impl IntoIterator<Item = &'a str>,
+    source: &str,
+) -> Result<Vec<DeviceConfig>, Error> {
     let mut v: Vec<DeviceConfig> = Vec::new();
-    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let d = parse_entry(entry)?;
+    let item = if source.starts_with('-') {
+        source.to_string()
+    } else {
+        format!("{source} entry")
+    };
+    for entry in entries {
+        let d = parse_device(entry, &item)?;
         if v.iter().any(|x| x.name == d.name) {
             return Err(Error::Config(format!(
-                "SOFTRDMA_DEVICES names device {:?} twice",
+                "{source} names device {:?} twice",
                 d.name
             )));
         }
         v.push(d);
     }
     if v.is_empty() {
-        return Err(Error::Config("SOFTRDMA_DEVICES lists no devices".into()));
+        return Err(Error::Config(format!("{source} lists no devices")));
     }
     Ok(v)
+}
+
+/// The device named `name` in `list`, or an error that lists the devices
+/// there are and how to add one.
+pub fn select(list: &[DeviceConfig], name: &str) -> Result<DeviceConfig, Error> {
+    if let Some(d) = list.iter().find(|d| d.name == name) {
+        return Ok(d.clone());
+    }
+    let have: Vec<String> = list.iter().map(describe).collect();
+    Err(Error::Config(format!(
+        "no softrdma device named {name:?}; the devices here are: {} \
+         (choose one with -d, or add one with --device {name}=IP[:PORT] or SOFTRDMA_DEVICES)",
+        have.join(", ")
+    )))
+}
+
+/// `name (address)` of a configured device.
+pub fn describe(d: &DeviceConfig) -> String {
+    match &d.bind {
+        Bind::Addr(a) => format!("{} ({a})", d.name),
+        Bind::AutoLoopback { port } => {
+            format!("{} (the first free 127.0.0.N, UDP port {port})", d.name)
+        }
+    }
 }
 
 /// The configured devices: SOFTRDMA_DEVICES, or the default loopback device.
@@ -271,5 +316,22 @@ mod tests {
         assert!(e.contains("twice"), "{e}");
         let e = parse_devices("a=0.0.0.0").unwrap_err().to_string();
         assert!(e.contains("concrete address"), "{e}");
+        let e = parse_device_list(["srx0=10.0.0.1", "srx0=10.0.0.2"], "--device")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--device names device \"srx0\" twice"), "{e}");
+        let e = parse_device("srx0", "--device").unwrap_err().to_string();
+        assert!(e.contains("--device \"srx0\" is not name=address"), "{e}");
+    }
+
+    #[test]
+    fn select_lists_the_devices_there_are() {
+        let v = parse_devices("srx0=192.0.2.1,srx1=auto").unwrap();
+        assert_eq!(select(&v, "srx1").unwrap().name, "srx1");
+        let e = select(&v, "mlx5_0").unwrap_err().to_string();
+        assert!(
+            e.contains("\"mlx5_0\"") && e.contains("srx0 (192.0.2.1:4791)") && e.contains("srx1 ("),
+            "{e}"
+        );
     }
 }

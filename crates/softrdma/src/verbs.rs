@@ -1317,13 +1317,25 @@ impl Qp {
 
     /// RESET→INIT→RTR→RTS towards `remote` (RC, UC).
     pub fn connect(&self, remote: &QpEndpoint, o: &ConnectOptions) -> Result<()> {
-        let mtu = o.mtu.unwrap_or_else(|| {
-            if remote.mtu.bytes() < self.ctx.dev.active_mtu.bytes() {
-                remote.mtu
-            } else {
-                self.ctx.dev.active_mtu
-            }
-        });
+        let both = if remote.mtu.bytes() < self.ctx.dev.active_mtu.bytes() {
+            remote.mtu
+        } else {
+            self.ctx.dev.active_mtu
+        };
+        // Both ends exchanged their MTUs: a path MTU above either one
+        // would only show later as RemInvReqErr/WrFlushErr, so say it now.
+        if let Some(m) = o.mtu.filter(|m| m.bytes() > both.bytes()) {
+            return Err(Error::Config(format!(
+                "path MTU {} is larger than the MTU both ends support ({}: this port {}, the peer's {}); \
+                 connect with an MTU of {} or less (or leave ConnectOptions::mtu unset)",
+                m.bytes(),
+                both.bytes(),
+                self.ctx.dev.active_mtu.bytes(),
+                remote.mtu.bytes(),
+                both.bytes()
+            )));
+        }
+        let mtu = o.mtu.unwrap_or(both);
         let mut a = QpAttr {
             qp_state: QpState::Init,
             port_num: 1,

@@ -290,9 +290,291 @@ pub struct Args {
     /// Verify the data moved (patterns compared at the end of each size).
     #[arg(long)]
     pub check: bool,
+    /// GID index: softrdma devices have one GID, index 0 (their IP address).
+    #[arg(short = 'x', long = "gid-index", value_name = "INDEX")]
+    pub gid_index: Option<u32>,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the port's active
+    /// MTU; a larger one falls back to it, as in perftest).
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
+    /// Bidirectional bandwidth: both ends run the test at once and the sum
+    /// is reported (write_bw, read_bw, atomic_bw).
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidir: bool,
+    /// Accepted: the QPs are connected through this command's TCP exchange
+    /// (the same QP attributes rdma_cm would set).
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
+    /// Accepted: parameters go over this command's TCP exchange.
+    #[arg(short = 'z', long = "com_rdma_cm")]
+    pub com_rdma_cm: bool,
+    /// Print only one number per size: bandwidth or message_rate (bandwidth
+    /// tests), latency (latency tests: the average).
+    #[arg(long = "output", value_enum, value_name = "UNITS")]
+    pub output: Option<OutputKind>,
+    /// Service level 0..15 (accepted; RoCEv2 over UDP carries none).
+    #[arg(short = 'S', long = "sl", default_value_t = 0)]
+    pub sl: u8,
+    /// Type of service 0..255 (accepted; the IP header's is not set).
+    #[arg(short = 'T', long = "tos")]
+    pub tos: Option<u16>,
+    /// QP timeout exponent: 4.096 µs × 2^TIMEOUT (0..31).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    pub qp_timeout: u8,
+    /// RC retry count (0..7).
+    #[arg(long = "retry_count", default_value_t = 7)]
+    pub retry_count: u8,
+    /// Outstanding READs/atomics per QP (1..16; default 16, the device's maximum).
+    #[arg(short = 'o', long = "outs")]
+    pub outs: Option<u8>,
+    /// Post lists of this many send WRs (accepted; WRs are posted one by one).
+    #[arg(short = 'l', long = "post_list")]
+    pub post_list: Option<u32>,
+    /// Post lists of receive WRs (accepted; posted one by one).
+    #[arg(long = "recv_post_list")]
+    pub recv_post_list: Option<u32>,
+    /// Repeat the timed run (-D, default 5 s) forever, one row per run.
+    #[arg(long = "run_infinitely")]
+    pub run_infinitely: bool,
+    /// Port of the device (softrdma devices have port 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// P_Key index (softrdma devices have index 0).
+    #[arg(long = "pkey_index", default_value_t = 0)]
+    pub pkey_index: u16,
+    /// The address of this host for the test: the device's IP (as
+    /// `--device NAME=IP`, keeping the device's name and UDP port).
+    #[arg(long = "source_ip", value_name = "IP")]
+    pub source_ip: Option<std::net::IpAddr>,
+    /// No peak bandwidth (printed as 0).
+    #[arg(short = 'N', long = "noPeak")]
+    pub no_peak: bool,
+    /// Also write the JSON report to a file (--out_json_file, default perftest_out.json).
+    #[arg(long = "out_json")]
+    pub out_json: bool,
+    /// The file of --out_json.
+    #[arg(long = "out_json_file", value_name = "FILE")]
+    pub out_json_file: Option<PathBuf>,
+    /// Wait this many seconds before releasing the resources at the end.
+    #[arg(long = "wait_destroy", value_name = "SECONDS")]
+    pub wait_destroy: Option<u64>,
+    /// perftest options with no meaning on softrdma: accepted, reported as ignored.
+    #[command(flatten)]
+    pub ignored: Ignored,
     /// Internal: server started by a client of this command.
     #[arg(long, hide = true)]
     pub spawned: bool,
+}
+
+/// `--output`: one number per size instead of the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputKind {
+    /// Average bandwidth.
+    Bandwidth,
+    /// Message rate (Mpps).
+    #[value(name = "message_rate")]
+    MessageRate,
+    /// Average latency (µs).
+    Latency,
+}
+
+/// Whether an ignored option was given.
+trait Given {
+    fn given(&self) -> bool;
+}
+impl Given for bool {
+    fn given(&self) -> bool {
+        *self
+    }
+}
+impl<T> Given for Option<T> {
+    fn given(&self) -> bool {
+        self.is_some()
+    }
+}
+
+/// Declares the ignored perftest options and why each has no meaning here.
+macro_rules! ignored_options {
+    ($( $(#[$m:meta])* $field:ident : $ty:ty => $why:literal; )*) => {
+        /// perftest options accepted for compatibility; each is reported as
+        /// ignored (on stderr) when given.
+        #[derive(Debug, Clone, Default, ClapArgs)]
+        #[command(next_help_heading = "perftest options accepted and ignored")]
+        pub struct Ignored {
+            $( $(#[$m])* pub $field: $ty, )*
+        }
+        impl Ignored {
+            /// `(option, why)` of every ignored option given.
+            pub fn given(&self) -> Vec<(String, &'static str)> {
+                let mut v = Vec::new();
+                $( if Given::given(&self.$field) {
+                    v.push((ignored_name(stringify!($field)), $why));
+                } )*
+                v
+            }
+        }
+    };
+}
+
+/// `--name` of an ignored option's field (perftest's spelling where it differs).
+fn ignored_name(field: &str) -> String {
+    let n = match field {
+        "margin" => "-f/--margin",
+        "report_cycles" => "-C/--report-cycles",
+        "report_histogram" => "-H/--report-histogram",
+        "report_unsorted" => "-U/--report-unsorted",
+        "dualport" => "-O/--dualport",
+        "limit_bw" => "-w/--limit_bw",
+        "limit_msgrate" => "-y/--limit_msgrate",
+        "report_counters" => "-W/--report-counters",
+        "vector" => "-X/--vector",
+        "hop_limit" => "-L/--hop_limit",
+        "force_link" => "--force-link",
+        "report_both" => "--report-both",
+        "report_per_port" => "--report-per-port",
+        "mmap_offset" => "--mmap-offset",
+        "use_srq" => "--use-srq",
+        other => return format!("--{other}"),
+    };
+    n.to_string()
+}
+
+ignored_options! {
+    /// Measure within margins (duration mode).
+    #[arg(short = 'f', long = "margin", value_name = "SECONDS")]
+    margin: Option<String> => "results cover the whole run";
+    /// Report times in CPU cycles.
+    #[arg(short = 'C', long = "report-cycles")]
+    report_cycles: bool => "times are measured in nanoseconds, reported in µs";
+    /// Print every result.
+    #[arg(short = 'H', long = "report-histogram")]
+    report_histogram: bool => "only the summary is printed";
+    /// Unsorted results.
+    #[arg(short = 'U', long = "report-unsorted")]
+    report_unsorted: bool => "only the summary is printed";
+    /// Dual-port mode.
+    #[arg(short = 'O', long = "dualport")]
+    dualport: bool => "softrdma devices have one port";
+    /// Verifier limit for bandwidth.
+    #[arg(short = 'w', long = "limit_bw", value_name = "VALUE")]
+    limit_bw: Option<String> => "no limit is verified";
+    /// Verifier limit for message rate.
+    #[arg(short = 'y', long = "limit_msgrate", value_name = "VALUE")]
+    limit_msgrate: Option<String> => "no limit is verified";
+    /// Performance counters to report.
+    #[arg(short = 'W', long = "report-counters", value_name = "LIST")]
+    report_counters: Option<String> => "see `softrdma stat` for the counters";
+    /// Completion vector for events.
+    #[arg(short = 'X', long = "vector", value_name = "VECTOR")]
+    vector: Option<String> => "softrdma devices have one completion vector";
+    /// Hop limit.
+    #[arg(short = 'L', long = "hop_limit", value_name = "HOPS")]
+    hop_limit: Option<String> => "packets carry hop limit 64";
+    /// Traffic class in the GRH.
+    #[arg(long = "tclass", value_name = "VALUE")]
+    tclass: Option<String> => "packets carry traffic class 0";
+    /// CPU utilization.
+    #[arg(long = "cpu_util")]
+    cpu_util: bool => "no CPU utilization is measured";
+    /// Destination LID.
+    #[arg(long = "dlid", value_name = "LID")]
+    dlid: Option<String> => "RoCE addresses by GID, not LID";
+    /// Do not exchange versions and MTU.
+    #[arg(long = "dont_xchg_versions")]
+    dont_xchg_versions: bool => "both ends always exchange their parameters";
+    /// Force the link type.
+    #[arg(long = "force-link", value_name = "TYPE")]
+    force_link: Option<String> => "the link layer is always Ethernet (RoCEv2)";
+    /// IPv6 GID.
+    #[arg(long = "ipv6")]
+    ipv6: bool => "the GID is the device's address: give an IPv6 address with --device";
+    /// mmap'd buffer.
+    #[arg(long = "mmap", value_name = "FILE")]
+    mmap: Option<String> => "buffers are anonymous memory";
+    /// Offset in the mmap'd buffer.
+    #[arg(long = "mmap-offset", value_name = "OFFSET")]
+    mmap_offset: Option<String> => "buffers are anonymous memory";
+    /// One MR per QP.
+    #[arg(long = "mr_per_qp")]
+    mr_per_qp: bool => "one MR serves every QP";
+    /// On-demand paging.
+    #[arg(long = "odp")]
+    odp: bool => "memory is registered up front";
+    /// Old post send flow.
+    #[arg(long = "use_old_post_send")]
+    use_old_post_send: bool => "there is one post path";
+    /// Warm-up iterations.
+    #[arg(long = "perform_warm_up")]
+    perform_warm_up: bool => "buffers are touched before the run anyway";
+    /// RX and TX separately for -b.
+    #[arg(long = "report-both")]
+    report_both: bool => "-b reports the sum";
+    /// Per-port results.
+    #[arg(long = "report-per-port")]
+    report_per_port: bool => "softrdma devices have one port";
+    /// Server sends to client.
+    #[arg(long = "reversed")]
+    reversed: bool => "the client always sends";
+    /// Huge pages.
+    #[arg(long = "use_hugepages")]
+    use_hugepages: bool => "buffers use normal pages";
+    /// PCIe relaxed ordering.
+    #[arg(long = "disable_pcie_relaxed")]
+    disable_pcie_relaxed: bool => "there is no PCIe";
+    /// Rate limiter burst size.
+    #[arg(long = "burst_size", value_name = "SIZE")]
+    burst_size: Option<String> => "there is no rate limiter";
+    /// Rate limiter packet size.
+    #[arg(long = "typical_pkt_size", value_name = "BYTES")]
+    typical_pkt_size: Option<String> => "there is no rate limiter";
+    /// Rate limit.
+    #[arg(long = "rate_limit", value_name = "RATE")]
+    rate_limit: Option<String> => "there is no rate limiter";
+    /// Rate limit units.
+    #[arg(long = "rate_units", value_name = "UNITS")]
+    rate_units: Option<String> => "there is no rate limiter";
+    /// Rate limiter type.
+    #[arg(long = "rate_limit_type", value_name = "TYPE")]
+    rate_limit_type: Option<String> => "there is no rate limiter";
+    /// Delay between posts (latency tests).
+    #[arg(long = "latency_gap", value_name = "DELAY")]
+    latency_gap: Option<String> => "posts follow each other without a gap";
+    /// Inline receive.
+    #[arg(long = "inline_recv", value_name = "SIZE")]
+    inline_recv: Option<String> => "received data is always copied to the buffer";
+    /// Shared receive queue.
+    #[arg(long = "use-srq")]
+    use_srq: bool => "each QP has its own receive queue here";
+    /// DC streams.
+    #[arg(long = "log_dci_streams", value_name = "N")]
+    log_dci_streams: Option<String> => "there is no DC transport";
+    /// Active DC streams.
+    #[arg(long = "log_active_dci_streams", value_name = "N")]
+    log_active_dci_streams: Option<String> => "there is no DC transport";
+    /// AES-XTS encryption.
+    #[arg(long = "aes_xts")]
+    aes_xts: bool => "there is no crypto offload";
+    /// Encrypt on TX.
+    #[arg(long = "encrypt_on_tx")]
+    encrypt_on_tx: bool => "there is no crypto offload";
+    /// Signature before encryption.
+    #[arg(long = "sig_before")]
+    sig_before: bool => "there is no crypto offload";
+    /// AES block size.
+    #[arg(long = "aes_block_size", value_name = "SIZE")]
+    aes_block_size: Option<String> => "there is no crypto offload";
+    /// Number of data encryption keys.
+    #[arg(long = "data_enc_keys_number", value_name = "N")]
+    data_enc_keys_number: Option<String> => "there is no crypto offload";
+    /// Key encryption key file.
+    #[arg(long = "kek_path", value_name = "FILE")]
+    kek_path: Option<String> => "there is no crypto offload";
+    /// Credentials file.
+    #[arg(long = "credentials_path", value_name = "FILE")]
+    credentials_path: Option<String> => "there is no crypto offload";
+    /// Data encryption key app.
+    #[arg(long = "data_enc_key_app_path", value_name = "FILE")]
+    data_enc_key_app_path: Option<String> => "there is no crypto offload";
 }
 
 /// What the client tells the server.
@@ -310,15 +592,126 @@ pub struct Params {
     pub atomic: AtomicOp,
     pub inline: u32,
     pub check: bool,
+    /// Path MTU asked for (-m); None: the port's.
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    /// Both ends run the test (-b).
+    #[serde(default)]
+    pub bidir: bool,
+    /// Timed runs repeat until the client stops (--run_infinitely).
+    #[serde(default)]
+    pub forever: bool,
+    /// QP timeout exponent (-u).
+    #[serde(default = "default_timeout")]
+    pub qp_timeout: u8,
+    /// RC retry count (--retry_count).
+    #[serde(default = "default_retry")]
+    pub retry_count: u8,
+    /// Outstanding READs/atomics (-o).
+    #[serde(default = "default_outs")]
+    pub outs: u8,
 }
+
+fn default_timeout() -> u8 {
+    14
+}
+fn default_retry() -> u8 {
+    7
+}
+fn default_outs() -> u8 {
+    16
+}
+
+/// The MTUs -m accepts.
+const MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+
+/// Default -D of --run_infinitely (perftest's).
+const INFINITE_DURATION: f64 = 5.0;
 
 /// Largest size of `-a`.
 const MAX_SIZE: u64 = 1 << 23;
 
 impl Args {
-    fn params(&self) -> Result<Params, String> {
+    /// The parameters of the run; `active_mtu` is the port's (known once
+    /// the device is open), which clamps UD sizes as perftest does.
+    fn params(&self, active_mtu: Option<u32>) -> Result<Params, String> {
         let t = self.test;
         let lat = t.is_lat();
+        if let Some(x) = self.gid_index.filter(|&x| x != 0) {
+            return Err(format!(
+                "-x {x}: there is no GID index {x}; a softrdma device has one GID, index 0 (its IP address, see `softrdma devinfo`): use -x 0 or leave -x out"
+            ));
+        }
+        if self.ib_port != 1 {
+            return Err(format!(
+                "-i {}: softrdma devices have one port, port 1",
+                self.ib_port
+            ));
+        }
+        if self.pkey_index != 0 {
+            return Err(format!(
+                "--pkey_index {}: softrdma devices have one P_Key, index 0",
+                self.pkey_index
+            ));
+        }
+        if let Some(m) = self.mtu {
+            if !MTUS.contains(&m) {
+                return Err(format!(
+                    "-m {m}: the MTU must be 256, 512, 1024, 2048 or 4096"
+                ));
+            }
+        }
+        if self.sl > 15 {
+            return Err(format!("-S {}: the service level must be 0..15", self.sl));
+        }
+        if let Some(tos) = self.tos.filter(|&v| v > 255) {
+            return Err(format!("-T {tos}: the type of service must be 0..255"));
+        }
+        if self.qp_timeout > 31 {
+            return Err(format!(
+                "-u {}: the QP timeout exponent must be 0..31",
+                self.qp_timeout
+            ));
+        }
+        if self.retry_count > 7 {
+            return Err(format!(
+                "--retry_count {}: the retry count must be 0..7",
+                self.retry_count
+            ));
+        }
+        if let Some(o) = self.outs.filter(|o| !(1..=16).contains(o)) {
+            return Err(format!(
+                "-o {o}: outstanding READs/atomics must be 1..16 (the device's maximum)"
+            ));
+        }
+        if self.bidir && lat {
+            return Err(
+                "-b: bidirectional is only available in bandwidth tests (as in perftest)".into(),
+            );
+        }
+        if self.bidir && t == Test::SendBw {
+            return Err("-b: softrdma runs bidirectional write_bw, read_bw and atomic_bw; send_bw -b is not supported".into());
+        }
+        if self.bidir && self.check {
+            return Err("--check does not work with -b (both ends write the same buffers)".into());
+        }
+        if let Some(o) = self.output {
+            match (lat, o) {
+                (true, OutputKind::Latency) | (false, OutputKind::Bandwidth | OutputKind::MessageRate) => {}
+                (true, _) => return Err("--output: for a latency test it can be: latency (as in perftest)".into()),
+                (false, _) => return Err("--output: for a bandwidth test it can be: bandwidth, message_rate (as in perftest)".into()),
+            }
+        }
+        if let Some(l) = self.post_list.filter(|&l| l == 0) {
+            return Err(format!("-l {l}: the post list size must be at least 1"));
+        }
+        let duration = match (self.duration, self.run_infinitely) {
+            (None, true) => Some(INFINITE_DURATION),
+            (d, _) => d,
+        };
+        if self.run_infinitely && (self.all || self.iters.is_some()) {
+            return Err("--run_infinitely repeats a timed run (-D): not with -a or -n".into());
+        }
         if self.conn == Conn::Ud && t.verb() != Verb::Send {
             return Err(format!(
                 "-c UD works only with the send tests ({} needs RC{})",
@@ -339,16 +732,16 @@ impl Args {
         if self.events && t.verb() == Verb::Write {
             return Err("events (-e) are not available on WRITE tests (as in perftest)".into());
         }
-        if self.duration.is_some() && self.all {
+        if duration.is_some() && self.all {
             return Err("duration mode (-D) does not run all sizes (-a)".into());
         }
-        if self.duration.is_some() && self.events {
+        if duration.is_some() && self.events {
             return Err("duration mode (-D) does not work with events (-e)".into());
         }
         if self.duration.is_some() && self.iters.is_some() {
             return Err("give either -n or -D, not both".into());
         }
-        if let Some(d) = self.duration {
+        if let Some(d) = duration {
             if !(d > 0.0 && d.is_finite()) {
                 return Err("-D needs a positive number of seconds".into());
             }
@@ -371,13 +764,20 @@ impl Args {
             vec![self.size.unwrap_or(if lat { 2 } else { 65536 })]
         };
         if self.conn == Conn::Ud {
-            // UD messages fit one packet; perftest's -a stops at the MTU.
-            let mtu = 4096;
+            // UD messages fit one packet: perftest's -a stops at the MTU, and
+            // its default size is clamped to it; a size asked for with -s
+            // that does not fit is an error.
+            let mtu = u64::from(self.mtu.unwrap_or(4096).min(active_mtu.unwrap_or(4096)));
             if self.all {
                 sizes.retain(|&s| s <= mtu);
+            } else if sizes[0] > mtu && self.size.is_none() {
+                if !self.spawned && self.output.is_none() {
+                    eprintln!(" Max msg size in UD is MTU {mtu}\n Changing to this MTU");
+                }
+                sizes[0] = mtu;
             } else if sizes[0] > mtu {
                 return Err(format!(
-                    "UD messages must fit one MTU ({mtu} bytes), not {}",
+                    "-s {}: UD messages must fit one MTU ({mtu} bytes); give -s {mtu} or less",
                     sizes[0]
                 ));
             }
@@ -386,7 +786,7 @@ impl Args {
             return Err(format!("message sizes must be 1..={MAX_SIZE} bytes"));
         }
         let iters = self.iters.unwrap_or(if lat { 1000 } else { 5000 });
-        if self.duration.is_none() && lat && iters < 5 {
+        if duration.is_none() && lat && iters < 5 {
             return Err("latency tests need at least 5 iterations (-n)".into());
         }
         if iters == 0 {
@@ -406,7 +806,7 @@ impl Args {
             test: t,
             sizes,
             iters,
-            duration: self.duration,
+            duration,
             conn: self.conn,
             qps: self.qps,
             tx_depth,
@@ -415,18 +815,67 @@ impl Args {
             atomic: self.atomic,
             inline,
             check: self.check,
+            mtu: self.mtu,
+            bidir: self.bidir,
+            forever: self.run_infinitely,
+            qp_timeout: self.qp_timeout,
+            retry_count: self.retry_count,
+            outs: self.outs.unwrap_or(16),
         })
     }
 
-    fn device_config(&self) -> Result<softrdma::DeviceConfig, String> {
-        let list = softrdma::devices().map_err(|e| e.to_string())?;
-        let mut cfg = match &self.device {
-            Some(n) => list
-                .into_iter()
-                .find(|d| &d.name == n)
-                .ok_or_else(|| format!("no softrdma device named {n:?} (see SOFTRDMA_DEVICES)"))?,
-            None => list.into_iter().next().ok_or("no devices configured")?,
+    /// What the options accepted without effect are, said once on stderr.
+    fn report_ignored(&self) {
+        if self.spawned || self.json {
+            return;
+        }
+        let mut v = self.ignored.given();
+        let mut add = |on: bool, name: &str, why: &'static str| {
+            if on {
+                v.push((name.to_string(), why));
+            }
         };
+        add(self.rdma_cm, "-R/--rdma_cm", "QPs are connected through the TCP exchange, with the attributes rdma_cm sets (perftest's own -R runs over softrdma-rdmacm)");
+        add(
+            self.com_rdma_cm,
+            "-z/--com_rdma_cm",
+            "parameters go over the TCP exchange",
+        );
+        add(
+            self.sl != 0,
+            "-S/--sl",
+            "RoCEv2 over UDP carries no service level",
+        );
+        add(
+            self.tos.is_some(),
+            "-T/--tos",
+            "the IP header's type of service is not set",
+        );
+        add(
+            self.post_list.is_some_and(|l| l > 1),
+            "-l/--post_list",
+            "WRs are posted one by one (the same traffic)",
+        );
+        add(
+            self.recv_post_list.is_some_and(|l| l > 1),
+            "--recv_post_list",
+            "receives are posted one by one",
+        );
+        add(self.cpu_freq, "-F/--CPU-freq", "no CPU frequency is used");
+        for (name, why) in v {
+            eprintln!("softrdma perf: ignoring {name}: {why}");
+        }
+    }
+
+    fn device_config(&self, devices: &[String]) -> Result<softrdma::DeviceConfig, String> {
+        let mut cfg = crate::hosts::device(devices, self.device.as_deref())?;
+        if let Some(ip) = self.source_ip {
+            let port = match cfg.bind {
+                softrdma::config::Bind::Addr(a) => a.port(),
+                softrdma::config::Bind::AutoLoopback { port } => port,
+            };
+            cfg.bind = softrdma::config::Bind::Addr(SocketAddr::new(ip, port));
+        }
         if let Some(t) = self.transport {
             cfg = cfg.transport(t.lib());
         }
@@ -450,13 +899,14 @@ pub(crate) enum Out {
 }
 
 /// Runs `softrdma perf`.
-pub fn run(args: &Args) -> ExitCode {
+pub fn run(args: &Args, devices: &[String]) -> ExitCode {
+    args.report_ignored();
     let r = if args.server {
-        run::server(args)
+        run::server(args, devices)
     } else if let Some(h) = &args.host {
-        run::client(args, h, args.port)
+        run::client(args, devices, h, args.port)
     } else {
-        both(args)
+        both(args, devices)
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,
@@ -469,9 +919,10 @@ pub fn run(args: &Args) -> ExitCode {
 }
 
 /// The main job: start a server process, run the client against it.
-fn both(args: &Args) -> Result<bool, String> {
-    // Validate here so a bad option fails before a process is started.
-    args.params()?;
+fn both(args: &Args, devices: &[String]) -> Result<bool, String> {
+    // Validate here so a bad option fails (once) before a process is started.
+    args.params(None)?;
+    args.device_config(devices)?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("perf")
@@ -482,6 +933,12 @@ fn both(args: &Args) -> Result<bool, String> {
     }
     if let Some(d) = &args.device {
         cmd.args(["--ib-dev", d]);
+    }
+    for d in devices {
+        cmd.args(["--device", d]);
+    }
+    if let Some(ip) = args.source_ip {
+        cmd.arg("--source_ip").arg(ip.to_string());
     }
     if let Some(f) = &args.fault {
         cmd.args(["--fault", f]);
@@ -498,7 +955,7 @@ fn both(args: &Args) -> Result<bool, String> {
     let stdout = child.stdout.take();
     let guard = ChildGuard(Some(child));
     let port = read_spawn_port(stdout)?;
-    let r = run::client(args, "127.0.0.1", port);
+    let r = run::client(args, devices, "127.0.0.1", port);
     let status = guard.finish(Duration::from_secs(5));
     match (r, status) {
         (Err(e), _) => Err(e),
@@ -583,8 +1040,15 @@ fn connect(host: &str, port: u16, wait: Duration) -> Result<TcpStream, String> {
         }
         if start.elapsed() > wait {
             return Err(format!(
-                "cannot connect to the server at {host}:{port}: {}",
-                last.map_or("no address".to_string(), |e| e.to_string())
+                "cannot connect to the server at {host}:{port} ({}) after trying for {:.1} s: {} \
+                 (is a `softrdma perf --server` running there, on port {port}?)",
+                addrs
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                start.elapsed().as_secs_f64(),
+                last.map_or("no address".to_string(), |e| e.to_string()),
             ));
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -730,7 +1194,10 @@ mod tests {
     fn params(argv: &[&str]) -> Result<Params, String> {
         let mut v = vec!["x"];
         v.extend_from_slice(argv);
-        T::try_parse_from(v).map_err(|e| e.to_string())?.a.params()
+        T::try_parse_from(v)
+            .map_err(|e| e.to_string())?
+            .a
+            .params(None)
     }
 
     #[test]
@@ -762,9 +1229,67 @@ mod tests {
             &["send_lat", "-q", "2"],
             &["send_bw", "-D", "1", "-a"],
             &["send_lat", "-c", "UD", "-s", "8192"],
+            &["write_lat", "-b"],
+            &["write_lat", "--output=bandwidth"],
+            &["write_bw", "--output=latency"],
+            &["write_bw", "-x", "1"],
+            &["write_bw", "-m", "1500"],
+            &["write_bw", "-i", "2"],
+            &["write_bw", "-u", "32"],
+            &["write_bw", "-S", "16"],
+            &["read_bw", "-o", "17"],
+            &["send_bw", "-b"],
+            &["write_bw", "--run_infinitely", "-n", "5"],
         ] {
             assert!(params(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn perftest_defaults_and_clamping() {
+        // send_bw -c UD: the default 65536 is clamped to the MTU, as perftest does.
+        let p = params(&["send_bw", "-c", "UD"]).unwrap();
+        assert_eq!(p.sizes, vec![4096]);
+        let p = params(&["send_bw", "-c", "UD", "-m", "1024"]).unwrap();
+        assert_eq!(p.sizes, vec![1024]);
+        let p = params(&[
+            "write_bw", "-x", "0", "-m", "1024", "-b", "-F", "-u", "10", "-o", "4",
+        ])
+        .unwrap();
+        assert_eq!(
+            (p.mtu, p.bidir, p.qp_timeout, p.outs),
+            (Some(1024), true, 10, 4)
+        );
+        let p = params(&["write_bw", "--run_infinitely"]).unwrap();
+        assert_eq!((p.duration, p.forever), (Some(5.0), true));
+        let p = params(&["write_bw", "--run_infinitely", "-D", "1"]).unwrap();
+        assert_eq!(p.duration, Some(1.0));
+    }
+
+    #[test]
+    fn options_without_meaning_are_accepted_and_named() {
+        let v = vec![
+            "x",
+            "write_bw",
+            "--odp",
+            "-H",
+            "--rate_limit",
+            "5",
+            "--use_hugepages",
+            "-R",
+        ];
+        let a = T::try_parse_from(v).unwrap().a;
+        let names: Vec<String> = a.ignored.given().into_iter().map(|g| g.0).collect();
+        assert_eq!(
+            names,
+            [
+                "-H/--report-histogram",
+                "--odp",
+                "--use_hugepages",
+                "--rate_limit"
+            ]
+        );
+        assert!(a.rdma_cm && a.params(None).is_ok());
     }
 
     #[test]

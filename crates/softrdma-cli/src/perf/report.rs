@@ -57,7 +57,7 @@ pub struct LatDurRow {
 }
 
 /// One row of a bandwidth table.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct BwRow {
     pub bytes: u64,
     pub iterations: u64,
@@ -76,6 +76,18 @@ pub enum Row {
 }
 
 impl Row {
+    /// The one number `--output` prints (perftest's `%lf`).
+    pub fn number(&self, kind: super::OutputKind) -> String {
+        use super::OutputKind as K;
+        let v = match (self, kind) {
+            (Row::Bw(b), K::MessageRate) => b.msg_rate_mpps,
+            (Row::Bw(b), _) => b.bw_average,
+            (Row::Lat(l), _) => l.t_avg,
+            (Row::LatDur(l), _) => l.t_avg,
+        };
+        format!("{v:.6}")
+    }
+
     /// The row as perftest prints it (without newline).
     pub fn text(&self) -> String {
         match self {

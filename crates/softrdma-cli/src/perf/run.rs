@@ -96,6 +96,9 @@ struct Done {
     check: Option<bool>,
     /// Why the check failed.
     why: Option<String>,
+    /// The server's own result with -b.
+    #[serde(default)]
+    bw: Option<BwRow>,
 }
 
 /// Everything one side of a test owns. Fields drop in order: QPs before
@@ -117,6 +120,10 @@ pub(crate) struct Res {
     clock: Clock,
     wcs: Vec<WorkCompletion>,
     gbits: bool,
+    /// The path MTU the QPs were connected with.
+    path_mtu: u32,
+    /// Print notes (not a spawned or quiet end).
+    notes: bool,
 }
 
 impl Res {
@@ -191,6 +198,8 @@ impl Res {
             clock: Clock::new(),
             wcs: Vec::with_capacity(64),
             gbits,
+            path_mtu: ctx.query_port().active_mtu.bytes(),
+            notes: false,
         })
     }
 
@@ -247,6 +256,34 @@ impl Res {
                 self.qps.len()
             ));
         }
+        // perftest's rule: a requested MTU above what both ports run falls
+        // back to it, with a note.
+        let active = self._ctx.query_port().active_mtu.bytes();
+        let both = remote
+            .iter()
+            .map(|r| r.endpoint.mtu.bytes())
+            .fold(active, u32::min);
+        let path = match self.p.mtu {
+            Some(m) if m > both => {
+                if self.notes {
+                    eprintln!(
+                        " Requested mtu is higher than active mtu \n Changing to active mtu - {both} (this port {active}, the peer's {})",
+                        remote.first().map_or(active, |r| r.endpoint.mtu.bytes())
+                    );
+                }
+                both
+            }
+            Some(m) => m,
+            None => both,
+        };
+        self.path_mtu = path;
+        let opts = ConnectOptions {
+            timeout: self.p.qp_timeout,
+            retry_cnt: self.p.retry_count,
+            max_rd_atomic: self.p.outs,
+            mtu: softrdma::Mtu::from_bytes(path),
+            ..ConnectOptions::default()
+        };
         for (q, r) in remote.iter().enumerate() {
             if self.p.conn == Conn::Ud {
                 self.qps[q].ready_ud().map_err(es)?;
@@ -257,7 +294,7 @@ impl Res {
                 self.ahs.push(ah);
             } else {
                 self.qps[q]
-                    .connect(&r.endpoint, &ConnectOptions::default())
+                    .connect(&r.endpoint, &opts)
                     .map_err(|e| format!("connecting QP {:#x}: {e}", self.qps[q].qpn()))?;
             }
         }
@@ -1012,10 +1049,40 @@ fn accept(l: &TcpListener, timeout: Option<Duration>) -> Result<std::net::TcpStr
     }
 }
 
-/// Opens the device; also returns the configured transport's description.
-fn open(args: &Args) -> Result<(Context, &'static str), String> {
-    let cfg = args.device_config()?;
+/// Opens the device for a test with `peer` over a control connection
+/// whose local end is `local`; also returns the configured transport's
+/// description.
+///
+/// A device left to its default (the first free 127.0.0.N) takes `local`
+/// when the peer is on another host: the address the peer reached this
+/// host at is the one it can send RoCE packets to. A device configured on
+/// a loopback address cannot serve a remote peer: that is an error that
+/// says what to give instead, not a GID the peer would send into nowhere.
+fn open(
+    args: &Args,
+    devices: &[String],
+    local: std::net::IpAddr,
+    peer: std::net::IpAddr,
+) -> Result<(Context, &'static str), String> {
+    let mut cfg = args.device_config(devices)?;
+    let remote = !peer.is_loopback() && peer != local;
+    if let softrdma::config::Bind::AutoLoopback { port } = cfg.bind {
+        if remote && !local.is_loopback() && !local.is_unspecified() {
+            cfg.bind = softrdma::config::Bind::Addr(std::net::SocketAddr::new(local, port));
+        }
+    }
     let ctx = Context::open_with(&cfg).map_err(|e| format!("opening device {}: {e}", cfg.name))?;
+    if remote && ctx.addr().ip().is_loopback() {
+        return Err(format!(
+            "device {} is on {}, a loopback address, but the peer {peer} is on another host: \
+             it could not reach that GID. Give the address of this host that {peer} reaches: \
+             --device {}={local} (or SOFTRDMA_DEVICES={}={local})",
+            cfg.name,
+            ctx.addr(),
+            cfg.name,
+            cfg.name
+        ));
+    }
     let t = match cfg.transport {
         softrdma::shm::Transport::Udp => "udp",
         softrdma::shm::Transport::Shm => "shm",
@@ -1062,15 +1129,16 @@ fn print_intro(
 }
 
 /// Server mode: waits for one client and serves its test.
-pub(crate) fn server(args: &Args) -> Result<bool, String> {
-    let out = if args.spawned {
+pub(crate) fn server(args: &Args, devices: &[String]) -> Result<bool, String> {
+    let out = if args.spawned || args.output.is_some() {
         Out::Quiet
     } else if args.json {
         Out::Json
     } else {
         Out::Text
     };
-    let (ctx, tname) = open(args)?;
+    // A bad device option fails now, not when a client comes.
+    args.device_config(devices)?;
     let listener = if args.spawned {
         TcpListener::bind(("127.0.0.1", 0))
     } else {
@@ -1089,8 +1157,16 @@ pub(crate) fn server(args: &Args) -> Result<bool, String> {
     }
     let stream = accept(&listener, args.spawned.then_some(QUICK))?;
     drop(listener);
+    let (local, peer) = (
+        stream.local_addr().map_err(es)?.ip(),
+        stream.peer_addr().map_err(es)?.ip(),
+    );
     let mut c = Ctrl::new(stream)?;
-    let r = serve(args, &ctx, &mut c, out, tname);
+    let r = open(args, devices, local, peer).and_then(|(ctx, tname)| {
+        let r = serve(args, &ctx, &mut c, out, tname);
+        wait_destroy(args);
+        r
+    });
     if let Err(e) = &r {
         let _ = c.send(&format!("error {e}"));
     }
@@ -1111,12 +1187,13 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
     }
     let events = args.events && p.test.verb() != Verb::Write;
     let mut res = Res::new(ctx, &p, 1, events, args.report_gbits)?;
+    res.notes = out == Out::Text;
     c.send("ok")?;
     let remote = recv_conns(c, p.qps)?;
     send_conns(c, &res)?;
     res.connect(remote)?;
-    let mtu = ctx.query_port().active_mtu.bytes();
-    let active = !p.test.passive_server();
+    let mtu = res.path_mtu;
+    let active = !p.test.passive_server() || p.bidir;
     if out == Out::Text {
         print_intro(&res, &p, ctx.name(), mtu, events, false, active, tname);
     }
@@ -1124,11 +1201,20 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
     let mut rows = Vec::new();
     let mut all_ok = true;
     let mut checked = false;
-    for _ in 0..p.sizes.len() {
-        let size: u64 = c
-            .expect("go", None)?
+    loop {
+        // The client says "go SIZE" for each run, then "bye".
+        let l = c.recv(None)?;
+        if l == "bye" {
+            break;
+        }
+        let size: u64 = check_word(l, "go")?
             .parse()
             .map_err(|_| "bad size from the client".to_string())?;
+        if !p.sizes.contains(&size) {
+            return Err(format!(
+                "the client asked for size {size}, not one of its sizes"
+            ));
+        }
         res.prepare(size)?;
         c.send("ready")?;
         let mut early = None;
@@ -1143,6 +1229,14 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
             Test::SendBw => {
                 let (row, n) = res.send_bw_server(size, c, &mut early, &mut prog)?;
                 mine.received = n;
+                Some(row)
+            }
+            _ if p.bidir => {
+                // -b: this end runs the same test towards the client.
+                let (row, _) = res.bw_client(size, &mut prog)?;
+                if let Row::Bw(b) = &row {
+                    mine.bw = Some(b.clone());
+                }
                 Some(row)
             }
             _ => None,
@@ -1170,15 +1264,18 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
             "done {}",
             serde_json::to_string(&mine).map_err(es)?
         ))?;
-        if let Some(row) = row {
+        if let Some(mut row) = row {
+            no_peak(args, &mut row);
             if out == Out::Text {
                 println!("{}", row.text());
+            }
+            if let (Some(k), false) = (args.output, args.spawned) {
+                println!("{}", row.number(k));
             }
             rows.push(row);
         }
     }
     prog.done();
-    let _ = c.expect("bye", Some(QUICK));
     match out {
         Out::Text => {
             println!("{RULE}");
@@ -1190,7 +1287,7 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
                 );
             }
         }
-        Out::Json => {
+        Out::Json | Out::Quiet if args.out_json || args.json => {
             let (local, remote) = res.addrs();
             let doc = json_doc(
                 &p,
@@ -1204,19 +1301,35 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
                 checked.then_some(all_ok),
                 path_used(ctx),
             );
-            println!("{doc}");
+            emit_json(args, &doc);
         }
-        Out::Quiet => {}
+        Out::Json | Out::Quiet => {}
     }
     Ok(all_ok)
 }
 
 /// Client mode: connects to the server at `host:port` and runs the test.
-pub(crate) fn client(args: &Args, host: &str, port: u16) -> Result<bool, String> {
-    let p = args.params()?;
-    let out = if args.json { Out::Json } else { Out::Text };
-    let (ctx, tname) = open(args)?;
+pub(crate) fn client(
+    args: &Args,
+    devices: &[String],
+    host: &str,
+    port: u16,
+) -> Result<bool, String> {
+    args.params(None)?;
+    let out = if args.json {
+        Out::Json
+    } else if args.output.is_some() {
+        Out::Quiet
+    } else {
+        Out::Text
+    };
     let stream = connect(host, port, Duration::from_secs(5))?;
+    let (local, peer) = (
+        stream.local_addr().map_err(es)?.ip(),
+        stream.peer_addr().map_err(es)?.ip(),
+    );
+    let (ctx, tname) = open(args, devices, local, peer)?;
+    let p = args.params(Some(ctx.query_port().active_mtu.bytes()))?;
     let mut c = Ctrl::new(stream)?;
     c.send(&format!(
         "{MAGIC} {}",
@@ -1224,10 +1337,11 @@ pub(crate) fn client(args: &Args, host: &str, port: u16) -> Result<bool, String>
     ))?;
     c.expect("ok", Some(QUICK))?;
     let mut res = Res::new(&ctx, &p, 0, args.events, args.report_gbits)?;
+    res.notes = out == Out::Text;
     send_conns(&mut c, &res)?;
     let remote = recv_conns(&mut c, p.qps)?;
     res.connect(remote)?;
-    let mtu = ctx.query_port().active_mtu.bytes();
+    let mtu = res.path_mtu;
     if out == Out::Text {
         print_intro(&res, &p, ctx.name(), mtu, args.events, true, true, tname);
     }
@@ -1236,7 +1350,13 @@ pub(crate) fn client(args: &Args, host: &str, port: u16) -> Result<bool, String>
     let mut all_ok = true;
     let mut checked = false;
     let n_sizes = p.sizes.len();
-    for (i, &size) in p.sizes.iter().enumerate() {
+    // --run_infinitely: the one timed run again and again, until stopped.
+    let runs: Box<dyn Iterator<Item = u64>> = if p.forever {
+        Box::new(std::iter::repeat(p.sizes[0]))
+    } else {
+        Box::new(p.sizes.clone().into_iter())
+    };
+    for (i, size) in runs.enumerate() {
         res.prepare(size)?;
         c.send(&format!("go {size}"))?;
         c.expect("ready", Some(QUICK))?;
@@ -1285,6 +1405,14 @@ pub(crate) fn client(args: &Args, host: &str, port: u16) -> Result<bool, String>
         ))?;
         let sd: Done = serde_json::from_str(&c.expect("done", Some(QUICK))?)
             .map_err(|e| format!("bad report from the server: {e}"))?;
+        let mut row = row;
+        if let (Some(theirs), Row::Bw(mine)) = (&sd.bw, &mut row) {
+            // -b: both directions together, as perftest reports them.
+            mine.bw_peak += theirs.bw_peak;
+            mine.bw_average += theirs.bw_average;
+            mine.msg_rate_mpps += theirs.msg_rate_mpps;
+        }
+        no_peak(args, &mut row);
         if let Some(ok) = sd.check {
             checked = true;
             if !ok {
@@ -1317,11 +1445,18 @@ pub(crate) fn client(args: &Args, host: &str, port: u16) -> Result<bool, String>
             prog.done();
             println!("{}", row.text());
         }
-        rows.push(row);
+        if let Some(k) = args.output {
+            println!("{}", row.number(k));
+        }
+        let _ = std::io::stdout().flush();
+        if !p.forever {
+            rows.push(row);
+        }
         prog.say(|| format!("{} of {n_sizes} sizes done", i + 1));
     }
     prog.done();
     let _ = c.send("bye");
+    wait_destroy(args);
     match out {
         Out::Text => {
             println!("{RULE}");
@@ -1333,7 +1468,7 @@ pub(crate) fn client(args: &Args, host: &str, port: u16) -> Result<bool, String>
                 );
             }
         }
-        Out::Json => {
+        Out::Json | Out::Quiet if args.out_json || args.json => {
             let (local, remote) = res.addrs();
             let doc = json_doc(
                 &p,
@@ -1347,11 +1482,41 @@ pub(crate) fn client(args: &Args, host: &str, port: u16) -> Result<bool, String>
                 checked.then_some(all_ok),
                 path_used(&ctx),
             );
-            println!("{doc}");
+            emit_json(args, &doc);
         }
-        Out::Quiet => {}
+        Out::Json | Out::Quiet => {}
     }
     Ok(all_ok)
+}
+
+/// -N: no peak bandwidth.
+fn no_peak(args: &Args, row: &mut Row) {
+    if let (true, Row::Bw(b)) = (args.no_peak, row) {
+        b.bw_peak = 0.0;
+    }
+}
+
+/// --wait_destroy: keep the resources a while before they are released.
+fn wait_destroy(args: &Args) {
+    if let Some(s) = args.wait_destroy {
+        std::thread::sleep(Duration::from_secs(s.min(3600)));
+    }
+}
+
+/// Prints the JSON report, or writes it to --out_json's file (or both).
+fn emit_json(args: &Args, doc: &serde_json::Value) {
+    if args.json {
+        println!("{doc}");
+    }
+    if args.out_json {
+        let path = args
+            .out_json_file
+            .clone()
+            .unwrap_or_else(|| "perftest_out.json".into());
+        if let Err(e) = std::fs::write(&path, format!("{doc}\n")) {
+            eprintln!("softrdma perf: cannot write {}: {e}", path.display());
+        }
+    }
 }
 
 fn row_iters(r: &Row) -> u64 {

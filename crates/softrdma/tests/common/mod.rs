@@ -1160,126 +1160,20 @@ pub fn matrix_peer(role: &str) {
     assert_eq!(c.malformed, 0, "malformed packets");
 }
 
-/// Network namespaces (and whatever lives in them) removed on drop.
-pub struct Netns {
-    pub names: Vec<String>,
-}
-
-/// Runs `ip ARGS`, panicking with its output on failure.
-pub fn ip(args: &[&str]) {
-    let out = run_bounded(Command::new("ip").args(args), Duration::from_secs(30));
-    assert!(
-        out.status.success(),
-        "ip {}: {}{}",
-        args.join(" "),
-        out.stdout,
-        out.stderr
-    );
-}
+mod netns;
+#[allow(unused_imports)]
+pub use netns::{ip, netns_unavailable, Netns};
 
 impl Netns {
-    /// Creates namespaces named `<prefix><pid><suffix>` for each suffix.
-    pub fn new(prefix: &str, suffixes: &[&str]) -> Netns {
-        let mut ns = Netns { names: Vec::new() };
-        for s in suffixes {
-            let name = format!("{prefix}{}{s}", std::process::id());
-            ip(&["netns", "add", &name]);
-            ns.names.push(name.clone());
-            ip(&["-n", &name, "link", "set", "lo", "up"]);
-        }
-        ns
-    }
-
     /// This test binary, running only `test` as `role`, inside namespace `i`
     /// (over RoCEv2/UDP: a shared-memory link would bypass the veth).
     pub fn self_command(&self, i: usize, test: &str, role: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.names[i]])
-            .arg(std::env::current_exe().unwrap())
-            .args(self_args(test))
-            .env(ROLE_ENV, role);
+        let mut c = self.exec(i, std::env::current_exe().unwrap());
+        c.args(self_args(test)).env(ROLE_ENV, role);
         hermetic(&mut c);
         c.env("SOFTRDMA_TRANSPORT", "udp");
         c
     }
-
-    /// Joins namespaces `a` and `b` with a veth pair of `mtu`, addressed
-    /// `addr_a`/`addr_b` (with prefix length) inside the namespaces only.
-    pub fn veth(&self, a: usize, b: usize, mtu: u32, addr_a: &str, addr_b: &str) {
-        let pid = std::process::id();
-        let (va, vb) = (format!("srv{pid}a"), format!("srv{pid}b"));
-        let mtu = mtu.to_string();
-        ip(&[
-            "link",
-            "add",
-            &va,
-            "netns",
-            &self.names[a],
-            "mtu",
-            &mtu,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &vb,
-            "netns",
-            &self.names[b],
-            "mtu",
-            &mtu,
-        ]);
-        for (ns, dev, addr) in [(a, &va, addr_a), (b, &vb, addr_b)] {
-            let n = &self.names[ns];
-            let fam = if addr.contains(':') { "-6" } else { "-4" };
-            let mut args = vec![fam, "-n", n, "addr", "add", addr, "dev", dev];
-            if fam == "-6" {
-                args.push("nodad");
-            }
-            ip(&args);
-            ip(&["-n", n, "link", "set", dev, "up"]);
-        }
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for n in &self.names {
-            // Deleting a namespace also deletes the veth end inside it.
-            let mut c = Command::new("ip");
-            c.args(["netns", "del", n]);
-            let _ = run_bounded(&mut c, Duration::from_secs(30));
-        }
-    }
-}
-
-/// Why namespace tests cannot run here, if they cannot. Probed once per
-/// process: the tests of one binary run in parallel threads, and a probe
-/// namespace of the same name made twice at once fails ("File exists").
-pub fn netns_unavailable() -> Option<String> {
-    static PROBED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    PROBED.get_or_init(probe_netns).clone()
-}
-
-fn probe_netns() -> Option<String> {
-    if !is_root() {
-        return Some("needs root to create network namespaces".into());
-    }
-    if which("ip").is_none() {
-        return Some("the `ip` command (iproute2) is not installed".into());
-    }
-    // Root without CAP_SYS_ADMIN (some containers) cannot make namespaces.
-    let probe = format!("srdma-probe{}", std::process::id());
-    let out = run_bounded(
-        Command::new("ip").args(["netns", "add", &probe]),
-        Duration::from_secs(30),
-    );
-    if !out.status.success() {
-        return Some(format!(
-            "cannot create a network namespace here: {}",
-            out.stderr.trim()
-        ));
-    }
-    ip(&["netns", "del", &probe]);
-    None
 }
 
 /// `tcpdump -w FILE -U` running until [`Tcpdump::stop`] (killed on drop).
