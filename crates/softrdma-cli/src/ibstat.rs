@@ -176,7 +176,7 @@ pub fn run(args: &Args, devices: &[String]) -> ExitCode {
         if args.port_list {
             println!("0x{:016x}", port_guid(i));
         } else if args.port.is_some() {
-            print!("CA: '{}'\n{}", i.name, port_text(i, "", "\t"));
+            print!("CA: '{}'\n{}", i.name, port_text(i, "", ""));
         } else {
             print!("{}", ibstat_text(i, args.short));
         }

@@ -50,3 +50,53 @@ fn exchange_keeps_what_the_peer_sends_after_its_line() {
     let got = String::from_utf8(peer.join().unwrap()).unwrap();
     assert_eq!(got, format!("{LINE}\n{LINE}\nS"));
 }
+
+#[test]
+fn connect_failure_names_the_address_and_the_time_waited() {
+    // A port with no listener: bind one, note its port, close it.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mine = ConnInfo::from_line(LINE).unwrap();
+    let e = cm::connect(("127.0.0.1", port), &mine, Duration::from_millis(200))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "cannot connect to the peer at 127.0.0.1:{port} after trying for 0."
+        )) && e.contains("Connection refused"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_path_mtu_above_both_ends_is_refused_at_connect() {
+    use softrdma::{ConnectOptions, Context, DeviceConfig, Mtu, QpType};
+    let ctx = Context::open_with(&DeviceConfig::default_loopback()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let qp = pd.create_qp(QpType::Rc, &cq, &cq).build().unwrap();
+    let peer = pd.create_qp(QpType::Rc, &cq, &cq).build().unwrap();
+    // The peer says its MTU is 1024 (a 1500-byte Ethernet); we ask for 4096.
+    let mut remote = peer.endpoint();
+    remote.mtu = Mtu::Mtu1024;
+    let o = ConnectOptions {
+        mtu: Some(Mtu::Mtu4096),
+        ..ConnectOptions::default()
+    };
+    let e = qp.connect(&remote, &o).unwrap_err().to_string();
+    assert!(
+        e.contains("path MTU 4096 is larger than the MTU both ends support (1024")
+            && e.contains("the peer's 1024")
+            && e.contains("connect with an MTU of 1024 or less"),
+        "{e}"
+    );
+    // Nothing changed: the QP connects with an MTU both ends support.
+    let o = ConnectOptions {
+        mtu: Some(Mtu::Mtu1024),
+        ..ConnectOptions::default()
+    };
+    qp.connect(&remote, &o).unwrap();
+}

@@ -1100,6 +1100,17 @@ fn path_used(ctx: &Context) -> &'static str {
     }
 }
 
+/// With fault injection on, how many packets this end's faults hit (on
+/// either path: the shared-memory one is as faulty as UDP).
+fn print_faults(args: &Args, ctx: &Context) {
+    if args.fault.is_some() || std::env::var_os("SOFTRDMA_FAULT").is_some() {
+        println!(
+            " Faults injected : {} (packets received here, --fault)",
+            ctx.driver_counters().faults_injected
+        );
+    }
+}
+
 /// Prints the header block and the address lines.
 #[allow(clippy::too_many_arguments)]
 fn print_intro(
@@ -1280,6 +1291,7 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
         Out::Text => {
             println!("{RULE}");
             println!(" Path used       : {}", path_used(ctx));
+            print_faults(args, ctx);
             if checked {
                 println!(
                     " Data check      : {}",
@@ -1287,7 +1299,10 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
                 );
             }
         }
-        Out::Json | Out::Quiet if args.out_json || args.json => {
+        Out::Json | Out::Quiet => {}
+    }
+    if args.json || args.out_json {
+        {
             let (local, remote) = res.addrs();
             let doc = json_doc(
                 &p,
@@ -1301,9 +1316,10 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
                 checked.then_some(all_ok),
                 path_used(ctx),
             );
+            let mut doc = doc;
+            doc["faults_injected"] = ctx.driver_counters().faults_injected.into();
             emit_json(args, &doc);
         }
-        Out::Json | Out::Quiet => {}
     }
     Ok(all_ok)
 }
@@ -1350,6 +1366,8 @@ pub(crate) fn client(
     let mut all_ok = true;
     let mut checked = false;
     let n_sizes = p.sizes.len();
+    // -b: the server's own rows (added into ours).
+    let mut peer_rows: Vec<BwRow> = Vec::new();
     // --run_infinitely: the one timed run again and again, until stopped.
     let runs: Box<dyn Iterator<Item = u64>> = if p.forever {
         Box::new(std::iter::repeat(p.sizes[0]))
@@ -1406,6 +1424,9 @@ pub(crate) fn client(
         let sd: Done = serde_json::from_str(&c.expect("done", Some(QUICK))?)
             .map_err(|e| format!("bad report from the server: {e}"))?;
         let mut row = row;
+        if let Some(b) = &sd.bw {
+            peer_rows.push(b.clone());
+        }
         if let (Some(theirs), Row::Bw(mine)) = (&sd.bw, &mut row) {
             // -b: both directions together, as perftest reports them.
             mine.bw_peak += theirs.bw_peak;
@@ -1461,6 +1482,7 @@ pub(crate) fn client(
         Out::Text => {
             println!("{RULE}");
             println!(" Path used       : {}", path_used(&ctx));
+            print_faults(args, &ctx);
             if checked {
                 println!(
                     " Data check      : {}",
@@ -1468,7 +1490,10 @@ pub(crate) fn client(
                 );
             }
         }
-        Out::Json | Out::Quiet if args.out_json || args.json => {
+        Out::Json | Out::Quiet => {}
+    }
+    if args.json || args.out_json {
+        {
             let (local, remote) = res.addrs();
             let doc = json_doc(
                 &p,
@@ -1482,9 +1507,13 @@ pub(crate) fn client(
                 checked.then_some(all_ok),
                 path_used(&ctx),
             );
+            let mut doc = doc;
+            doc["faults_injected"] = ctx.driver_counters().faults_injected.into();
+            if p.bidir {
+                doc["bidirectional_server_results"] = serde_json::json!(peer_rows);
+            }
             emit_json(args, &doc);
         }
-        Out::Json | Out::Quiet => {}
     }
     Ok(all_ok)
 }

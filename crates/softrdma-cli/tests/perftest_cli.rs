@@ -1,0 +1,344 @@
+//! `softrdma perf` with perftest's command lines as scripts write them:
+//! the common options of `ib_write_lat --help` / `ib_write_bw --help`,
+//! perftest's defaults and clamping, options with no meaning accepted and
+//! named as ignored; and the error messages of bad options, each naming
+//! the value and what to do. Runs are serialised (each keeps two
+//! processes busy).
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `softrdma ARGS` (split on spaces), killing it after 90 s.
+fn run(line: &str) -> Run {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .args(line.split_whitespace())
+        .env_remove("SOFTRDMA_DEVICES")
+        .env_remove("SOFTRDMA_FAULT")
+        .env_remove("SOFTRDMA_TRANSPORT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start softrdma");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("softrdma {line} did not finish in 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+fn ok(line: &str) -> Run {
+    let r = run(line);
+    assert_eq!(
+        r.code, 0,
+        "softrdma {line}\nstdout:\n{}\nstderr:\n{}",
+        r.stdout, r.stderr
+    );
+    r
+}
+
+/// The numbers of the result rows (after " #bytes", up to the rule).
+fn rows(out: &str) -> (String, Vec<Vec<f64>>) {
+    let mut lines = out.lines();
+    let head = lines
+        .by_ref()
+        .find(|l| l.starts_with(" #bytes"))
+        .unwrap_or_else(|| panic!("no result table in:\n{out}"))
+        .to_string();
+    let rows = lines
+        .take_while(|l| !l.starts_with("---"))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|w| w.parse().unwrap_or_else(|_| panic!("{w:?} in {l:?}")))
+                .collect()
+        })
+        .collect();
+    (head, rows)
+}
+
+/// `--output` prints one number per size, perftest's `%lf`, and nothing else.
+fn one_number(r: &Run) -> f64 {
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one line:\n{}", r.stdout);
+    let (int, frac) = lines[0]
+        .split_once('.')
+        .unwrap_or_else(|| panic!("{:?}", lines[0]));
+    assert!(
+        frac.len() == 6 && int.bytes().all(|b| b.is_ascii_digit()),
+        "%lf: {:?}",
+        lines[0]
+    );
+    lines[0].parse().unwrap()
+}
+
+#[test]
+fn ib_write_bw_common_options_with_output() {
+    // The command line of the issue, word for word.
+    let r =
+        ok("perf write_bw -x 0 -m 1024 -b -F --report_gbits -s 65536 -n 1000 --output=bandwidth");
+    let gbits = one_number(&r);
+    assert!(gbits > 0.0, "{gbits}");
+    assert!(
+        r.stderr.contains("ignoring -F/--CPU-freq"),
+        "-F is named as ignored: {}",
+        r.stderr
+    );
+    let r = ok("perf write_bw -x 0 -m 1024 -F -s 65536 -n 1000 --output=message_rate");
+    let mpps = one_number(&r);
+    assert!(mpps > 0.0 && mpps < 100.0, "{mpps}");
+    let r = ok("perf write_lat -x 0 -m 1024 -F -s 2 -n 1000 --output=latency");
+    let usec = one_number(&r);
+    assert!(usec > 0.0 && usec < 100_000.0, "{usec}");
+}
+
+#[test]
+fn ib_write_bw_common_options_full_report() {
+    let line = "perf write_bw -x 0 -m 1024 -b -F --report_gbits -s 65536 -n 1000 -S 0 -u 14 -l 1 -z -R -N -i 1 --retry_count 7 --pkey_index 0";
+    let r = ok(line);
+    let out = &r.stdout;
+    assert!(
+        out.contains(" Mtu             : 1024[B]"),
+        "-m 1024:\n{out}"
+    );
+    assert!(out.contains(" GID index       : 0"), "{out}");
+    let (head, rows) = rows(out);
+    assert!(
+        head.contains("BW peak[Gb/sec]") && head.contains("BW average[Gb/sec]"),
+        "--report_gbits: {head}"
+    );
+    assert_eq!(rows.len(), 1, "{out}");
+    let row = &rows[0];
+    assert_eq!(
+        (row[0], row[1]),
+        (65536.0, 1000.0),
+        "-s 65536 -n 1000: {row:?}"
+    );
+    assert_eq!(row[2], 0.0, "-N: no peak: {row:?}");
+    assert!(row[3] > 0.0 && row[4] > 0.0, "{row:?}");
+    for o in ["-R/--rdma_cm", "-z/--com_rdma_cm"] {
+        assert!(
+            r.stderr.contains(&format!("ignoring {o}")),
+            "{o}: {}",
+            r.stderr
+        );
+    }
+    // Meaningless options are accepted and each named once.
+    let r =
+        ok("perf write_bw -n 200 --odp --use_hugepages -H --rate_limit 5 --cpu_util --mr_per_qp");
+    for o in [
+        "--odp",
+        "--use_hugepages",
+        "--rate_limit",
+        "--cpu_util",
+        "--mr_per_qp",
+    ] {
+        assert_eq!(
+            r.stderr.matches(&format!("ignoring {o}:")).count(),
+            1,
+            "{o}: {}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn bidirectional_reports_both_directions() {
+    // -b adds the server's own run: the JSON of both ends shows it ran.
+    let r = ok("perf read_bw -b -s 4096 -n 500 --json");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    let res = &v["results"][0];
+    let srv = &v["bidirectional_server_results"][0];
+    assert_eq!(
+        (&res["bytes"], &srv["bytes"]),
+        (&4096.into(), &4096.into()),
+        "{v}"
+    );
+    assert_eq!(
+        srv["iterations"], 500,
+        "the server ran its own 500 READs: {v}"
+    );
+    let (sum, theirs) = (
+        res["bw_average"].as_f64().unwrap(),
+        srv["bw_average"].as_f64().unwrap(),
+    );
+    assert!(
+        theirs > 0.0 && sum > theirs,
+        "the sum includes both ends: {v}"
+    );
+}
+
+#[test]
+fn ud_default_size_is_clamped_to_the_mtu() {
+    let r = ok("perf send_bw -c UD -n 200");
+    assert!(
+        r.stderr.contains("Max msg size in UD is MTU 4096"),
+        "{}",
+        r.stderr
+    );
+    let (_, rows) = rows(&r.stdout);
+    assert_eq!(rows[0][0], 4096.0, "{}", r.stdout);
+    // A size asked for that does not fit stays an error, naming the value.
+    let r = run("perf send_bw -c UD -s 8192 -n 200");
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .contains("-s 8192: UD messages must fit one MTU (4096 bytes)"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn run_infinitely_prints_a_row_per_duration() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .args("perf write_bw --run_infinitely -D 0.3 -s 4096".split(' '))
+        .env_remove("SOFTRDMA_DEVICES")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut rows = 0;
+    while rows < 3 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.starts_with(" 4096 ") => rows += 1,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let still_running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(rows, 3, "three timed rows within 60 s");
+    assert!(still_running, "--run_infinitely keeps running");
+}
+
+#[test]
+fn out_json_writes_the_report_file() {
+    let f = std::env::temp_dir().join(format!("softrdma-out-{}.json", std::process::id()));
+    let r = ok(&format!(
+        "perf write_lat -n 100 --out_json --out_json_file {}",
+        f.display()
+    ));
+    assert!(r.stdout.contains(" #bytes"), "the text report as well");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&f);
+    assert_eq!(v["test"], "write_lat");
+    assert_eq!(v["results"][0]["iterations"], 100);
+}
+
+#[test]
+fn bad_values_are_named_with_what_to_do() {
+    for (line, msg) in [
+        (
+            "perf write_bw -x 1",
+            "-x 1: there is no GID index 1; a softrdma device has one GID, index 0",
+        ),
+        ("perf write_bw -m 1500", "-m 1500: the MTU must be 256, 512, 1024, 2048 or 4096"),
+        ("perf write_lat -b", "bidirectional is only available in bandwidth tests"),
+        ("perf write_lat --output=bandwidth", "for a latency test it can be: latency"),
+        ("perf write_bw -i 2", "-i 2: softrdma devices have one port"),
+        (
+            "perf write_lat -d mlx5_0",
+            "no softrdma device named \"mlx5_0\"; the devices here are: srx0 (",
+        ),
+        (
+            "perf write_bw --fault loss=0.1;seed=3",
+            "--fault: fault spec loss=0.1;seed=3: items are separated by commas, e.g. loss=0.1,seed=3",
+        ),
+        (
+            "perf write_bw --fault loss=2",
+            "--fault: fault spec loss=2: 2 is not a probability (give 0 to 1",
+        ),
+        (
+            "--device srx0 perf write_lat",
+            "--device \"srx0\" is not name=address",
+        ),
+    ] {
+        let r = run(line);
+        assert_eq!(r.code, 2, "{line}: {}", r.stderr);
+        assert!(r.stderr.contains(msg), "{line}: {}", r.stderr);
+        // Said once, by the command, not again by a server it started.
+        assert_eq!(r.stderr.lines().count(), 1, "{line}: {}", r.stderr);
+    }
+    // A client with no server names the address and the time it tried.
+    let r = run("perf write_lat -p 1 127.0.0.1");
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .contains("cannot connect to the server at 127.0.0.1:1 (127.0.0.1:1) after trying for")
+            && r.stderr.contains("Connection refused"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn faults_act_on_the_shared_memory_path_too() {
+    let r = ok("perf write_bw -n 300 -s 8192 --transport shm --fault loss=0.05,seed=3 --check");
+    assert!(r.stdout.contains(" Path used       : shm"), "{}", r.stdout);
+    let n: u64 = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(" Faults injected : "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a faults line:\n{}", r.stdout));
+    assert!(
+        n > 0,
+        "5 % loss on 300 WRITEs of 8 KiB hit packets: {}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains(" Data check      : passed"),
+        "{}",
+        r.stdout
+    );
+}
