@@ -112,7 +112,16 @@ fn ib_write_bw_common_options_with_output() {
     let r =
         ok("perf write_bw -x 0 -m 1024 -b -F --report_gbits -s 65536 -n 1000 --output=bandwidth");
     let gbits = one_number(&r);
-    assert!(gbits > 0.0, "{gbits}");
+    // Both directions, in Gb/s: more than nothing, less than 10 times
+    // what one host's memory moves (a MB/s figure would be ~1000 times more).
+    assert!(gbits > 0.0 && gbits < 2000.0, "{gbits}");
+    let r = ok("perf write_bw -x 0 -m 1024 -b -F -s 65536 -n 1000 --output=bandwidth");
+    let mbytes = one_number(&r);
+    let ratio = mbytes / (gbits * 1e9 / 8.0 / (1u64 << 20) as f64);
+    assert!(
+        ratio > 0.1 && ratio < 10.0,
+        "-b in MB/s ({mbytes}) and in Gb/s ({gbits}) are the same order: {ratio}"
+    );
     assert!(
         r.stderr.contains("ignoring -F/--CPU-freq"),
         "-F is named as ignored: {}",
@@ -150,7 +159,8 @@ fn ib_write_bw_common_options_full_report() {
     );
     assert_eq!(row[2], 0.0, "-N: no peak: {row:?}");
     assert!(row[3] > 0.0 && row[4] > 0.0, "{row:?}");
-    for o in ["-R/--rdma_cm", "-z/--com_rdma_cm"] {
+    assert!(out.contains(" rdma_cm QPs\t : ON"), "-R:\n{out}");
+    for o in ["-z/--com_rdma_cm", "-m with -R", "-F/--CPU-freq"] {
         assert!(
             r.stderr.contains(&format!("ignoring {o}")),
             "{o}: {}",
@@ -181,6 +191,10 @@ fn bidirectional_reports_both_directions() {
     // -b adds the server's own run: the JSON of both ends shows it ran.
     let r = ok("perf read_bw -b -s 4096 -n 500 --json");
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    // Both ends link over shared memory at once: neither refuses the other
+    // (a stream socket once delivered two link messages in one read).
+    assert_eq!(v["path"], "shm", "{v}");
+    assert!(!r.stderr.contains("link refused"), "{}", r.stderr);
     let res = &v["results"][0];
     let srv = &v["bidirectional_server_results"][0];
     assert_eq!(
@@ -200,6 +214,34 @@ fn bidirectional_reports_both_directions() {
         theirs > 0.0 && sum > theirs,
         "the sum includes both ends: {v}"
     );
+}
+
+#[test]
+fn rdma_cm_connects_the_qps() {
+    // -R: the RC QPs go through the connection manager (REQ/REP/RTU on
+    // QP1), on shared memory and over UDP; the data is checked.
+    for line in [
+        "perf write_bw -R -q 2 -n 500 --check",
+        "perf read_lat -R -n 200 --transport udp --check",
+        "perf send_lat -R -n 200 --transport udp --check",
+    ] {
+        let r = ok(line);
+        assert!(
+            r.stdout.contains(" rdma_cm QPs\t : ON"),
+            "{line}:\n{}",
+            r.stdout
+        );
+        assert!(
+            r.stdout.contains(" Data check      : passed"),
+            "{line}:\n{}",
+            r.stdout
+        );
+        assert!(!r.stderr.contains("ignoring -R"), "{line}: {}", r.stderr);
+    }
+    // UD has no connection: accepted and named as ignored.
+    let r = ok("perf send_bw -R -c UD -n 100");
+    assert!(r.stdout.contains(" rdma_cm QPs\t : OFF"), "{}", r.stdout);
+    assert!(r.stderr.contains("ignoring -R/--rdma_cm"), "{}", r.stderr);
 }
 
 #[test]

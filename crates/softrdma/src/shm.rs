@@ -976,7 +976,11 @@ fn read_msg(
     sock: &UnixStream,
     max_fds: usize,
 ) -> Result<Option<(LinkMsg, Vec<OwnedFd>)>, LinkError> {
-    let mut msg = [0u8; MSG_LEN + 1];
+    // Exactly one message per read: the link is a stream socket, so two
+    // messages sent back to back (both ends linking at once, as in a
+    // bidirectional test) would arrive in one larger read and be refused
+    // as "message of 65 bytes". A short read is still refused by `parse`.
+    let mut msg = [0u8; MSG_LEN];
     let (n, fds) = match recv_fds(sock, &mut msg, max_fds) {
         Ok(r) => r,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),

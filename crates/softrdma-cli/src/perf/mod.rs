@@ -301,8 +301,9 @@ pub struct Args {
     /// is reported (write_bw, read_bw, atomic_bw).
     #[arg(short = 'b', long = "bidirectional")]
     pub bidir: bool,
-    /// Accepted: the QPs are connected through this command's TCP exchange
-    /// (the same QP attributes rdma_cm would set).
+    /// Connect the RC QPs through the connection manager (IB CM over
+    /// RoCEv2, as rdma_cm does); the addresses and keys still go over the
+    /// TCP exchange.
     #[arg(short = 'R', long = "rdma_cm")]
     pub rdma_cm: bool,
     /// Accepted: parameters go over this command's TCP exchange.
@@ -610,6 +611,16 @@ pub struct Params {
     /// Outstanding READs/atomics (-o).
     #[serde(default = "default_outs")]
     pub outs: u8,
+    /// The client reports in Gb/s (--report_gbits): the units of a -b
+    /// server's row in its report.
+    #[serde(default)]
+    pub gbits: bool,
+    /// RC QPs are connected through the connection manager (-R), the
+    /// server listening on `cm_port` of rdma_cm's TCP port space.
+    #[serde(default)]
+    pub rdma_cm: bool,
+    #[serde(default)]
+    pub cm_port: u16,
 }
 
 fn default_timeout() -> u8 {
@@ -821,6 +832,9 @@ impl Args {
             qp_timeout: self.qp_timeout,
             retry_count: self.retry_count,
             outs: self.outs.unwrap_or(16),
+            gbits: self.report_gbits,
+            rdma_cm: self.rdma_cm && self.conn == Conn::Rc,
+            cm_port: self.port,
         })
     }
 
@@ -835,7 +849,16 @@ impl Args {
                 v.push((name.to_string(), why));
             }
         };
-        add(self.rdma_cm, "-R/--rdma_cm", "QPs are connected through the TCP exchange, with the attributes rdma_cm sets (perftest's own -R runs over softrdma-rdmacm)");
+        add(
+            self.rdma_cm && self.conn != Conn::Rc,
+            "-R/--rdma_cm",
+            "softrdma's connection manager connects RC QPs; UC and UD QPs are set up from the TCP exchange",
+        );
+        add(
+            self.rdma_cm && self.mtu.is_some(),
+            "-m with -R",
+            "the connection manager settles the path MTU (the smaller active MTU)",
+        );
         add(
             self.com_rdma_cm,
             "-z/--com_rdma_cm",
@@ -1125,10 +1148,11 @@ fn header<'a>(
         cq_mod: (!t.is_lat()).then_some(p.cq_mod),
         mtu,
         inline: (!rd).then_some(p.inline),
-        out_reads: rd.then_some(16),
+        out_reads: rd.then_some(u32::from(p.outs)),
         events,
         transport,
         duration: p.duration,
+        rdma_cm: p.rdma_cm,
     }
 }
 

@@ -151,6 +151,16 @@ pub fn bw_unit(bytes_per_s: f64, gbits: bool) -> f64 {
     }
 }
 
+/// A bandwidth in `from` units (`bw_unit`'s `gbits`) in `to` units.
+pub fn bw_convert(v: f64, from: bool, to: bool) -> f64 {
+    let bytes_per_s = if from {
+        v * 1e9 / 8.0
+    } else {
+        v * (1u64 << 20) as f64
+    };
+    bw_unit(bytes_per_s, to)
+}
+
 /// Best per-message time (ns) over every stretch from a post to a later
 /// completion record, like perftest's peak (start points are thinned out to
 /// keep long runs cheap). `posted[i]` is when message `i` was posted;
@@ -193,6 +203,8 @@ pub struct Header<'a> {
     pub events: bool,
     pub transport: &'a str,
     pub duration: Option<f64>,
+    /// QPs connected through the connection manager (-R).
+    pub rdma_cm: bool,
 }
 
 impl Header<'_> {
@@ -233,7 +245,11 @@ impl Header<'_> {
         if let Some(r) = self.out_reads {
             let _ = writeln!(o, " Outstand reads  : {r}");
         }
-        let _ = writeln!(o, " rdma_cm QPs\t : OFF");
+        let _ = writeln!(
+            o,
+            " rdma_cm QPs\t : {}",
+            if self.rdma_cm { "ON" } else { "OFF" }
+        );
         let _ = writeln!(o, " Data ex. method : Ethernet");
         let _ = writeln!(o, " softrdma path   : {}", self.transport);
         if let Some(d) = self.duration {

@@ -284,6 +284,10 @@ impl Res {
             mtu: softrdma::Mtu::from_bytes(path),
             ..ConnectOptions::default()
         };
+        if self.p.rdma_cm {
+            self.remote = remote;
+            return self.connect_cm(&opts);
+        }
         for (q, r) in remote.iter().enumerate() {
             if self.p.conn == Conn::Ud {
                 self.qps[q].ready_ud().map_err(es)?;
@@ -299,6 +303,74 @@ impl Res {
             }
         }
         self.remote = remote;
+        Ok(())
+    }
+
+    /// -R: the RC QPs connected through the connection manager (REQ, REP,
+    /// RTU on QP1 over RoCEv2), which moves them to RTS with the numbers
+    /// it settled. The client connects each QP to the server's device
+    /// address and the CM port; the server (listening since before it
+    /// answered the parameters) accepts each request on the QP whose peer
+    /// the request names.
+    fn connect_cm(&mut self, o: &ConnectOptions) -> Result<(), String> {
+        use softrdma::rdma_cm::{CmEvent, ConnParam};
+        let cm = self._ctx.cm();
+        let param = ConnParam {
+            responder_resources: o.max_rd_atomic,
+            initiator_depth: o.max_rd_atomic,
+            retry_count: o.retry_cnt,
+            ..ConnParam::default()
+        };
+        let deadline = Instant::now() + QUICK;
+        let mut pending: Vec<_> = Vec::new();
+        if self.side == 0 {
+            let ip = self.remote[0].endpoint.gid.to_ip();
+            let dst = std::net::SocketAddr::new(ip, self.p.cm_port);
+            for qp in &self.qps {
+                let id = cm
+                    .connect(qp, dst, &param)
+                    .map_err(|e| format!("-R: connecting QP {:#x} to {dst}: {e}", qp.qpn()))?;
+                pending.push(id);
+            }
+        }
+        let mut requests = if self.side == 0 { 0 } else { self.qps.len() };
+        while !pending.is_empty() || requests > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!(
+                    "-R: the connection manager did not connect every QP within {} s",
+                    QUICK.as_secs()
+                ));
+            }
+            match cm.get_event(left).map_err(es)? {
+                Some(CmEvent::ConnectRequest { conn, req, .. }) if self.side == 1 => {
+                    let q = self
+                        .remote
+                        .iter()
+                        .position(|r| r.endpoint.qpn.raw() == req.local_qpn)
+                        .ok_or_else(|| {
+                            format!(
+                                "-R: a request from QP {:#x}, not one of the client's",
+                                req.local_qpn
+                            )
+                        })?;
+                    cm.accept(conn, &self.qps[q], &param)
+                        .map_err(|e| format!("-R: accepting QP {:#x}: {e}", req.local_qpn))?;
+                    pending.push(conn);
+                    requests -= 1;
+                }
+                Some(CmEvent::Established { conn }) => pending.retain(|&c| c != conn),
+                Some(CmEvent::Rejected { reason, .. }) => {
+                    return Err(format!(
+                        "-R: the server rejected the connection ({reason:?})"
+                    ))
+                }
+                Some(CmEvent::Unreachable { .. }) => {
+                    return Err("-R: the server's connection manager never answered".into())
+                }
+                Some(_) | None => {}
+            }
+        }
         Ok(())
     }
 
@@ -1199,6 +1271,11 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
     let events = args.events && p.test.verb() != Verb::Write;
     let mut res = Res::new(ctx, &p, 1, events, args.report_gbits)?;
     res.notes = out == Out::Text;
+    if p.rdma_cm {
+        ctx.cm()
+            .listen(softrdma::rdma_cm::PortSpace::Tcp, p.cm_port)
+            .map_err(|e| format!("-R: listening on rdma_cm port {}: {e}", p.cm_port))?;
+    }
     c.send("ok")?;
     let remote = recv_conns(c, p.qps)?;
     send_conns(c, &res)?;
@@ -1246,7 +1323,13 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
                 // -b: this end runs the same test towards the client.
                 let (row, _) = res.bw_client(size, &mut prog)?;
                 if let Row::Bw(b) = &row {
-                    mine.bw = Some(b.clone());
+                    // In the client's units, for its sum.
+                    let c = |v| report::bw_convert(v, res.gbits, p.gbits);
+                    mine.bw = Some(BwRow {
+                        bw_peak: c(b.bw_peak),
+                        bw_average: c(b.bw_average),
+                        ..b.clone()
+                    });
                 }
                 Some(row)
             }
