@@ -384,3 +384,76 @@ fn faults_act_on_the_shared_memory_path_too() {
         r.stdout
     );
 }
+
+/// Every option of perftest's help (`-x, --gid-index`, `--odp`, …) as
+/// `(short, long)`, from `TOOL --help`; None when perftest is missing.
+fn perftest_options(tool: &str) -> Option<Vec<(Option<String>, String)>> {
+    let out = Command::new(tool).arg("--help").output().ok()?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let mut v = Vec::new();
+    for line in text.lines() {
+        let l = line.trim_start();
+        let (short, rest) = match l.strip_prefix('-') {
+            Some(r) if !r.starts_with('-') && r.chars().nth(1) == Some(',') => {
+                (Some(format!("-{}", &r[..1])), r[2..].trim_start())
+            }
+            _ => (None, l),
+        };
+        let Some(long) = rest.strip_prefix("--") else {
+            continue;
+        };
+        let name: String = long
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .collect();
+        if !name.is_empty() {
+            v.push((short, format!("--{name}")));
+        }
+    }
+    Some(v)
+}
+
+#[test]
+fn every_perftest_help_option_is_accepted() {
+    let tests = [
+        ("ib_write_lat", "write_lat"),
+        ("ib_write_bw", "write_bw"),
+        ("ib_read_lat", "read_lat"),
+        ("ib_read_bw", "read_bw"),
+        ("ib_send_lat", "send_lat"),
+        ("ib_send_bw", "send_bw"),
+        ("ib_atomic_lat", "atomic_lat"),
+        ("ib_atomic_bw", "atomic_bw"),
+    ];
+    let mut checked = 0;
+    for (tool, test) in tests {
+        let Some(opts) = perftest_options(tool) else {
+            assert!(
+                std::env::var_os("SOFTRDMA_STRICT_TESTS").is_none(),
+                "{tool} (perftest) is missing, and SOFTRDMA_STRICT_TESTS (set by CI) forbids skipping"
+            );
+            println!("SKIPPED every_perftest_help_option_is_accepted: {tool} is not installed");
+            return;
+        };
+        assert!(opts.len() > 40, "{tool} --help lists its options: {opts:?}");
+        let help = run(&format!("perf {test} --help")).stdout;
+        for (short, long) in &opts {
+            let want = match short {
+                Some(s) => format!("{s}, {long}"),
+                None => long.clone(),
+            };
+            // Our help prints "-x, --gid-index <INDEX>" / "--odp".
+            let found = help.lines().any(|l| {
+                let l = l.trim_start();
+                l.starts_with(&format!("{want} ")) || l == want
+            });
+            assert!(
+                found,
+                "{tool}'s {want} is an option of softrdma perf {test}"
+            );
+            checked += 1;
+        }
+    }
+    eprintln!("{checked} perftest options found in softrdma perf's help");
+}

@@ -429,6 +429,8 @@ fn ignored_name(field: &str) -> String {
         "limit_msgrate" => "-y/--limit_msgrate",
         "report_counters" => "-W/--report-counters",
         "vector" => "-X/--vector",
+        "mcg" => "-g/--mcg",
+        "mgid" => "-M/--MGID",
         "hop_limit" => "-L/--hop_limit",
         "force_link" => "--force-link",
         "report_both" => "--report-both",
@@ -465,6 +467,12 @@ ignored_options! {
     /// Performance counters to report.
     #[arg(short = 'W', long = "report-counters", value_name = "LIST")]
     report_counters: Option<String> => "see `softrdma stat` for the counters";
+    /// Multicast group.
+    #[arg(short = 'g', long = "mcg")]
+    mcg: bool => "there is no multicast: messages go to the one peer";
+    /// Multicast GID.
+    #[arg(short = 'M', long = "MGID", value_name = "GID")]
+    mgid: Option<String> => "there is no multicast";
     /// Completion vector for events.
     #[arg(short = 'X', long = "vector", value_name = "VECTOR")]
     vector: Option<String> => "softrdma devices have one completion vector";
