@@ -247,8 +247,11 @@ fn rdma_cm_connects_the_qps() {
 #[test]
 fn ud_default_size_is_clamped_to_the_mtu() {
     let r = ok("perf send_bw -c UD -n 200");
-    assert!(
-        r.stderr.contains("Max msg size in UD is MTU 4096"),
+    assert_eq!(
+        r.stderr
+            .matches("Max msg size in UD is MTU 4096\n Changing to this MTU")
+            .count(),
+        1,
         "{}",
         r.stderr
     );
@@ -456,4 +459,19 @@ fn every_perftest_help_option_is_accepted() {
         }
     }
     eprintln!("{checked} perftest options found in softrdma perf's help");
+}
+
+#[test]
+fn source_ip_is_this_ends_device_address() {
+    let r = ok("perf write_lat --source_ip 127.0.0.199 -n 100 --transport udp");
+    let gids: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with(" GID:"))
+        .collect();
+    assert!(
+        gids.len() == 2 && gids[0].ends_with("255:255:127:00:00:199") && !gids[1].ends_with(":199"),
+        "the local GID is --source_ip, the server keeps its own:\n{}",
+        r.stdout
+    );
 }

@@ -790,9 +790,7 @@ impl Args {
             if self.all {
                 sizes.retain(|&s| s <= mtu);
             } else if sizes[0] > mtu && self.size.is_none() {
-                if !self.spawned && self.output.is_none() {
-                    eprintln!(" Max msg size in UD is MTU {mtu}\n Changing to this MTU");
-                }
+                // Said by the client once its MTU is known (`ud_clamp_note`).
                 sizes[0] = mtu;
             } else if sizes[0] > mtu {
                 return Err(format!(
@@ -844,6 +842,19 @@ impl Args {
             rdma_cm: self.rdma_cm && self.conn == Conn::Rc,
             cm_port: self.port,
         })
+    }
+
+    /// perftest's note when the default size of a UD test was clamped.
+    fn ud_clamp_note(&self, p: &Params) -> Option<String> {
+        let default = if self.test.is_lat() { 2 } else { 65536 };
+        (p.conn == Conn::Ud && !self.all && self.size.is_none() && p.sizes[0] < default).then(
+            || {
+                format!(
+                    " Max msg size in UD is MTU {}\n Changing to this MTU",
+                    p.sizes[0]
+                )
+            },
+        )
     }
 
     /// What the options accepted without effect are, said once on stderr.
@@ -965,11 +976,11 @@ fn both(args: &Args, devices: &[String]) -> Result<bool, String> {
     if let Some(d) = &args.device {
         cmd.args(["--ib-dev", d]);
     }
+    // The same devices as this end (as SOFTRDMA_DEVICES is inherited);
+    // --source_ip is this end's address alone (two processes cannot bind
+    // one address), so the server keeps its default.
     for d in devices {
         cmd.args(["--device", d]);
-    }
-    if let Some(ip) = args.source_ip {
-        cmd.arg("--source_ip").arg(ip.to_string());
     }
     if let Some(f) = &args.fault {
         cmd.args(["--fault", f]);
@@ -1210,6 +1221,14 @@ fn json_doc(
         "results": rows,
         "check": check.map(|c| if c { "passed" } else { "failed" }),
     })
+}
+
+pub(crate) fn note_ud_clamp(args: &Args, p: &Params) {
+    if let Some(n) = args.ud_clamp_note(p) {
+        if args.output.is_none() && !args.json {
+            eprintln!("{n}");
+        }
+    }
 }
 
 #[cfg(test)]

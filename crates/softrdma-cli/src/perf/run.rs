@@ -1429,6 +1429,7 @@ pub(crate) fn client(
     );
     let (ctx, tname) = open(args, devices, local, peer)?;
     let p = args.params(Some(ctx.query_port().active_mtu.bytes()))?;
+    super::note_ud_clamp(args, &p);
     let mut c = Ctrl::new(stream)?;
     c.send(&format!(
         "{MAGIC} {}",

@@ -114,7 +114,13 @@ impl Netns {
         };
         for s in suffixes {
             let name = format!("{PREFIX}{kind}-{tag}{s}");
-            ip(&["netns", "add", &name]);
+            if let Err(e) = ip_try(&["netns", "add", &name]) {
+                // Our PID and counter: only a dead process that had this
+                // PID before can have made it. Remove it and make ours.
+                assert!(e.contains("exists"), "{e}");
+                ip(&["netns", "del", &name]);
+                ip(&["netns", "add", &name]);
+            }
             ns.names.push(name.clone());
             ip(&["-n", &name, "link", "set", "lo", "up"]);
         }
