@@ -6,7 +6,7 @@
 //! psn=0x… mtu=… qkey=0x…[ addr=0x… rkey=0x… len=…]\n`.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use crate::verbs::{QpEndpoint, RemoteRegion};
@@ -55,8 +55,32 @@ fn io(e: std::io::Error) -> Error {
     Error::Io(e.to_string())
 }
 
+/// Whether advertising a device at `gid_ip` to a peer at `peer`, reached
+/// over a connection whose local end is `local`, would give the peer an
+/// address it cannot send to: a loopback GID, and a peer on another host
+/// (neither loopback nor this host's end of the connection).
+pub fn unreachable_gid(gid_ip: IpAddr, local: IpAddr, peer: IpAddr) -> bool {
+    gid_ip.is_loopback() && !peer.is_loopback() && peer != local
+}
+
 /// Sends ours, reads theirs.
+///
+/// A loopback GID is not sent to a peer on another host (it would send
+/// its packets to its own loopback): that is an error naming the address
+/// to configure instead.
 pub fn exchange(stream: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
+    if let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) {
+        let gid = mine.endpoint.gid.to_ip();
+        if unreachable_gid(gid, local.ip(), peer.ip()) {
+            return Err(Error::Config(format!(
+                "this device's GID {gid} is a loopback address, but the peer {} is on another host \
+                 and could not reach it; open the device on an address of this host the peer \
+                 reaches, e.g. SOFTRDMA_DEVICES=srx0={} (or DeviceConfig::new)",
+                peer.ip(),
+                local.ip()
+            )));
+        }
+    }
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(io)?;

@@ -100,3 +100,31 @@ fn a_path_mtu_above_both_ends_is_refused_at_connect() {
     };
     qp.connect(&remote, &o).unwrap();
 }
+
+#[test]
+fn a_loopback_gid_is_not_offered_to_another_host() {
+    use std::net::IpAddr;
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    // Loopback GID, remote peer: refused; same host or loopback peer: fine.
+    assert!(cm::unreachable_gid(
+        ip("127.0.0.2"),
+        ip("10.0.0.1"),
+        ip("10.0.0.2")
+    ));
+    assert!(cm::unreachable_gid(ip("::1"), ip("fd00::1"), ip("fd00::2")));
+    assert!(!cm::unreachable_gid(
+        ip("127.0.0.2"),
+        ip("127.0.0.1"),
+        ip("127.0.0.1")
+    ));
+    assert!(!cm::unreachable_gid(
+        ip("127.0.0.2"),
+        ip("10.0.0.1"),
+        ip("10.0.0.1")
+    ));
+    assert!(!cm::unreachable_gid(
+        ip("10.0.0.1"),
+        ip("10.0.0.1"),
+        ip("10.0.0.2")
+    ));
+}

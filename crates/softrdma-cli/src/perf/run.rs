@@ -1137,14 +1137,15 @@ fn open(
     peer: std::net::IpAddr,
 ) -> Result<(Context, &'static str), String> {
     let mut cfg = args.device_config(devices)?;
-    let remote = !peer.is_loopback() && peer != local;
+    // The library's rule: a peer neither on loopback nor this host's end.
+    let remote = softrdma::cm::unreachable_gid(std::net::Ipv4Addr::LOCALHOST.into(), local, peer);
     if let softrdma::config::Bind::AutoLoopback { port } = cfg.bind {
         if remote && !local.is_loopback() && !local.is_unspecified() {
             cfg.bind = softrdma::config::Bind::Addr(std::net::SocketAddr::new(local, port));
         }
     }
     let ctx = Context::open_with(&cfg).map_err(|e| format!("opening device {}: {e}", cfg.name))?;
-    if remote && ctx.addr().ip().is_loopback() {
+    if softrdma::cm::unreachable_gid(ctx.addr().ip(), local, peer) {
         return Err(format!(
             "device {} is on {}, a loopback address, but the peer {peer} is on another host: \
              it could not reach that GID. Give the address of this host that {peer} reaches: \
