@@ -113,6 +113,22 @@ fn stat_shows_counters_of_running_devices() {
     assert!(!dead.exists(), "the dead process's socket was removed");
     assert!(!refused.exists(), "the refusing socket was removed");
 
+    // --device names the devices to show: a third device, srxf, alone.
+    let mut fcfg = DeviceConfig::default_loopback().transport(softrdma::shm::Transport::Udp);
+    fcfg.name = "srxf".into();
+    let f = Context::open_with(&fcfg).unwrap();
+    let (code, out, err) = stat(&["--json", "--device", "srxf=auto"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let names: Vec<&serde_json::Value> = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| &d["device"])
+        .collect();
+    assert_eq!(names, ["srxf"], "{out}");
+    drop(f);
+
     let (code, text, _) = stat(&[]);
     assert_eq!(code, 0);
     let pid = std::process::id();
