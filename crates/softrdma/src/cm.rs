@@ -60,7 +60,13 @@ fn io(e: std::io::Error) -> Error {
 /// address it cannot send to: a loopback GID, and a peer on another host
 /// (neither loopback nor this host's end of the connection).
 pub fn unreachable_gid(gid_ip: IpAddr, local: IpAddr, peer: IpAddr) -> bool {
-    gid_ip.is_loopback() && !peer.is_loopback() && peer != local
+    gid_ip.is_loopback() && peer_on_another_host(local, peer)
+}
+
+/// Whether the peer of a connection from `local` to `peer` is on another
+/// host: neither on loopback nor at this host's end of the connection.
+pub fn peer_on_another_host(local: IpAddr, peer: IpAddr) -> bool {
+    !peer.is_loopback() && peer != local
 }
 
 /// Sends ours, reads theirs.

@@ -1137,8 +1137,7 @@ fn open(
     peer: std::net::IpAddr,
 ) -> Result<(Context, &'static str), String> {
     let mut cfg = args.device_config(devices)?;
-    // The library's rule: a peer neither on loopback nor this host's end.
-    let remote = softrdma::cm::unreachable_gid(std::net::Ipv4Addr::LOCALHOST.into(), local, peer);
+    let remote = softrdma::cm::peer_on_another_host(local, peer);
     if let softrdma::config::Bind::AutoLoopback { port } = cfg.bind {
         if remote && !local.is_loopback() && !local.is_unspecified() {
             cfg.bind = softrdma::config::Bind::Addr(std::net::SocketAddr::new(local, port));
@@ -1386,24 +1385,22 @@ fn serve(args: &Args, ctx: &Context, c: &mut Ctrl, out: Out, tname: &str) -> Res
         Out::Json | Out::Quiet => {}
     }
     if args.json || args.out_json {
-        {
-            let (local, remote) = res.addrs();
-            let doc = json_doc(
-                &p,
-                "server",
-                ctx.name(),
-                mtu,
-                res.gbits,
-                &local,
-                &remote,
-                &rows,
-                checked.then_some(all_ok),
-                path_used(ctx),
-            );
-            let mut doc = doc;
-            doc["faults_injected"] = ctx.driver_counters().faults_injected.into();
-            emit_json(args, &doc);
-        }
+        let (local, remote) = res.addrs();
+        let doc = json_doc(
+            &p,
+            "server",
+            ctx.name(),
+            mtu,
+            res.gbits,
+            &local,
+            &remote,
+            &rows,
+            checked.then_some(all_ok),
+            path_used(ctx),
+        );
+        let mut doc = doc;
+        doc["faults_injected"] = ctx.driver_counters().faults_injected.into();
+        emit_json(args, &doc);
     }
     Ok(all_ok)
 }
@@ -1578,27 +1575,25 @@ pub(crate) fn client(
         Out::Json | Out::Quiet => {}
     }
     if args.json || args.out_json {
-        {
-            let (local, remote) = res.addrs();
-            let doc = json_doc(
-                &p,
-                "client",
-                ctx.name(),
-                mtu,
-                res.gbits,
-                &local,
-                &remote,
-                &rows,
-                checked.then_some(all_ok),
-                path_used(&ctx),
-            );
-            let mut doc = doc;
-            doc["faults_injected"] = ctx.driver_counters().faults_injected.into();
-            if p.bidir {
-                doc["bidirectional_server_results"] = serde_json::json!(peer_rows);
-            }
-            emit_json(args, &doc);
+        let (local, remote) = res.addrs();
+        let doc = json_doc(
+            &p,
+            "client",
+            ctx.name(),
+            mtu,
+            res.gbits,
+            &local,
+            &remote,
+            &rows,
+            checked.then_some(all_ok),
+            path_used(&ctx),
+        );
+        let mut doc = doc;
+        doc["faults_injected"] = ctx.driver_counters().faults_injected.into();
+        if p.bidir {
+            doc["bidirectional_server_results"] = serde_json::json!(peer_rows);
         }
+        emit_json(args, &doc);
     }
     Ok(all_ok)
 }
