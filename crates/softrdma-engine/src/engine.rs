@@ -296,26 +296,7 @@ impl Engine {
         mem: Arc<dyn RegionMemory>,
     ) -> Result<MrKeys> {
         self.res.check_pd(pd)?;
-        let known = AccessFlags::LOCAL_WRITE.bits()
-            | AccessFlags::REMOTE_WRITE.bits()
-            | AccessFlags::REMOTE_READ.bits()
-            | AccessFlags::REMOTE_ATOMIC.bits();
-        if access.bits() & !known & 0xFFFF != 0 {
-            return Err(VerbsError::inval(format!(
-                "reg_mr: access flags {:#x} include unsupported bits {:#x}",
-                access.bits(),
-                access.bits() & !known & 0xFFFF
-            )));
-        }
-        // IBTA: remote write or atomic access requires local write.
-        if (access.contains(AccessFlags::REMOTE_WRITE)
-            || access.contains(AccessFlags::REMOTE_ATOMIC))
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(VerbsError::inval(
-                "reg_mr: REMOTE_WRITE and REMOTE_ATOMIC access require LOCAL_WRITE",
-            ));
-        }
+        check_mr_access(access)?;
         let len = mem.len() as u64;
         if iova.checked_add(len).is_none() {
             return Err(VerbsError::inval("reg_mr: iova + length overflows"));
@@ -343,6 +324,52 @@ impl Engine {
         Ok(MrKeys { lkey, rkey })
     }
 
+    /// `ibv_rereg_mr`: gives the region of `lkey` a new PD, new access
+    /// rights and/or new memory at a new virtual address, keeping its keys
+    /// (what is `None` stays). All or nothing: a refused change (a PD that
+    /// does not exist, access rules as for [`Engine::reg_mr`]) changes
+    /// nothing. From the return on, packets see only the new attributes; a
+    /// driver learns of it as [`ResourceChange::MrDeregistered`] followed by
+    /// [`ResourceChange::MrRegistered`] for the same rkey, so it takes back
+    /// whatever it published of the old region.
+    pub fn rereg_mr(
+        &mut self,
+        lkey: Lkey,
+        pd: Option<PdHandle>,
+        access: Option<AccessFlags>,
+        translation: Option<(u64, Arc<dyn RegionMemory>)>,
+    ) -> Result<()> {
+        let mr = self.res.mrs.get(&lkey).ok_or(VerbsError::NotFound {
+            kind: "memory region (lkey)",
+            handle: lkey.raw(),
+        })?;
+        let (old_pd, rkey) = (mr.pd, mr.rkey);
+        let new_pd = pd.unwrap_or(old_pd);
+        self.res.check_pd(new_pd)?;
+        let access = access.unwrap_or(mr.access);
+        check_mr_access(access)?;
+        if let Some((iova, mem)) = &translation {
+            if iova.checked_add(mem.len() as u64).is_none() {
+                return Err(VerbsError::inval("rereg_mr: iova + length overflows"));
+            }
+        }
+        let Some(mr) = self.res.mrs.get_mut(&lkey) else {
+            unreachable!("looked up above, under the same &mut self");
+        };
+        mr.pd = new_pd;
+        mr.access = access;
+        if let Some((iova, mem)) = translation {
+            mr.iova = iova;
+            mr.len = mem.len() as u64;
+            mr.mem = mem;
+        }
+        self.res.pd_ref(old_pd, -1);
+        self.res.pd_ref(new_pd, 1);
+        push_change(&mut self.changes, ResourceChange::MrDeregistered { rkey });
+        push_change(&mut self.changes, ResourceChange::MrRegistered { rkey });
+        Ok(())
+    }
+
     /// `ibv_dereg_mr`. Once this returns, no packet touches the region again:
     /// in-flight operations on it fail with access errors.
     pub fn dereg_mr(&mut self, lkey: Lkey) -> Result<()> {
@@ -368,6 +395,11 @@ impl Engine {
     #[inline]
     pub fn poll_change(&mut self) -> Option<ResourceChange> {
         self.changes.pop_front()
+    }
+
+    /// The access rights of a region.
+    pub fn mr_access(&self, lkey: Lkey) -> Option<AccessFlags> {
+        self.res.mrs.get(&lkey).map(|m| m.access)
     }
 
     /// Address, length and keys of a region.
@@ -405,6 +437,29 @@ impl Engine {
             },
         );
         Ok(h)
+    }
+
+    /// `ibv_resize_cq`: a new depth, 1 … MAX_CQE and at least the
+    /// completions the CQ holds now (EINVAL otherwise, as rxe); the waiting
+    /// completions stay. Returns the depth, which is the one asked for.
+    pub fn resize_cq(&mut self, cq: CqHandle, depth: u32) -> Result<u32> {
+        let c = self.res.cqs.get_mut(&cq).ok_or(VerbsError::NotFound {
+            kind: "completion queue",
+            handle: cq.raw(),
+        })?;
+        if depth == 0 || depth > MAX_CQE {
+            return Err(VerbsError::inval(format!(
+                "resize_cq: cqe {depth} must be between 1 and {MAX_CQE}"
+            )));
+        }
+        if (depth as usize) < c.entries.len() {
+            return Err(VerbsError::inval(format!(
+                "resize_cq: cqe {depth} is below the {} completions waiting",
+                c.entries.len()
+            )));
+        }
+        c.depth = depth as usize;
+        Ok(depth)
     }
 
     /// `ibv_destroy_cq`: EBUSY while a QP uses it.
@@ -883,6 +938,12 @@ impl Engine {
         match new {
             QpState::Reset => {
                 qp.reset();
+                // Its completions still in its CQs go too, as mlx4/mlx5 clean
+                // the CQs when a QP is reset: the next connection's
+                // completions are not preceded by the old one's flushes.
+                for cq in [qp.send_cq, qp.recv_cq] {
+                    self.res.forget_completions(cq, qpn);
+                }
                 // A fresh controller: nothing it learnt applies to the next connection.
                 qp.cc = self.cfg.congestion.build(&CongestionQp {
                     qpn,
@@ -1468,6 +1529,30 @@ fn enqueue_send(
         qp.flush_sq(res);
     }
     settle(qp, ready, timers, res, true);
+}
+
+/// The access rules of `ibv_reg_mr` (and `ibv_rereg_mr`).
+fn check_mr_access(access: AccessFlags) -> Result<()> {
+    let known = AccessFlags::LOCAL_WRITE.bits()
+        | AccessFlags::REMOTE_WRITE.bits()
+        | AccessFlags::REMOTE_READ.bits()
+        | AccessFlags::REMOTE_ATOMIC.bits();
+    if access.bits() & !known & 0xFFFF != 0 {
+        return Err(VerbsError::inval(format!(
+            "reg_mr: access flags {:#x} include unsupported bits {:#x}",
+            access.bits(),
+            access.bits() & !known & 0xFFFF
+        )));
+    }
+    // IBTA: remote write or atomic access requires local write.
+    if (access.contains(AccessFlags::REMOTE_WRITE) || access.contains(AccessFlags::REMOTE_ATOMIC))
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(VerbsError::inval(
+            "reg_mr: REMOTE_WRITE and REMOTE_ATOMIC access require LOCAL_WRITE",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

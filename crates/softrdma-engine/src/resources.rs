@@ -423,6 +423,13 @@ impl Resources {
     }
 
     /// Adds a completion to a CQ, raising the events real HCAs raise.
+    /// Drops the completions of QP `qpn` that CQ `cq_id` still holds.
+    pub fn forget_completions(&mut self, cq_id: CqHandle, qpn: Qpn) {
+        if let Some(cq) = self.cqs.get_mut(&cq_id) {
+            cq.entries.retain(|wc| wc.qp_num != qpn);
+        }
+    }
+
     pub fn complete(&mut self, cq_id: CqHandle, wc: WorkCompletion) {
         let Some(cq) = self.cqs.get_mut(&cq_id) else {
             return;

@@ -80,6 +80,7 @@ fn new_dev(index: i32, cfg: DeviceConfig) -> Dev {
         cfg,
         index,
         guid_be: guid.to_be(),
+        open: Mutex::new(None),
     }
 }
 
@@ -152,7 +153,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             ffi::fail_with("ibv_open_device", libc::EINVAL, "NULL device");
             return null_mut();
         };
-        let ctx = match Context::open_with(&d.cfg) {
+        let ctx = match open_shared(d) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("softrdma: cannot open device {}: {e}", d.cfg.name);
@@ -166,10 +167,82 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             vctx: new_vctx(device, async_fd),
             dev: ctx,
             objs: Mutex::new(Objects::default()),
+            pending_events: Mutex::new(Default::default()),
         });
+        // SAFETY: just allocated.
+        add_context(d, unsafe { &(*c).dev }, c as usize);
         // SAFETY: just allocated, live until ibv_close_device.
         unsafe { (*c).as_ibv() }
     })
+}
+
+/// The device's soft HCA: the one another context of this process has
+/// open, or a newly opened one. rdma-core's test suite, for one, puts both
+/// ends of a connection on two contexts of one device and addresses the
+/// peer by its own GID, which only works if both are the same HCA.
+fn open_shared(d: &Dev) -> softrdma::Result<Context> {
+    let open = d.open.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((c, _)) = open.as_ref() {
+        return Ok(c.clone());
+    }
+    Context::open_with(&d.cfg)
+}
+
+/// Records an open context of `d` (with the HCA it opened).
+fn add_context(d: &Dev, dev: &Context, ctx: usize) {
+    let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
+    open.get_or_insert_with(|| (dev.clone(), Vec::new()))
+        .1
+        .push(ctx);
+}
+
+/// At `ibv_close_device`: the last context lets the HCA go (it closes once
+/// the objects that hold it are gone too).
+fn close_shared(d: &Dev, ctx: usize) {
+    let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, ctxs)) = open.as_mut() {
+        ctxs.retain(|&c| c != ctx);
+        if ctxs.is_empty() {
+            *open = None;
+        }
+    }
+}
+
+/// Hands an async event to the other context of `c`'s device whose object
+/// `find` names, if any. Under the device's lock, so that context cannot be
+/// freed meanwhile (`ibv_close_device` leaves the list under it first).
+fn hand_to_sibling(c: &Ctx, find: impl Fn(&Ctx) -> Option<*mut c_void>, event_type: u32) {
+    // SAFETY: a context's device pointer is its Dev from the list.
+    let Some(d) = (unsafe { dev(c.vctx.context.device) }) else {
+        return;
+    };
+    let open = d.open.lock().unwrap_or_else(|e| e.into_inner());
+    let me = c as *const Ctx as usize;
+    for &a in open.iter().flat_map(|(_, v)| v).filter(|&&a| a != me) {
+        // SAFETY: an open context of the device: it leaves this list (under
+        // the lock held here) before it is freed.
+        let other = unsafe { &*(a as *const Ctx) };
+        if let Some(element) = find(other) {
+            other
+                .pending_events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(ibv_async_event {
+                    element,
+                    event_type,
+                });
+            return;
+        }
+    }
+}
+
+/// The context's `cmd_fd`: rdma-core's is the kernel's uverbs file; here an
+/// fd of `/dev/null` the context owns (closed with it), so that a program
+/// that dups or polls it gets a valid descriptor — and `ibv_import_device`
+/// of it a clean EOPNOTSUPP. -1 if it cannot be opened.
+fn context_fd() -> c_int {
+    // SAFETY: a NUL-terminated path; no pointer is kept.
+    unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) }
 }
 
 fn new_vctx(device: *mut ibv_device, async_fd: c_int) -> verbs_context {
@@ -200,7 +273,7 @@ fn new_vctx(device: *mut ibv_device, async_fd: c_int) -> verbs_context {
         modify_wq: n,
         create_wq: n,
         query_rt_values: n,
-        create_cq_ex: n,
+        create_cq_ex: crate::cq_ex::create_cq_ex as *mut c_void,
         priv_: n,
         query_device_ex: Some(query_device_ex),
         ibv_destroy_flow: n,
@@ -208,7 +281,7 @@ fn new_vctx(device: *mut ibv_device, async_fd: c_int) -> verbs_context {
         ibv_create_flow: n,
         abi_placeholder1: n,
         open_qp: n,
-        create_qp_ex: n,
+        create_qp_ex: crate::qp_ex::create_qp_ex as *mut c_void,
         get_srq_num: n,
         create_srq_ex: n,
         open_xrcd: n,
@@ -251,7 +324,7 @@ fn new_vctx(device: *mut ibv_device, async_fd: c_int) -> verbs_context {
                 _compat_detach_mcast: n,
                 _compat_async_event: n,
             },
-            cmd_fd: -1,
+            cmd_fd: context_fd(),
             async_fd,
             num_comp_vectors: 1,
             mutex: objects::new_mutex(),
@@ -274,6 +347,12 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         unsafe {
             let c = Ctx::from_ptr(context);
             c.release_objects();
+            if let Some(d) = dev(c.vctx.context.device) {
+                close_shared(d, c as *const Ctx as usize);
+            }
+            if c.vctx.context.cmd_fd >= 0 {
+                libc::close(c.vctx.context.cmd_fd);
+            }
             objects::free(c as *const Ctx as *mut Ctx);
         }
         0
@@ -591,24 +670,38 @@ pub unsafe extern "C" fn ibv_get_async_event(
     })
 }
 
-/// The next async event about a live object (events about objects
-/// destroyed since are dropped).
+/// The next async event about a live object of this context (events about
+/// objects destroyed since are dropped). The contexts of one device share
+/// its event queue: an event about another context's object is handed to
+/// that context, which finds it at its next look (its wait polls every
+/// 100 ms).
 fn next_async_event(c: &Ctx) -> Option<ibv_async_event> {
+    if let Some(ev) = c
+        .pending_events
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop_front()
+    {
+        return Some(ev);
+    }
     while let Some(ev) = c.dev.poll_async_event() {
         let Some((kind, obj)) = convert::async_event(&ev) else {
             continue;
         };
-        let element = c.lookup(|o| match obj {
-            convert::EventObject::Cq(h) => o.cqs.get(&h).copied(),
-            convert::EventObject::Qp(h) => o.qps.get(&h).copied(),
-            convert::EventObject::Srq(h) => o.srqs.get(&h).copied(),
-        });
-        if let Some(element) = element {
+        let find = |x: &Ctx| {
+            x.lookup(|o| match obj {
+                convert::EventObject::Cq(h) => o.cqs.get(&h).copied(),
+                convert::EventObject::Qp(h) => o.qps.get(&h).copied(),
+                convert::EventObject::Srq(h) => o.srqs.get(&h).copied(),
+            })
+        };
+        if let Some(element) = find(c) {
             return Some(ibv_async_event {
                 element,
                 event_type: kind,
             });
         }
+        hand_to_sibling(c, find, kind);
     }
     None
 }

@@ -29,6 +29,11 @@ pub struct Dev {
     pub index: i32,
     /// `ibv_get_device_guid` (network order), stable per device name.
     pub guid_be: u64,
+    /// The soft HCA while any context has it open, and those contexts
+    /// (addresses of their [`Ctx`]): every `ibv_open_device` of one device in
+    /// a process is a context on the same HCA (one address, one GID, one QP
+    /// number space), as on hardware.
+    pub open: Mutex<Option<(Context, Vec<usize>)>>,
 }
 
 /// An open device (`ibv_open_device`).
@@ -38,6 +43,9 @@ pub struct Ctx {
     pub dev: Context,
     /// Engine handle → C object, to name the object of an async event.
     pub objs: Mutex<Objects>,
+    /// Async events about this context's objects that another context of
+    /// the same device took from the device's queue.
+    pub pending_events: Mutex<std::collections::VecDeque<ibv_async_event>>,
 }
 
 /// The live objects of a context (addresses of their C structs): QPs,
@@ -76,7 +84,12 @@ pub struct Mr {
 #[repr(C)]
 pub struct Cq {
     pub ibv: ibv_cq,
+    /// The rest of `struct ibv_cq_ex`: set for `ibv_create_cq_ex`'s CQs.
+    pub ex: crate::cq_ex::CqExTail,
     pub cq: Option<softrdma::Cq>,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` took, which the
+    /// `ibv_wc_read_*` accessors read (only the polling thread touches it).
+    pub cur: std::cell::UnsafeCell<ibv_wc>,
 }
 
 /// A queue pair. Its queue sizes ([`softrdma::Qp::cap`]) never change, so
@@ -85,7 +98,11 @@ pub struct Cq {
 #[repr(C)]
 pub struct Qp {
     pub ibv: ibv_qp,
+    /// The rest of `struct ibv_qp_ex`: a QP made with send ops is one.
+    pub ex: crate::qp_ex::QpExTail,
     pub qp: Option<softrdma::Qp>,
+    /// The `ibv_wr_*` builder's WRs.
+    pub pending: crate::qp_ex::Pending,
 }
 
 /// A shared receive queue; remembers its attributes for `ibv_query_srq`.

@@ -76,23 +76,11 @@ eopnotsupp_int! {
 }
 
 eopnotsupp_ptr! {
-    ibv_qp_to_qp_ex: "the ibv_wr_* send API is not supported; use ibv_post_send";
     ibv_reg_dmabuf_mr: "dma-buf memory regions are not supported";
     ibv_import_device: "sharing contexts between processes is not supported";
     ibv_import_pd: "sharing objects between processes is not supported";
     ibv_import_mr: "sharing objects between processes is not supported";
     ibv_import_dm: "device memory is not supported";
-}
-
-/// `ibv_rereg_mr`: not supported; the old region stays valid
-/// (IBV_REREG_MR_ERR_INPUT, errno EOPNOTSUPP).
-pub extern "C" fn ibv_rereg_mr() -> c_int {
-    fail_with(
-        "ibv_rereg_mr",
-        libc::EOPNOTSUPP,
-        "re-registration is not supported",
-    );
-    -1
 }
 
 /// `ibv_query_qp_data_in_order`: 0, in-order data placement is not promised.

@@ -33,7 +33,7 @@ use crate::objects::{self, Ah, Chan, Cq, Ctx, Mr, Pd, Qp, Srq};
 /// # Safety
 /// `p` must be a live object of this library whose first field is an
 /// `ibv_context *` (every verbs object is).
-unsafe fn ctx_of<'a, T>(p: *mut T) -> &'a Ctx {
+pub(crate) unsafe fn ctx_of<'a, T>(p: *mut T) -> &'a Ctx {
     // SAFETY: all verbs structs start with their `struct ibv_context *`,
     // which points into a live Ctx (contract of every verb).
     unsafe { Ctx::from_ptr(*p.cast::<*mut ibv_context>()) }
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 }
 
 /// The softrdma object inside a C object (see `objects`), or EINVAL.
-fn live<'a, T>(verb: &str, slot: &'a Option<T>) -> Result<&'a T, c_int> {
+pub(crate) fn live<'a, T>(verb: &str, slot: &'a Option<T>) -> Result<&'a T, c_int> {
     slot.as_ref()
         .ok_or_else(|| fail_with(verb, libc::EINVAL, "the object was destroyed"))
 }
@@ -135,9 +135,42 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 
 // ----- memory regions -----
 
-/// Registers `len` bytes at `addr` under virtual address `iova`. Hints a
-/// soft device can ignore (`IBV_ACCESS_OPTIONAL_RANGE`, HUGETLB, MW_BIND)
-/// are dropped; ZERO_BASED registers at iova 0.
+/// The engine's access flags for a program's: hints a soft device can
+/// ignore (`IBV_ACCESS_OPTIONAL_RANGE`, e.g. RELAXED_ORDERING; HUGETLB,
+/// MW_BIND) are dropped, and ZERO_BASED (true in the second value) is a
+/// choice of virtual address, not a right.
+pub(crate) fn access_flags(access: c_int) -> (AccessFlags, bool) {
+    let bits = access as u32;
+    let zero_based = bits & IBV_ACCESS_ZERO_BASED != 0;
+    let rights = bits
+        & !(IBV_ACCESS_OPTIONAL_RANGE
+            | IBV_ACCESS_HUGETLB
+            | IBV_ACCESS_MW_BIND
+            | IBV_ACCESS_ZERO_BASED);
+    (AccessFlags::from_bits_retain(rights), zero_based)
+}
+
+/// Registers `len` bytes at `addr` under virtual address `iova` (0 for
+/// ZERO_BASED) in the softrdma PD `pd`, with [`access_flags`].
+///
+/// # Safety
+/// The caller keeps addr..addr+len valid until the region is dropped (the
+/// ibv_reg_mr contract), which register_raw_shared requires, and does not
+/// write it meanwhile.
+unsafe fn register(
+    pd: &softrdma::Pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> softrdma::Result<softrdma::Mr> {
+    let (access, zero_based) = access_flags(access);
+    let iova = if zero_based { 0 } else { iova };
+    // SAFETY: forwarded from this function's contract.
+    unsafe { pd.register_raw_shared(addr.cast(), len, iova, access) }
+}
+
+/// `ibv_reg_mr` and its variants: [`register`] behind a new `ibv_mr`.
 unsafe fn reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
@@ -149,26 +182,14 @@ unsafe fn reg_mr(
         fail_with("ibv_reg_mr", libc::EINVAL, "NULL pd or address");
         return null_mut();
     }
-    let mut bits = access as u32;
-    let iova = if bits & IBV_ACCESS_ZERO_BASED != 0 {
-        0
-    } else {
-        iova
-    };
-    bits &= !(IBV_ACCESS_OPTIONAL_RANGE
-        | IBV_ACCESS_HUGETLB
-        | IBV_ACCESS_MW_BIND
-        | IBV_ACCESS_ZERO_BASED);
-    // SAFETY: a live PD (a Pd object); the caller keeps addr..addr+len
-    // valid until ibv_dereg_mr (the ibv_reg_mr contract), which
-    // register_raw_shared requires, and does not write it meanwhile.
+    // SAFETY: a live PD (a Pd object); the memory per the ibv_reg_mr
+    // contract, which is `register`'s.
     unsafe {
         let p = &*pd.cast::<Pd>();
         let Ok(softpd) = live("ibv_reg_mr", &p.pd) else {
             return null_mut();
         };
-        let access = AccessFlags::from_bits_retain(bits);
-        match softpd.register_raw_shared(addr.cast(), len, iova, access) {
+        match register(softpd, addr, len, iova, access) {
             Ok(mr) => {
                 let m = objects::leak(Mr {
                     ibv: ibv_mr {
@@ -258,7 +279,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(null_mut(), || {
         if context.is_null() || cqe < 0 {
@@ -266,6 +287,16 @@ pub unsafe extern "C" fn ibv_create_cq(
                 "ibv_create_cq",
                 libc::EINVAL,
                 "NULL context or negative cqe",
+            );
+            return null_mut();
+        }
+        // The kernel's rule: a vector the device has (it has one).
+        // SAFETY: live context.
+        if !(0..unsafe { (*context).num_comp_vectors }).contains(&comp_vector) {
+            fail_with(
+                "ibv_create_cq",
+                libc::EINVAL,
+                "comp_vector is not below the context's num_comp_vectors",
             );
             return null_mut();
         }
@@ -300,7 +331,9 @@ pub unsafe extern "C" fn ibv_create_cq(
                     comp_events_completed: 0,
                     async_events_completed: 0,
                 },
+                ex: crate::cq_ex::CqExTail::none(),
                 cq: Some(soft),
+                cur: Default::default(),
             });
             // Known before any event of it can be looked up.
             c.objects().cqs.insert(handle.raw(), cq as usize);
@@ -337,9 +370,30 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     }
 }
 
-/// `ibv_resize_cq`: not supported (the depth is fixed at creation).
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    fail_with("ibv_resize_cq", libc::EOPNOTSUPP, "CQs cannot be resized")
+/// `ibv_resize_cq`: `Cq::resize`; `cq->cqe` becomes the new depth. EINVAL
+/// for a depth of 0 or above `max_cqe`, or below the completions waiting.
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard(libc::EIO, || {
+        const VERB: &str = "ibv_resize_cq";
+        if cq.is_null() || cqe <= 0 {
+            return fail_with(VERB, libc::EINVAL, "NULL cq or cqe not positive");
+        }
+        // SAFETY: a live CQ (a Cq object); the program does not resize it
+        // from two threads at once.
+        unsafe {
+            let q = match live(VERB, &(*cq.cast::<Cq>()).cq) {
+                Ok(q) => q,
+                Err(n) => return n,
+            };
+            match q.resize(cqe as u32) {
+                Ok(n) => {
+                    (*cq).cqe = n as c_int;
+                    0
+                }
+                Err(e) => fail(VERB, &e),
+            }
+        }
+    })
 }
 
 thread_local! {
@@ -690,7 +744,9 @@ pub unsafe extern "C" fn ibv_create_qp(
                     cond: objects::new_cond(),
                     events_completed: 0,
                 },
+                ex: crate::qp_ex::QpExTail::none(),
                 qp: Some(soft),
+                pending: Default::default(),
             });
             c.objects().qps.insert(qpn.raw(), qp as usize);
             qp.cast()

@@ -50,7 +50,7 @@ fn ibv_devinfo_verbose() {
             "hca_id:\tsrx0",
             "transport:\t\t\tInfiniBand (0)",
             "fw_ver:\t\t\t\tsoftrdma",
-            "vendor_id:\t\t\t0x0000",
+            "vendor_id:\t\t\t0xffffff",
             "phys_port_cnt:\t\t\t1",
             "atomic_cap:\t\t\tATOMIC_HCA (1)",
             "state:\t\t\tPORT_ACTIVE (4)",

@@ -577,7 +577,11 @@ impl ShmHub {
         if let Some(i) = self.links.iter().position(|l| l.peer == dst && !l.dead) {
             return Some(i);
         }
+        // A device's packets to itself (two contexts of one device in a
+        // process, as rdma-core's tests make) loop back through its own UDP
+        // socket, like a NIC's internal loopback: no link to oneself.
         if self.mode == Transport::Udp
+            || dst == self.local
             || self
                 .no_link
                 .get(&dst)
@@ -639,8 +643,9 @@ impl ShmHub {
     pub fn send(&mut self, src_port: u16, dst: SocketAddr, data: &[u8]) -> bool {
         let Some(i) = self.link_index(dst) else {
             // shm-only mode: no UDP fallback; the packet is lost like on a
-            // wire to nowhere (RC reports RETRY_EXC_ERR).
-            return self.mode == Transport::Shm;
+            // wire to nowhere (RC reports RETRY_EXC_ERR). A packet to this
+            // device itself loops back over UDP in every mode.
+            return self.mode == Transport::Shm && dst != self.local;
         };
         let link = &self.links[i];
         // Lossless like a credit-flow-controlled link: a full ring makes the

@@ -182,7 +182,9 @@ impl Context {
             sys_image_guid: self.node_guid(),
             max_mr_size: 1 << 40,
             page_size_cap: 0xFFFF_F000,
-            vendor_id: 0,
+            // Not an IEEE OUI (rxe reports the same): no vendor's
+            // extensions apply, and rdma-core's test suite wants it non-zero.
+            vendor_id: 0xFF_FFFF,
             vendor_part_id: 0,
             hw_ver: 0,
             max_qp: softrdma_engine::MAX_QP,
@@ -419,24 +421,24 @@ impl Pd {
                     seg: seg.clone(),
                     len,
                 });
-                let mr = self.register(mem, addr, len, access)?;
+                let mut mr = self.register(mem, addr, len, access)?;
                 let shared = Shared {
                     base: addr as usize,
                     seg: Some(seg),
                 };
-                self.share(&mr, shared);
+                self.share(&mut mr, shared);
                 return Ok(mr);
             }
         }
         let region = Arc::new(OwnedRegion::new(len).map_err(|e| Error::Io(e.to_string()))?);
         let addr = region.addr();
         let mem: Arc<dyn RegionMemory> = region;
-        let mr = self.register(mem, addr, len, access)?;
+        let mut mr = self.register(mem, addr, len, access)?;
         let shared = Shared {
             base: addr as usize,
             seg: None,
         };
-        self.share(&mr, shared);
+        self.share(&mut mr, shared);
         Ok(mr)
     }
 
@@ -458,12 +460,12 @@ impl Pd {
     ) -> Result<Mr> {
         // SAFETY: forwarded from this function's contract.
         let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
-        let mr = self.register(mem, iova, len, access)?;
+        let mut mr = self.register(mem, iova, len, access)?;
         let shared = Shared {
             base: ptr as usize,
             seg: None,
         };
-        self.share(&mr, shared);
+        self.share(&mut mr, shared);
         Ok(mr)
     }
 
@@ -511,20 +513,14 @@ impl Pd {
             base: ptr as usize,
             seg: Some(seg),
         };
-        self.share(&mr, shared);
+        self.share(&mut mr, shared);
         Ok(mr)
     }
 
     /// Records `mr`, when it has a segment, as a region same-host peers
     /// may be granted.
-    fn share(&self, mr: &Mr, at: Shared) {
-        let mut st = self.ctx.dev.lock();
-        if let Some(seg) = at.seg {
-            // The region's bytes start at `base`, in the segment at the
-            // same distance from its start.
-            let offset = (at.base - seg.base() as usize) as u64;
-            st.share_region(mr.rkey, SharedRegion { seg, offset });
-        }
+    fn share(&self, mr: &mut Mr, at: Shared) {
+        share_region(&self.ctx, mr, at);
     }
 
     fn register(
@@ -548,6 +544,7 @@ impl Pd {
             len,
             mem,
             adopted: None,
+            shared: None,
         })
     }
 
@@ -625,6 +622,25 @@ impl Pd {
     }
 }
 
+/// Records `mr`, when it has a segment, as a region same-host peers of
+/// `ctx`'s device may be granted.
+fn share_region(ctx: &Context, mr: &mut Mr, at: Shared) {
+    let mut st = ctx.dev.lock();
+    if let Some(seg) = &at.seg {
+        // The region's bytes start at `base`, in the segment at the
+        // same distance from its start.
+        let offset = (at.base - seg.base() as usize) as u64;
+        st.share_region(
+            mr.rkey,
+            SharedRegion {
+                seg: seg.clone(),
+                offset,
+            },
+        );
+        mr.shared = Some(at);
+    }
+}
+
 /// A registered memory region.
 pub struct Mr {
     ctx: Context,
@@ -635,6 +651,9 @@ pub struct Mr {
     mem: Arc<dyn RegionMemory>,
     /// The segment caller memory moved into, given back at deregistration.
     adopted: Option<Arc<Segment>>,
+    /// How same-host peers may be granted it (its segment), to publish it
+    /// again after [`Mr::rereg`].
+    shared: Option<Shared>,
 }
 
 impl fmt::Debug for Mr {
@@ -721,6 +740,101 @@ fn parse_num(k: &str, v: &str) -> Result<u64> {
 }
 
 impl Mr {
+    /// `ibv_rereg_mr` without a new translation: moves the region to `pd`
+    /// and/or gives it new access rights (what is `None` stays), keeping
+    /// its keys and memory. A refused change (access rules as for
+    /// registration, a PD of another device) changes nothing. Grants that
+    /// same-host peers hold on it are taken back first (they reach it
+    /// through the engine until granted again under the new rules).
+    pub fn rereg(&mut self, pd: Option<&Pd>, access: Option<AccessFlags>) -> Result<()> {
+        // SAFETY: no new translation, so nothing to promise about memory.
+        unsafe { self.rereg_raw(pd, access, None) }
+    }
+
+    /// `ibv_rereg_mr`, also with a new translation: caller memory at
+    /// `ptr..ptr+len` under virtual address `iova` replaces the region's
+    /// memory (memory the region owned is freed). The keys stay; work
+    /// requests and peers' operations see either the old or the new region
+    /// whole. Moved into a segment of its own for same-host peers, as
+    /// [`Pd::register_raw_shared`] does, when it can.
+    ///
+    /// # Safety
+    /// For a new translation, as [`Pd::register_raw_shared`] for that
+    /// memory.
+    pub unsafe fn rereg_raw(
+        &mut self,
+        pd: Option<&Pd>,
+        access: Option<AccessFlags>,
+        translation: Option<(*mut u8, usize, u64)>,
+    ) -> Result<()> {
+        if let Some(p) = pd {
+            if !Arc::ptr_eq(&p.ctx.dev, &self.ctx.dev) {
+                return Err(Error::Verbs(softrdma_engine::VerbsError::InvalidArgument(
+                    "rereg_mr: the new PD is on another device".into(),
+                )));
+            }
+        }
+        let lkey = self.lkey;
+        let pd_handle = pd.map(|p| p.handle);
+        let Some((ptr, len, iova)) = translation else {
+            self.ctx
+                .dev
+                .with_engine(|e, _| e.rereg_mr(lkey, pd_handle, access, None))?;
+            // The engine's change took the old publication back: publish
+            // the region again.
+            if let Some(at) = self.shared.take() {
+                let ctx = self.ctx.clone();
+                share_region(&ctx, self, at);
+            }
+            return Ok(());
+        };
+        let remote = access.is_some_and(|a| a.bits() & REMOTE_RIGHTS != 0)
+            || (access.is_none() && self.has_remote_rights());
+        // SAFETY: forwarded from this function's contract.
+        let seg = if self.ctx.dev.direct() && remote {
+            unsafe { Segment::adopt(ptr, len) }.map(Arc::new)
+        } else {
+            None
+        };
+        // SAFETY: forwarded from this function's contract (the memory
+        // stays valid; adopted, it is the segment's pages at the same
+        // addresses).
+        let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
+        let m = mem.clone();
+        // On failure `seg` drops here, giving the pages back.
+        self.ctx
+            .dev
+            .with_engine(|e, _| e.rereg_mr(lkey, pd_handle, access, Some((iova, m))))?;
+        // The engine now reaches only the new memory and took the grants on
+        // the old back: the old memory and its segment can go.
+        self.mem = mem;
+        self.addr = iova;
+        self.len = len;
+        self.shared = None;
+        self.adopted = seg.clone();
+        if seg.is_some() {
+            let ctx = self.ctx.clone();
+            share_region(
+                &ctx,
+                self,
+                Shared {
+                    base: ptr as usize,
+                    seg,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the engine's region has a remote right.
+    fn has_remote_rights(&self) -> bool {
+        let k = self.lkey;
+        self.ctx
+            .dev
+            .with_engine(|e, _| e.mr_access(k))
+            .is_some_and(|a| a.bits() & REMOTE_RIGHTS != 0)
+    }
+
     /// Local key.
     pub fn lkey(&self) -> Lkey {
         self.lkey
@@ -920,6 +1034,13 @@ impl Cq {
         } else {
             Err(Error::Completion(wc.status, wc.wr_id))
         }
+    }
+
+    /// `ibv_resize_cq`: a new depth (1 … max_cqe, and no fewer than the
+    /// completions waiting, which stay). Returns the depth it has now.
+    pub fn resize(&self, depth: u32) -> Result<u32> {
+        let h = self.handle;
+        Ok(self.ctx.dev.with_engine(|e, _| e.resize_cq(h, depth))?)
     }
 
     /// `ibv_req_notify_cq`.

@@ -3,8 +3,9 @@
  * compiled against Debian's <infiniband/verbs.h> and run by
  * tests/c_programs.rs with softrdma's library found first.
  *
- * One process opens the first device twice (two contexts: on softrdma each
- * open is its own soft HCA with its own GID) and connects QPs between them.
+ * One process opens the first device twice (two contexts on one HCA, as on
+ * hardware: one GID, which the QPs of both reach each other at) and
+ * connects QPs between them.
  * Every check prints "PASS <name>" or "FAIL <name>: <why>"; the exit status
  * is the number of failures.
  */
@@ -213,7 +214,7 @@ static void check_queries(struct side *a)
 	rc = ibv_query_device_ex(a->ctx, NULL, &dx);
 	CHECK("query_device_ex", rc == 0 && dx.orig_attr.max_qp_rd_atom > 0 &&
 					 dx.orig_attr.phys_port_cnt == 1 &&
-					 dx.orig_attr.vendor_id == 0,
+					 dx.orig_attr.vendor_id == 0xffffff,
 	      "rc %d rd_atom %d ports %d", rc, dx.orig_attr.max_qp_rd_atom,
 	      dx.orig_attr.phys_port_cnt);
 	rc = ibv_query_port(a->ctx, 1, &port);
@@ -882,10 +883,61 @@ static void check_unsupported(struct side *a)
 	CHECK("alloc_mw_eopnotsupp",
 	      ibv_alloc_mw(a->pd, IBV_MW_TYPE_1) == NULL && errno == EOPNOTSUPP,
 	      "errno %d", errno);
-	errno = 0;
-	CHECK("create_cq_ex_eopnotsupp",
-	      ibv_create_cq_ex(a->ctx, &cx) == NULL && errno == EOPNOTSUPP,
-	      "errno %d", errno);
+	{
+		/* Extended CQs: standard fields yes, timestamps no. */
+		struct ibv_poll_cq_attr pa = { 0 };
+		struct ibv_cq_ex *cq;
+
+		cx.wc_flags = IBV_WC_STANDARD_FLAGS;
+		cq = ibv_create_cq_ex(a->ctx, &cx);
+		CHECK("create_cq_ex", cq != NULL, "errno %d", errno);
+		if (cq) {
+			rc = ibv_start_poll(cq, &pa);
+			CHECK("cq_ex_empty_enoent", rc == ENOENT, "rc %d", rc);
+			rc = ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
+			CHECK("destroy_cq_ex", rc == 0, "rc %d", rc);
+		}
+		cx.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+		errno = 0;
+		CHECK("create_cq_ex_timestamp_eopnotsupp",
+		      ibv_create_cq_ex(a->ctx, &cx) == NULL &&
+			      errno == EOPNOTSUPP,
+		      "errno %d", errno);
+	}
+	{
+		/* Extended QPs: memory-window operations are refused. */
+		struct ibv_qp_init_attr_ex xa = {
+			.send_cq = a->cq, .recv_cq = a->cq,
+			.cap = { .max_send_wr = 1, .max_recv_wr = 1,
+				 .max_send_sge = 1, .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC,
+			.comp_mask = IBV_QP_INIT_ATTR_PD |
+				     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+			.pd = a->pd,
+			.send_ops_flags = IBV_QP_EX_WITH_SEND |
+					  IBV_QP_EX_WITH_BIND_MW,
+		};
+		errno = 0;
+		CHECK("create_qp_ex_bind_mw_eopnotsupp",
+		      ibv_create_qp_ex(a->ctx, &xa) == NULL &&
+			      errno == EOPNOTSUPP,
+		      "errno %d", errno);
+		xa.send_ops_flags = IBV_QP_EX_WITH_SEND;
+		qp = ibv_create_qp_ex(a->ctx, &xa);
+		CHECK("create_qp_ex_send", qp && ibv_qp_to_qp_ex(qp),
+		      "errno %d", errno);
+		if (qp) {
+			/* A builder call without a WR started fails the list. */
+			struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(qp);
+
+			ibv_wr_start(qx);
+			ibv_wr_set_sge(qx, 0, 0, 0);
+			rc = ibv_wr_complete(qx);
+			CHECK("wr_complete_without_wr_einval", rc == EINVAL,
+			      "rc %d", rc);
+			ibv_destroy_qp(qp);
+		}
+	}
 	qp = make_qp(a, IBV_QPT_RC, NULL);
 	errno = 0;
 	CHECK("qp_to_qp_ex_null", ibv_qp_to_qp_ex(qp) == NULL,
@@ -934,8 +986,9 @@ int main(void)
 	      "%s", ibv_get_device_name(list[0]));
 	open_side(list[0], &a);
 	open_side(list[0], &b);
-	CHECK("two_opens_two_gids", memcmp(&a.gid, &b.gid, 16) != 0,
-	      "same GID twice");
+	CHECK("two_opens_one_hca", a.ctx != b.ctx &&
+					  memcmp(&a.gid, &b.gid, 16) == 0,
+	      "two contexts of one device have different GIDs");
 
 	check_queries(&a);
 	check_wrong_state(&a);
