@@ -36,8 +36,9 @@ fn post_send_refuses_malformed_requests_at_once() {
         );
         einval(post(&mut net, &a, &wr), "atomic SGE");
     }
-    // Inline data above max_inline_data (64).
-    let wr = with_flags(send_wr(1, &a, 0, 65), SendFlags::INLINE);
+    // Inline data above the QP's inline room: 64 asked, and 8 SGEs give
+    // 128 (16 bytes an SGE, as rxe and mlx5 size a send WQE).
+    let wr = with_flags(send_wr(1, &a, 0, 129), SendFlags::INLINE);
     let m = einval(post(&mut net, &a, &wr), "inline size");
     assert!(m.contains("max_inline_data"), "{m}");
     // Nothing was queued by the refused posts.
@@ -144,9 +145,12 @@ fn inline_data_is_copied_when_posted() {
             now,
             a.qpn,
             &SendWr::new(3, SendOp::Send, vec![]),
-            &pattern(2, 65),
+            &pattern(2, 129),
         )
         .is_err());
+    // What the QP really has is what query_qp reports.
+    let (_, init) = net.nodes[0].query_qp(a.qpn).unwrap();
+    assert_eq!(init.cap.max_inline_data, 128);
 }
 
 #[test]
