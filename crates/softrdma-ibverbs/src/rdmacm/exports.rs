@@ -40,6 +40,43 @@ unsafe fn id_mut<'a>(p: *mut rdma_cm_id) -> Result<&'a mut Id, c_int> {
     Id::live(p).ok_or(libc::EINVAL)
 }
 
+// ----- devices -----
+
+/// `rdma_get_devices`: the contexts of every device, opened once for the
+/// rdma_cm (as librdmacm opens them all) and never closed, in a
+/// NULL-terminated array the caller frees with `rdma_free_devices`;
+/// `num_devices` (if not NULL) gets their number. libfabric's verbs
+/// provider starts from this list.
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_get_devices(
+    num_devices: *mut c_int,
+) -> *mut *mut ibv_context {
+    guard(null_mut(), || {
+        let all = contexts();
+        // SAFETY: calloc of len + 1 pointers; checked for NULL below.
+        let arr = unsafe { libc::calloc(all.len() + 1, std::mem::size_of::<usize>()) }
+            .cast::<*mut ibv_context>();
+        if arr.is_null() {
+            ffi::set_errno(libc::ENOMEM);
+            return null_mut();
+        }
+        for (i, &a) in all.iter().enumerate() {
+            // SAFETY: i < len + 1, inside the allocation.
+            unsafe { *arr.add(i) = super::ctx_at(a).as_ibv() };
+        }
+        if !num_devices.is_null() {
+            // SAFETY: the caller passes a valid int pointer or NULL.
+            unsafe { *num_devices = all.len() as c_int };
+        }
+        arr
+    })
+}
+
+/// `rdma_free_devices`: frees the array (the contexts stay open).
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_free_devices(list: *mut *mut ibv_context) {
+    // SAFETY: list came from rdma_get_devices' calloc (or is NULL).
+    guard((), || unsafe { libc::free(list.cast()) })
+}
+
 // ----- channels -----
 
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_create_event_channel() -> *mut rdma_event_channel {
@@ -636,7 +673,7 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_getaddrinfo(
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
     guard(-1, || {
-        if res.is_null() || (node.is_null() && service.is_null()) {
+        if res.is_null() || (node.is_null() && service.is_null() && hints.is_null()) {
             return ret("rdma_getaddrinfo", Err(libc::EINVAL));
         }
         // SAFETY: strings NUL-terminated or NULL; hints NULL or readable.
@@ -674,6 +711,19 @@ unsafe fn getaddrinfo(
         t => t,
     };
     let passive = flags & RAI_PASSIVE != 0;
+    if node.is_null() && service.is_null() {
+        // No name to resolve: as rdma-core's, the answer is the hints' own
+        // addresses (libfabric's verbs provider asks so for a connection
+        // to an address it already has); with neither, EINVAL.
+        // SAFETY: the hints' addresses are NULL or valid sockaddrs.
+        let src = h.and_then(|h| unsafe { addr::from_c(h.ai_src_addr) });
+        // SAFETY: as above.
+        let dst = h.and_then(|h| unsafe { addr::from_c(h.ai_dst_addr) });
+        if src.is_none() && dst.is_none() {
+            return Err(libc::EINVAL);
+        }
+        return addr::new_info(flags, qp_type, ps, src, dst);
+    }
     // SAFETY: per the contract.
     let a = unsafe { addr::resolve(node, service, family, passive) }?;
     let (src, dst) = if passive {

@@ -193,8 +193,10 @@ pub fn ctx_at(a: usize) -> &'static Ctx {
     unsafe { &*(a as *const Ctx) }
 }
 
-/// The device for a local address: the one with that IP, or the first
-/// (the default device) for a wildcard.
+/// The device for a local address: the one with that IP; the first (the
+/// default device) for a wildcard, or for a loopback address no device
+/// has, as the kernel's rdma_cm binds a loopback address to the first
+/// device (libfabric's verbs provider binds "localhost" so).
 pub fn ctx_for(ip: Option<IpAddr>) -> Option<&'static Ctx> {
     let all = contexts();
     let first = all.first().map(|&a| ctx_at(a));
@@ -204,7 +206,8 @@ pub fn ctx_for(ip: Option<IpAddr>) -> Option<&'static Ctx> {
         Some(ip) => all
             .iter()
             .map(|&a| ctx_at(a))
-            .find(|c| c.dev.addr().ip() == ip),
+            .find(|c| c.dev.addr().ip() == ip)
+            .or_else(|| if ip.is_loopback() { first } else { None }),
     }
 }
 
