@@ -268,18 +268,22 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_bind_addr(
     })
 }
 
-/// Binds to `a`: a specific address also binds the device that has it;
-/// port 0 takes an ephemeral port now, as the kernel's rdma_bind_addr
-/// does (qperf reads it with rdma_get_src_port before rdma_listen).
-fn bind(id: &mut Id, a: std::net::SocketAddr) -> R {
+/// Binds to `a`: a specific address also binds the device that has it. A
+/// loopback address no device has binds the first device (`ctx_for`) and
+/// takes that device's address: each softrdma device is its own HCA, so
+/// a peer reaches it at its address only (the kernel keeps 127.0.0.1,
+/// which reaches every device of the host). Port 0 takes an ephemeral
+/// port now, as the kernel's rdma_bind_addr does (qperf reads it with
+/// rdma_get_src_port before rdma_listen).
+fn bind(id: &mut Id, mut a: std::net::SocketAddr) -> R {
     if !a.ip().is_unspecified() {
         let ctx = ctx_for(Some(a.ip())).ok_or(libc::ENODEV)?;
         id.c.verbs = ctx.as_ibv();
+        a.set_ip(ctx.dev.addr().ip());
     }
-    let a = match a.port() {
-        0 => std::net::SocketAddr::new(a.ip(), ephemeral_port()),
-        _ => a,
-    };
+    if a.port() == 0 {
+        a.set_port(ephemeral_port());
+    }
     addr::set_route(&mut id.c.route, Some(a), None);
     Ok(())
 }
@@ -412,15 +416,26 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_connect(
     })
 }
 
-/// Sends the REQ for the id's QP (to RTS when the REP comes).
+/// Sends the REQ for the id's QP (to RTS when the REP comes), or for a UD
+/// id the SIDR_REQ that asks which QP serves the port.
 ///
 /// # Safety
 /// `param` is NULL or readable.
 unsafe fn connect(id: &mut Id, param: *const rdma_conn_param) -> R {
     let ctx = id.ctx().ok_or(libc::EINVAL)?;
     let dst = addr::route_addr(&id.c.route, true).ok_or(libc::EINVAL)?;
+    // librdmacm checks the depths of TCP-space ids only.
+    let (max_resp, max_init) = match id.c.ps {
+        RDMA_PS_UDP => (u8::MAX, u8::MAX),
+        _ => depth_limits(ctx),
+    };
+    let defaults = ConnParam {
+        responder_resources: max_resp,
+        initiator_depth: max_init,
+        ..ConnParam::default()
+    };
     // SAFETY: per the contract.
-    let p = unsafe { super::conn_param(param, ConnParam::default()) };
+    let p = unsafe { super::conn_param(param, defaults, max_resp, max_init) }?;
     let cm = ctx.dev.cm();
     {
         let mut reg = registry();
@@ -441,6 +456,16 @@ unsafe fn connect(id: &mut Id, param: *const rdma_conn_param) -> R {
         id.state().conn = Some(conn);
     }
     complete(id)
+}
+
+/// The device's READ/atomic depth limits: (`max_qp_rd_atom`,
+/// `max_qp_init_rd_atom`).
+fn depth_limits(ctx: &Ctx) -> (u8, u8) {
+    let a = ctx.dev.query_device();
+    (
+        a.max_qp_rd_atom.min(u32::from(u8::MAX - 1)) as u8,
+        a.max_qp_init_rd_atom.min(u32::from(u8::MAX - 1)) as u8,
+    )
 }
 
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_listen(
@@ -577,7 +602,8 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_accept(
     })
 }
 
-/// Accepts the id's request on its QP (to RTS; the REP leaves).
+/// Accepts the id's connection request on its QP (RTS, then the REP), or
+/// answers a UD id's SIDR request with its QP and rdma_cm's Q_Key.
 ///
 /// # Safety
 /// `param` is NULL or readable.
@@ -593,8 +619,9 @@ unsafe fn accept(id: &mut Id, param: *const rdma_conn_param) -> R {
     // SAFETY: the id's QP is NULL or live.
     let qp = unsafe { super::qp::soft_qp(id) }.ok_or(libc::EINVAL)?;
     if id.c.ps == RDMA_PS_UDP {
+        // Only the private data counts for UD; librdmacm checks no depths.
         // SAFETY: per the contract.
-        let p = unsafe { super::conn_param(param, ConnParam::default()) };
+        let p = unsafe { super::conn_param(param, ConnParam::default(), u8::MAX, u8::MAX) }?;
         let qkey = super::qp::RDMA_UDP_QKEY;
         ctx.dev
             .cm()
@@ -604,13 +631,14 @@ unsafe fn accept(id: &mut Id, param: *const rdma_conn_param) -> R {
         id.state().conn = None;
         return Ok(());
     }
+    let (max_resp, max_init) = depth_limits(ctx);
     let defaults = ConnParam {
-        responder_resources: depths.0.min(16),
-        initiator_depth: depths.1.min(16),
+        responder_resources: depths.0.min(max_resp),
+        initiator_depth: depths.1.min(max_init),
         ..ConnParam::default()
     };
     // SAFETY: per the contract.
-    let p = unsafe { super::conn_param(param, defaults) };
+    let p = unsafe { super::conn_param(param, defaults, max_resp, max_init) }?;
     ctx.dev.cm().accept(conn, qp, &p).map_err(|e| e.errno())?;
     complete(id)
 }
