@@ -537,3 +537,55 @@ fn libfabric_fi_pingpong_verbs_rdm_and_dgram() {
         }
     }
 }
+
+/// MSG endpoints (connections through rdma_cm): libfabric's verbs provider
+/// offers them only for devices on a non-loopback interface, so the two
+/// ends get one each on a veth pair in a network namespace of their own
+/// (`unshare -rn`, no root needed), with `fi_pingpong -c` checking data.
+#[test]
+fn libfabric_fi_pingpong_verbs_msg_over_a_veth() {
+    let _g = common::serial();
+    if !have(&["fi_pingpong", "unshare", "ip"], "libfabric-bin util-linux iproute2") {
+        return;
+    }
+    // Inside the namespace: the veth, the server (its exit status kept),
+    // the client once the server listens, then the server's status.
+    let script = r#"
+        set -u
+        ip link set lo up
+        ip link add eco0 type veth peer name eco1 || exit 90
+        ip link set eco0 up && ip link set eco1 up || exit 90
+        ip addr add 10.77.0.1/24 dev eco0 && ip addr add 10.77.0.2/24 dev eco1 || exit 90
+        SOFTRDMA_DEVICES=srx0=10.77.0.1 fi_pingpong -p verbs -e msg -c -I 100 -S 4096 -B 47650 &
+        srv=$!
+        i=0
+        while ! grep -q ':BA22 00000000:0000 0A' /proc/net/tcp && [ $i -lt 300 ]; do
+            sleep 0.1; i=$((i + 1))
+        done
+        SOFTRDMA_DEVICES=srx0=10.77.0.2 fi_pingpong -p verbs -e msg -c -I 100 -S 4096 -P 47650 10.77.0.1
+        c=$?
+        wait $srv
+        s=$?
+        echo "client=$c server=$s"
+        [ $c -eq 0 ] && [ $s -eq 0 ]
+    "#;
+    let mut c = cmd("unshare", &["-rn", "sh", "-c", script], "udp", false);
+    c.env_remove("SOFTRDMA_DEVICES");
+    let o = run(c, "fi_pingpong-msg");
+    if o.code == Some(90) || (o.code == Some(1) && o.text.contains("unshare:")) {
+        let why = format!("no network namespace with a veth here: {}", o.text);
+        assert!(!strict(), "{why}, and SOFTRDMA_STRICT_TESTS forbids skipping");
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    assert!(o.ok, "fi_pingpong -p verbs -e msg -c over a veth: {o}");
+    let results: Vec<&str> = o.text.lines().filter(|l| l.starts_with("4k ")).collect();
+    assert!(
+        results.len() == 2
+            && results
+                .iter()
+                .all(|l| l.split_whitespace().nth(2) == Some("=100")),
+        "both ends report 100 checked transfers: {o}"
+    );
+    eprintln!("fi_pingpong -e msg: {}", results[0]);
+}
