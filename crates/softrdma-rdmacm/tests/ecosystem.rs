@@ -463,6 +463,61 @@ fn open_mpi_pml_ucx_pingpong_and_allreduce() {
     }
 }
 
+/// Two ranks on two hosts: network namespaces joined by a veth pair
+/// (`interop/ecosystem/two-hosts.sh`, no root), mpirun on host a starting
+/// the remote rank through an rsh agent that enters host b's namespace.
+/// The same checked ping-pong and allreduce; everything between the ranks
+/// crosses the veth (RoCEv2 over UDP), which must have carried the
+/// allreduce's megabytes both ways.
+#[test]
+fn open_mpi_pml_ucx_across_two_namespace_hosts() {
+    let _g = common::serial();
+    if !have(
+        &["mpirun", "mpicc", "unshare", "nsenter", "ip"],
+        "openmpi-bin libopenmpi-dev util-linux iproute2",
+    ) || !devnode_works()
+    {
+        return;
+    }
+    let bin = mpi_check().to_str().expect("utf-8 path").to_owned();
+    let script = format!(
+        "mpirun --allow-run-as-root -np 2 --bind-to none --host 10.77.0.1:1,10.77.0.2:1 \
+         --mca plm_rsh_agent \"$SOFTRDMA_HOST_AGENT\" --mca oob_tcp_if_include 10.77.0.0/24 \
+         --mca pml ucx --mca btl self -x UCX_TLS=rc_verbs,ud_verbs -x UCX_NET_DEVICES \
+         -x LD_LIBRARY_PATH -x SOFTRDMA_TRANSPORT {bin}; rc=$?; \
+         ip -s link show eco0 | awk '/RX:/ {{getline; print \"eco0_rx_bytes=\" $1}} \
+         /TX:/ {{getline; print \"eco0_tx_bytes=\" $1}}'; exit $rc"
+    );
+    let two_hosts = repo_file("interop/ecosystem/two-hosts.sh");
+    let two_hosts = two_hosts.to_str().expect("utf-8 path");
+    let o = run(
+        cmd(two_hosts, &["sh", "-c", &script], "udp", true),
+        "mpi_two_hosts",
+    );
+    let what = "mpirun -np 2 across two namespace hosts (pml ucx)";
+    assert!(o.ok, "{what}: {o}");
+    assert!(o.text.contains("mpi_check: ok ranks=2 "), "{what}: {o}");
+    let bytes = |key: &str| -> u64 {
+        o.text
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let (rx, tx) = (bytes("eco0_rx_bytes="), bytes("eco0_tx_bytes="));
+    assert!(
+        rx > 3_000_000 && tx > 3_000_000,
+        "{what}: the veth carried rx {rx} tx {tx} bytes; the allreduce alone is 3 MiB each way: {o}"
+    );
+    eprintln!(
+        "{what}: {} (veth rx {rx} tx {tx} bytes)",
+        o.text
+            .lines()
+            .find(|l| l.starts_with("mpi_check:"))
+            .unwrap_or("")
+    );
+}
+
 /// mpi4py (Debian's python3-mpi4py) does the same allreduce from Python.
 #[test]
 fn mpi4py_allreduce() {
@@ -545,7 +600,10 @@ fn libfabric_fi_pingpong_verbs_rdm_and_dgram() {
 #[test]
 fn libfabric_fi_pingpong_verbs_msg_over_a_veth() {
     let _g = common::serial();
-    if !have(&["fi_pingpong", "unshare", "ip"], "libfabric-bin util-linux iproute2") {
+    if !have(
+        &["fi_pingpong", "unshare", "ip"],
+        "libfabric-bin util-linux iproute2",
+    ) {
         return;
     }
     // Inside the namespace: the veth, the server (its exit status kept),
@@ -574,7 +632,10 @@ fn libfabric_fi_pingpong_verbs_msg_over_a_veth() {
     let o = run(c, "fi_pingpong-msg");
     if o.code == Some(90) || (o.code == Some(1) && o.text.contains("unshare:")) {
         let why = format!("no network namespace with a veth here: {}", o.text);
-        assert!(!strict(), "{why}, and SOFTRDMA_STRICT_TESTS forbids skipping");
+        assert!(
+            !strict(),
+            "{why}, and SOFTRDMA_STRICT_TESTS forbids skipping"
+        );
         eprintln!("SKIPPED: {why}");
         return;
     }
