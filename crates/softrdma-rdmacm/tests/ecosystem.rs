@@ -95,6 +95,20 @@ fn scratch() -> &'static PathBuf {
     })
 }
 
+/// This test binary's softrdma run directory (mode 0700).
+fn run_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::DirBuilderExt;
+        let d = scratch().join("run");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&d)
+            .expect("run dir");
+        d
+    })
+}
+
 fn repo_file(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -148,6 +162,10 @@ fn cmd(program: &str, args: &[&str], transport: &str, node: bool) -> Command {
         Command::new(program)
     };
     c.args(args)
+        // A run directory of this test binary's own: same-host peers of
+        // other softrdma builds on this machine (other checkouts' tests)
+        // stay out of its links.
+        .env("SOFTRDMA_RUN_DIR", run_dir())
         .env("LD_LIBRARY_PATH", lib_dir())
         .env_remove("LD_PRELOAD")
         .env_remove("SOFTRDMA_DEVICES")
@@ -414,6 +432,8 @@ fn mpirun_ucx(np: u32, transport: &str, program: &[&str]) -> Command {
         "LD_LIBRARY_PATH",
         "-x",
         "SOFTRDMA_TRANSPORT",
+        "-x",
+        "SOFTRDMA_RUN_DIR",
     ];
     args.extend_from_slice(program);
     cmd("mpirun", &args, transport, true)
@@ -484,7 +504,7 @@ fn open_mpi_pml_ucx_across_two_namespace_hosts() {
         "mpirun --allow-run-as-root -np 2 --bind-to none --host 10.77.0.1:1,10.77.0.2:1 \
          --mca plm_rsh_agent \"$SOFTRDMA_HOST_AGENT\" --mca oob_tcp_if_include 10.77.0.0/24 \
          --mca pml ucx --mca btl self -x UCX_TLS=rc_verbs,ud_verbs -x UCX_NET_DEVICES \
-         -x LD_LIBRARY_PATH -x SOFTRDMA_TRANSPORT {bin}; rc=$?; \
+         -x LD_LIBRARY_PATH -x SOFTRDMA_TRANSPORT -x SOFTRDMA_RUN_DIR {bin}; rc=$?; \
          ip -s link show eco0 | awk '/RX:/ {{getline; print \"eco0_rx_bytes=\" $1}} \
          /TX:/ {{getline; print \"eco0_tx_bytes=\" $1}}'; exit $rc"
     );
