@@ -65,5 +65,6 @@ pub use rng::Rng;
 pub use rules::MAX_MSG_SIZE;
 pub use time::{local_ack_timeout, Instant};
 pub use wr::{
-    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    NetworkHdr, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion,
 };

@@ -20,7 +20,7 @@ use crate::resources::{Mr, RecvWqe, Resources};
 use crate::rules::{self, RemoteDenied};
 use crate::time::Instant;
 use crate::timers::Timer;
-use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{NetworkHdr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 /// Bytes of GRH space in front of every UD receive.
 pub const GRH_LEN: usize = 40;
@@ -603,7 +603,8 @@ impl Qp {
             res.complete(self.recv_cq, wc);
             return;
         }
-        let grh = build_grh(src.ip(), local, pkt.payload.len());
+        let network_hdr = network_hdr(src.ip(), local);
+        let grh = build_grh(src.ip(), local, network_hdr, pkt.payload.len());
         let r = res
             .scatter(&wqe.sges, self.pd, 0, &grh)
             .and_then(|_| res.scatter(&wqe.sges, self.pd, GRH_LEN as u64, pkt.payload));
@@ -617,6 +618,7 @@ impl Qp {
         wc.src_qp = Qpn::from_raw(deth.src_qp);
         wc.wc_flags = WcFlags::GRH;
         wc.sgid = Gid::from_ip(src.ip());
+        wc.network_hdr = network_hdr;
         wc.solicited = pkt.bth.solicited;
         if let Some(i) = pkt.headers.imm() {
             wc.imm_data = i;
@@ -791,13 +793,23 @@ impl Qp {
     }
 }
 
+/// The network header a packet from `src` to `dst` travelled with: IPv4
+/// when both ends are IPv4 addresses, IPv6 otherwise.
+fn network_hdr(src: IpAddr, dst: IpAddr) -> NetworkHdr {
+    match (src, dst) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => NetworkHdr::Ipv4,
+        _ => NetworkHdr::Ipv6,
+    }
+}
+
 /// The 40 bytes placed in front of a UD receive: an IPv6 header for IPv6
-/// peers, or 20 unused bytes then the IPv4 header for IPv4 peers (RoCEv2).
-fn build_grh(src: IpAddr, dst: IpAddr, payload_len: usize) -> [u8; GRH_LEN] {
+/// packets, or 20 unused bytes then the IPv4 header for IPv4 packets
+/// (RoCEv2).
+fn build_grh(src: IpAddr, dst: IpAddr, hdr: NetworkHdr, payload_len: usize) -> [u8; GRH_LEN] {
     let mut g = [0u8; GRH_LEN];
     let udp_len = (8 + 12 + 8 + payload_len + 4) as u16;
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
+    match (hdr, src, dst) {
+        (NetworkHdr::Ipv4, IpAddr::V4(s), IpAddr::V4(d)) => {
             let h = &mut g[20..];
             h[0] = 0x45;
             h[2..4].copy_from_slice(&(udp_len + 20).to_be_bytes());

@@ -239,6 +239,21 @@ impl WcFlags {
     }
 }
 
+/// The network header a received RoCEv2 packet came with (the kernel's
+/// `ib_wc.network_hdr_type`): it decides what the 40 bytes in front of a UD
+/// receive hold (docs/engine.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum NetworkHdr {
+    /// Not a receive of a packet from the network (send completions,
+    /// errors and flushes).
+    #[default]
+    None,
+    /// IPv4: the 40 bytes hold 20 unused bytes, then the IPv4 header.
+    Ipv4,
+    /// IPv6: the 40 bytes are the IPv6 header.
+    Ipv6,
+}
+
 /// One work completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
@@ -258,6 +273,8 @@ pub struct WorkCompletion {
     pub sgid: Gid,
     /// The receive was for a message with the solicited event bit.
     pub solicited: bool,
+    /// The network header of the packet (UD receives).
+    pub network_hdr: NetworkHdr,
 }
 
 impl WorkCompletion {
@@ -275,6 +292,7 @@ impl WorkCompletion {
             wc_flags: WcFlags::default(),
             sgid: Gid::default(),
             solicited: false,
+            network_hdr: NetworkHdr::None,
         }
     }
 }

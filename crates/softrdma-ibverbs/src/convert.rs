@@ -10,8 +10,8 @@
 use std::ffi::{c_int, c_uint};
 
 use softrdma::{
-    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Lkey, Mtu, PortAttr, Psn, QpAttr, QpCap,
-    QpState, Qpn, Rkey, SendFlags, SendOp, Sge, WcFlags, WorkCompletion,
+    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Lkey, Mtu, NetworkHdr, PortAttr, Psn,
+    QpAttr, QpCap, QpState, Qpn, Rkey, SendFlags, SendOp, Sge, WcFlags, WorkCompletion,
 };
 
 use crate::abi::*;
@@ -75,7 +75,26 @@ pub fn send_flags(flags: c_uint) -> SendFlags {
     SendFlags(flags & IBV_SEND_KNOWN)
 }
 
-/// softrdma completion → `struct ibv_wc`.
+/// `ibv_wc.sl` of a completion. On RoCE there is no service level to
+/// report; ConnectX hardware puts the received packet's network-header type
+/// in the CQE's SL bits instead (mlx5 provider: `sl` is those four bits; the
+/// PRM's L3 header types 0 GRH, 1 IPv6, 2 IPv4), and UCX's `ud_verbs` reads
+/// `wc.sl` that way to find the destination GID in the 40 bytes before a UD
+/// receive. rxe reports 0, which makes UCX read an IPv4 packet's header as
+/// an IPv6 one. softrdma follows mlx5.
+pub fn wc_sl(hdr: NetworkHdr) -> u8 {
+    match hdr {
+        NetworkHdr::None => 0,
+        NetworkHdr::Ipv6 => 1,
+        NetworkHdr::Ipv4 => 2,
+    }
+}
+
+/// softrdma completion → `struct ibv_wc`. The fields hardware fills from
+/// addresses RoCE does not have are 0, as on mlx5 and rxe over Ethernet:
+/// `slid` (no LIDs), `dlid_path_bits`, `pkey_index` (the one P_Key, index
+/// 0); `src_qp` is the sender's QP for UD receives; IBV_WC_GRH is set on UD
+/// receives, whose first 40 bytes hold the packet's network header.
 pub fn wc(w: &WorkCompletion) -> ibv_wc {
     let mut flags = 0;
     let mut imm = 0;
@@ -102,7 +121,7 @@ pub fn wc(w: &WorkCompletion) -> ibv_wc {
         wc_flags: flags,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: wc_sl(w.network_hdr),
         dlid_path_bits: 0,
     }
 }

@@ -48,6 +48,10 @@ fn copy_str(dst: &mut [c_char], s: &str) {
     }
 }
 
+/// `ibv_device.dev_name` of every softrdma device: clients that check
+/// `/dev/infiniband/<dev_name>` find `/dev/infiniband/softrdma`.
+pub const DEV_NODE_NAME: &str = "softrdma";
+
 fn new_dev(index: i32, cfg: DeviceConfig) -> Dev {
     let mut ibv = ibv_device {
         _ops: [null_mut(); 2],
@@ -59,7 +63,12 @@ fn new_dev(index: i32, cfg: DeviceConfig) -> Dev {
         ibdev_path: [0; 256],
     };
     copy_str(&mut ibv.name, &cfg.name);
-    copy_str(&mut ibv.dev_name, &format!("uverbs{index}"));
+    // dev_name names the node under /dev/infiniband a device is opened
+    // through (rdma-core: uverbsN). softrdma opens none, so every device
+    // names one shared stand-in that never collides with a real uverbsN:
+    // UCX uses a device only when /dev/infiniband/<dev_name> is a character
+    // device the user can read and write (docs/ecosystem.md).
+    copy_str(&mut ibv.dev_name, DEV_NODE_NAME);
     copy_str(
         &mut ibv.dev_path,
         &format!("/sys/class/infiniband_verbs/uverbs{index}"),

@@ -77,6 +77,7 @@ fn run_checks(exe: &Path, transport: &str, load: Load) {
         "PASS write_to_deregistered_rem_access_err",
         "PASS wr_with_deregistered_lkey_loc_prot_err",
         "PASS ud_send_recv_with_grh",
+        "PASS ud_wc_roce_fields",
         "PASS send_with_imm",
         "PASS get_cq_event_blocking",
         "PASS srq_limit_reached_event",

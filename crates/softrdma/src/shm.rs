@@ -540,7 +540,11 @@ impl ShmHub {
             let peer = self.links[i].peer;
             self.links[i].dead = true;
             self.links_gen += 1;
-            self.refuse(format!("handshake with {peer}: {e}"));
+            // A peer that closed is gone (or kept the other of two links
+            // made at once); only a bad handshake is a refusal.
+            if e.refused {
+                self.refuse(format!("handshake with {peer}: {e}"));
+            }
         }
         for why in refusals {
             self.refuse(why);
@@ -989,7 +993,17 @@ fn read_msg(
     let (n, fds) = match recv_fds(sock, &mut msg, max_fds) {
         Ok(r) => r,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+        // A reset is a close too: the peer closed with our messages
+        // unread — it exited, or it dropped its copy of two links made at
+        // once (`ShmHub::install`) — and is no refusal to report.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+            ) =>
+        {
             return Err(LinkError {
                 msg: "the peer closed the connection".into(),
                 refused: false,

@@ -40,6 +40,43 @@ unsafe fn id_mut<'a>(p: *mut rdma_cm_id) -> Result<&'a mut Id, c_int> {
     Id::live(p).ok_or(libc::EINVAL)
 }
 
+// ----- devices -----
+
+/// `rdma_get_devices`: the contexts of every device, opened once for the
+/// rdma_cm (as librdmacm opens them all) and never closed, in a
+/// NULL-terminated array the caller frees with `rdma_free_devices`;
+/// `num_devices` (if not NULL) gets their number. libfabric's verbs
+/// provider starts from this list.
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_get_devices(
+    num_devices: *mut c_int,
+) -> *mut *mut ibv_context {
+    guard(null_mut(), || {
+        let all = contexts();
+        // SAFETY: calloc of len + 1 pointers; checked for NULL below.
+        let arr = unsafe { libc::calloc(all.len() + 1, std::mem::size_of::<usize>()) }
+            .cast::<*mut ibv_context>();
+        if arr.is_null() {
+            ffi::set_errno(libc::ENOMEM);
+            return null_mut();
+        }
+        for (i, &a) in all.iter().enumerate() {
+            // SAFETY: i < len + 1, inside the allocation.
+            unsafe { *arr.add(i) = super::ctx_at(a).as_ibv() };
+        }
+        if !num_devices.is_null() {
+            // SAFETY: the caller passes a valid int pointer or NULL.
+            unsafe { *num_devices = all.len() as c_int };
+        }
+        arr
+    })
+}
+
+/// `rdma_free_devices`: frees the array (the contexts stay open).
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_free_devices(list: *mut *mut ibv_context) {
+    // SAFETY: list came from rdma_get_devices' calloc (or is NULL).
+    guard((), || unsafe { libc::free(list.cast()) })
+}
+
 // ----- channels -----
 
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_create_event_channel() -> *mut rdma_event_channel {
@@ -231,18 +268,22 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_bind_addr(
     })
 }
 
-/// Binds to `a`: a specific address also binds the device that has it;
-/// port 0 takes an ephemeral port now, as the kernel's rdma_bind_addr
-/// does (qperf reads it with rdma_get_src_port before rdma_listen).
-fn bind(id: &mut Id, a: std::net::SocketAddr) -> R {
+/// Binds to `a`: a specific address also binds the device that has it. A
+/// loopback address no device has binds the first device (`ctx_for`) and
+/// takes that device's address: each softrdma device is its own HCA, so
+/// a peer reaches it at its address only (the kernel keeps 127.0.0.1,
+/// which reaches every device of the host). Port 0 takes an ephemeral
+/// port now, as the kernel's rdma_bind_addr does (qperf reads it with
+/// rdma_get_src_port before rdma_listen).
+fn bind(id: &mut Id, mut a: std::net::SocketAddr) -> R {
     if !a.ip().is_unspecified() {
         let ctx = ctx_for(Some(a.ip())).ok_or(libc::ENODEV)?;
         id.c.verbs = ctx.as_ibv();
+        a.set_ip(ctx.dev.addr().ip());
     }
-    let a = match a.port() {
-        0 => std::net::SocketAddr::new(a.ip(), ephemeral_port()),
-        _ => a,
-    };
+    if a.port() == 0 {
+        a.set_port(ephemeral_port());
+    }
     addr::set_route(&mut id.c.route, Some(a), None);
     Ok(())
 }
@@ -375,15 +416,26 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_connect(
     })
 }
 
-/// Sends the REQ for the id's QP (to RTS when the REP comes).
+/// Sends the REQ for the id's QP (to RTS when the REP comes), or for a UD
+/// id the SIDR_REQ that asks which QP serves the port.
 ///
 /// # Safety
 /// `param` is NULL or readable.
 unsafe fn connect(id: &mut Id, param: *const rdma_conn_param) -> R {
     let ctx = id.ctx().ok_or(libc::EINVAL)?;
     let dst = addr::route_addr(&id.c.route, true).ok_or(libc::EINVAL)?;
+    // librdmacm checks the depths of TCP-space ids only.
+    let (max_resp, max_init) = match id.c.ps {
+        RDMA_PS_UDP => (u8::MAX, u8::MAX),
+        _ => depth_limits(ctx),
+    };
+    let defaults = ConnParam {
+        responder_resources: max_resp,
+        initiator_depth: max_init,
+        ..ConnParam::default()
+    };
     // SAFETY: per the contract.
-    let p = unsafe { super::conn_param(param, ConnParam::default()) };
+    let p = unsafe { super::conn_param(param, defaults, max_resp, max_init) }?;
     let cm = ctx.dev.cm();
     {
         let mut reg = registry();
@@ -404,6 +456,16 @@ unsafe fn connect(id: &mut Id, param: *const rdma_conn_param) -> R {
         id.state().conn = Some(conn);
     }
     complete(id)
+}
+
+/// The device's READ/atomic depth limits: (`max_qp_rd_atom`,
+/// `max_qp_init_rd_atom`).
+fn depth_limits(ctx: &Ctx) -> (u8, u8) {
+    let a = ctx.dev.query_device();
+    (
+        a.max_qp_rd_atom.min(u32::from(u8::MAX - 1)) as u8,
+        a.max_qp_init_rd_atom.min(u32::from(u8::MAX - 1)) as u8,
+    )
 }
 
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_listen(
@@ -540,7 +602,8 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_accept(
     })
 }
 
-/// Accepts the id's request on its QP (to RTS; the REP leaves).
+/// Accepts the id's connection request on its QP (RTS, then the REP), or
+/// answers a UD id's SIDR request with its QP and rdma_cm's Q_Key.
 ///
 /// # Safety
 /// `param` is NULL or readable.
@@ -556,8 +619,9 @@ unsafe fn accept(id: &mut Id, param: *const rdma_conn_param) -> R {
     // SAFETY: the id's QP is NULL or live.
     let qp = unsafe { super::qp::soft_qp(id) }.ok_or(libc::EINVAL)?;
     if id.c.ps == RDMA_PS_UDP {
+        // Only the private data counts for UD; librdmacm checks no depths.
         // SAFETY: per the contract.
-        let p = unsafe { super::conn_param(param, ConnParam::default()) };
+        let p = unsafe { super::conn_param(param, ConnParam::default(), u8::MAX, u8::MAX) }?;
         let qkey = super::qp::RDMA_UDP_QKEY;
         ctx.dev
             .cm()
@@ -567,13 +631,14 @@ unsafe fn accept(id: &mut Id, param: *const rdma_conn_param) -> R {
         id.state().conn = None;
         return Ok(());
     }
+    let (max_resp, max_init) = depth_limits(ctx);
     let defaults = ConnParam {
-        responder_resources: depths.0.min(16),
-        initiator_depth: depths.1.min(16),
+        responder_resources: depths.0.min(max_resp),
+        initiator_depth: depths.1.min(max_init),
         ..ConnParam::default()
     };
     // SAFETY: per the contract.
-    let p = unsafe { super::conn_param(param, defaults) };
+    let p = unsafe { super::conn_param(param, defaults, max_resp, max_init) }?;
     ctx.dev.cm().accept(conn, qp, &p).map_err(|e| e.errno())?;
     complete(id)
 }
@@ -636,7 +701,7 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_getaddrinfo(
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
     guard(-1, || {
-        if res.is_null() || (node.is_null() && service.is_null()) {
+        if res.is_null() || (node.is_null() && service.is_null() && hints.is_null()) {
             return ret("rdma_getaddrinfo", Err(libc::EINVAL));
         }
         // SAFETY: strings NUL-terminated or NULL; hints NULL or readable.
@@ -674,6 +739,19 @@ unsafe fn getaddrinfo(
         t => t,
     };
     let passive = flags & RAI_PASSIVE != 0;
+    if node.is_null() && service.is_null() {
+        // No name to resolve: as rdma-core's, the answer is the hints' own
+        // addresses (libfabric's verbs provider asks so for a connection
+        // to an address it already has); with neither, EINVAL.
+        // SAFETY: the hints' addresses are NULL or valid sockaddrs.
+        let src = h.and_then(|h| unsafe { addr::from_c(h.ai_src_addr) });
+        // SAFETY: as above.
+        let dst = h.and_then(|h| unsafe { addr::from_c(h.ai_dst_addr) });
+        if src.is_none() && dst.is_none() {
+            return Err(libc::EINVAL);
+        }
+        return addr::new_info(flags, qp_type, ps, src, dst);
+    }
     // SAFETY: per the contract.
     let a = unsafe { addr::resolve(node, service, family, passive) }?;
     let (src, dst) = if passive {

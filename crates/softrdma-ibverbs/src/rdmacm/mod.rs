@@ -193,8 +193,10 @@ pub fn ctx_at(a: usize) -> &'static Ctx {
     unsafe { &*(a as *const Ctx) }
 }
 
-/// The device for a local address: the one with that IP, or the first
-/// (the default device) for a wildcard.
+/// The device for a local address: the one with that IP; the first (the
+/// default device) for a wildcard, or for a loopback address no device
+/// has, as the kernel's rdma_cm binds a loopback address to the first
+/// device (libfabric's verbs provider binds "localhost" so).
 pub fn ctx_for(ip: Option<IpAddr>) -> Option<&'static Ctx> {
     let all = contexts();
     let first = all.first().map(|&a| ctx_at(a));
@@ -204,7 +206,8 @@ pub fn ctx_for(ip: Option<IpAddr>) -> Option<&'static Ctx> {
         Some(ip) => all
             .iter()
             .map(|&a| ctx_at(a))
-            .find(|c| c.dev.addr().ip() == ip),
+            .find(|c| c.dev.addr().ip() == ip)
+            .or_else(|| if ip.is_loopback() { first } else { None }),
     }
 }
 
@@ -528,14 +531,36 @@ pub fn new_id(
 }
 
 /// `rdma_conn_param` → softrdma's, with librdmacm's defaults for NULL.
+/// As librdmacm's: a READ/atomic depth of 0xFF (RDMA_MAX_RESP_RES,
+/// RDMA_MAX_INIT_DEPTH; libfabric's verbs provider passes them) keeps the
+/// default in `defaults` — the caller's "as many as allowed" — and a depth
+/// above the device's limit (`max_qp_rd_atom`, `max_qp_init_rd_atom`) is
+/// EINVAL.
 ///
 /// # Safety
 /// `p` is NULL or readable, its private data readable for its length.
-pub unsafe fn conn_param(p: *const rdma_conn_param, defaults: ConnParam) -> ConnParam {
+pub unsafe fn conn_param(
+    p: *const rdma_conn_param,
+    defaults: ConnParam,
+    max_resp: u8,
+    max_init: u8,
+) -> Result<ConnParam, c_int> {
+    const MAX_DEPTH: u8 = 0xFF;
     // SAFETY: per the contract.
     let Some(p) = (unsafe { p.as_ref() }) else {
-        return defaults;
+        return Ok(defaults);
     };
+    let depth = |v: u8, max: u8, default: u8| match v {
+        MAX_DEPTH => Ok(default.min(max)),
+        v if v > max => Err(libc::EINVAL),
+        v => Ok(v),
+    };
+    let responder_resources = depth(
+        p.responder_resources,
+        max_resp,
+        defaults.responder_resources,
+    )?;
+    let initiator_depth = depth(p.initiator_depth, max_init, defaults.initiator_depth)?;
     let data = if p.private_data.is_null() || p.private_data_len == 0 {
         Vec::new()
     } else {
@@ -545,14 +570,14 @@ pub unsafe fn conn_param(p: *const rdma_conn_param, defaults: ConnParam) -> Conn
         }
         .to_vec()
     };
-    ConnParam {
+    Ok(ConnParam {
         private_data: data,
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
+        responder_resources,
+        initiator_depth,
         retry_count: p.retry_count.min(7),
         rnr_retry_count: p.rnr_retry_count.min(7),
         ..defaults
-    }
+    })
 }
 
 /// Waits for a synchronous id's next event, as librdmacm's

@@ -575,6 +575,19 @@ static void check_ud(struct side *a, struct side *b)
 		      memcmp(rbuf + 40, "ud-msg", 6) == 0,
 	      "rc %d status %d len %u flags %#x src_qp %u", rc, rwc.status,
 	      rwc.byte_len, rwc.wc_flags, rwc.src_qp);
+	/* RoCE completion fields as ConnectX fills them: sl is the packet's
+	 * network-header type (mlx5: 2 IPv4, 1 IPv6), no LIDs, P_Key index 0;
+	 * a send completion carries none of it. */
+	CHECK("ud_wc_roce_fields",
+	      rwc.sl == (((unsigned char *)rbuf)[20] >> 4 == 4 ? 2 : 1) &&
+		      (((unsigned char *)rbuf)[20] >> 4 == 4 ||
+		       ((unsigned char *)rbuf)[0] >> 4 == 6) &&
+		      rwc.slid == 0 && rwc.pkey_index == 0 &&
+		      rwc.dlid_path_bits == 0 && wc.sl == 0 &&
+		      !(wc.wc_flags & IBV_WC_GRH),
+	      "recv sl %u slid %u pkey_index %u dlid_path_bits %u; send sl %u flags %#x",
+	      rwc.sl, rwc.slid, rwc.pkey_index, rwc.dlid_path_bits, wc.sl,
+	      wc.wc_flags);
 	back = ibv_create_ah_from_wc(b->pd, &rwc, grh, 1);
 	CHECK("create_ah_from_wc", back != NULL, "errno %d", errno);
 	if (back) {
