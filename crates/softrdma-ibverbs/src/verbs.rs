@@ -137,7 +137,9 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 
 /// Registers `len` bytes at `addr` under virtual address `iova`. Hints a
 /// soft device can ignore (`IBV_ACCESS_OPTIONAL_RANGE`, HUGETLB, MW_BIND)
-/// are dropped; ZERO_BASED registers at iova 0.
+/// are dropped; ZERO_BASED registers at iova 0. ON_DEMAND registers with
+/// on-demand paging (`Pd::register_odp`), and with a NULL address and
+/// length SIZE_MAX over the whole address space (implicit ODP).
 unsafe fn reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
@@ -145,11 +147,14 @@ unsafe fn reg_mr(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    if pd.is_null() || (addr.is_null() && len > 0) {
+    let mut bits = access as u32;
+    let odp = bits & IBV_ACCESS_ON_DEMAND != 0;
+    // Implicit ODP: the whole address space (rdma-core's NULL, SIZE_MAX).
+    let implicit = odp && addr.is_null() && len == usize::MAX;
+    if pd.is_null() || (addr.is_null() && len > 0 && !implicit) {
         fail_with("ibv_reg_mr", libc::EINVAL, "NULL pd or address");
         return null_mut();
     }
-    let mut bits = access as u32;
     let iova = if bits & IBV_ACCESS_ZERO_BASED != 0 {
         0
     } else {
@@ -168,7 +173,14 @@ unsafe fn reg_mr(
             return null_mut();
         };
         let access = AccessFlags::from_bits_retain(bits);
-        match softpd.register_raw_shared(addr.cast(), len, iova, access) {
+        let reg = if implicit {
+            softpd.register_implicit_odp(access)
+        } else if odp {
+            softpd.register_odp(addr.cast(), len, iova, access)
+        } else {
+            softpd.register_raw_shared(addr.cast(), len, iova, access)
+        };
+        match reg {
             Ok(mr) => {
                 let m = objects::leak(Mr {
                     ibv: ibv_mr {
@@ -246,6 +258,57 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         unsafe {
             ctx_of(mr).objects().mrs.remove(&(mr as usize));
             objects::free(mr.cast::<Mr>());
+        }
+        0
+    })
+}
+
+/// The `advise_mr` slot of the verbs_context (`ibv_advise_mr`, an inline
+/// of verbs.h that returns the errno): PREFETCH and PREFETCH_WRITE resolve
+/// the pages of each SGE now (`Mr::prefetch`); PREFETCH_NO_FAULT, which
+/// only maps pages that are present already, has nothing to do. Each SGE
+/// must name a region of `pd` and lie inside it (EINVAL); memory that is
+/// not mapped gives EFAULT.
+pub unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: u32,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    guard(libc::EIO, || {
+        if pd.is_null() || sg_list.is_null() || num_sge == 0 {
+            return fail_with("ibv_advise_mr", libc::EINVAL, "NULL pd, no SGEs");
+        }
+        if advice > IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT || flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0
+        {
+            return fail_with("ibv_advise_mr", libc::EINVAL, "unknown advice or flags");
+        }
+        // SAFETY: a live PD; the caller's array holds num_sge SGEs.
+        let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+        // SAFETY: a live PD (a Pd object).
+        let objs = unsafe { ctx_of(pd) }.objects();
+        for s in sges {
+            // SAFETY: the set holds live Mr objects of this context.
+            let mr = objs
+                .mrs
+                .iter()
+                .map(|&a| unsafe { &*(a as *const Mr) })
+                .find(|m| m.ibv.pd == pd && m.ibv.lkey == s.lkey && m.mr.is_some());
+            let Some(softmr) = mr.and_then(|m| m.mr.as_ref()) else {
+                return fail_with(
+                    "ibv_advise_mr",
+                    libc::EINVAL,
+                    "no region of the PD has the lkey",
+                );
+            };
+            if advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT {
+                continue;
+            }
+            let write = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+            if let Err(e) = softmr.prefetch(s.addr, s.length as usize, write) {
+                return fail_with("ibv_advise_mr", e.errno(), &e.to_string());
+            }
         }
         0
     })
