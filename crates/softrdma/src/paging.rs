@@ -51,32 +51,47 @@ fn page_span(addr: usize, len: usize) -> Option<(usize, usize)> {
     Some((start, end - start))
 }
 
+/// Whether this kernel has `MADV_POPULATE_*` (Linux 5.14): asked once,
+/// on a page of our own.
+fn have_populate() -> bool {
+    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAVE.get_or_init(|| {
+        let probe = vec![0u8; 2 * page_size()];
+        let (start, _) = page_span(probe.as_ptr() as usize + page_size() - 1, 1).unwrap_or((0, 0));
+        // SAFETY: a read populate of a page inside our own live buffer;
+        // it changes nothing.
+        unsafe { libc::madvise(start as *mut libc::c_void, page_size(), MADV_POPULATE_READ) == 0 }
+    })
+}
+
 /// Faults in every page of `[addr, addr + len)` for reading, or for writing
 /// (`write`: private copies made, zero pages replaced), as pinning does.
 /// Fails with the kernel's error when part of the range is not mapped
-/// (ENOMEM) or a page cannot be faulted in with that access (EFAULT). On a
-/// kernel without `MADV_POPULATE_*` (EINVAL) it checks only that the
-/// pages are mapped (`mincore`) and faults nothing in.
+/// (ENOMEM), not mapped with that access or not pageable memory (EINVAL),
+/// or a page cannot be faulted in (EFAULT). On a kernel without
+/// `MADV_POPULATE_*` it checks only that the pages are mapped (`mincore`)
+/// and faults nothing in.
 pub(crate) fn populate(addr: usize, len: usize, write: bool) -> io::Result<()> {
     if len == 0 {
         return Ok(());
     }
     let (start, span) = page_span(addr, len).ok_or(io::ErrorKind::InvalidInput)?;
-    let advice = if write {
-        MADV_POPULATE_WRITE
-    } else {
-        MADV_POPULATE_READ
-    };
-    // SAFETY: madvise with a POPULATE advice only asks the kernel to fault
-    // pages in (as an access would, without changing their contents); it
-    // accepts any address range and reports an unmapped one as ENOMEM, so
-    // no memory is touched by this process.
-    if unsafe { libc::madvise(start as *mut libc::c_void, span, advice) } == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EINVAL) {
-        return Err(err);
+    if have_populate() {
+        let advice = if write {
+            MADV_POPULATE_WRITE
+        } else {
+            MADV_POPULATE_READ
+        };
+        // SAFETY: madvise with a POPULATE advice only asks the kernel to
+        // fault pages in (as an access would, with the mapping's own
+        // permissions, without changing their contents); it accepts any
+        // address range and reports an unmapped one as ENOMEM, so no
+        // memory is touched by this process.
+        return if unsafe { libc::madvise(start as *mut libc::c_void, span, advice) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        };
     }
     // An older kernel: is every page at least mapped?
     let page = page_size();
@@ -194,17 +209,8 @@ impl softrdma_engine::RegionMemory for OdpRegion {
         if populate(at, len, write).is_err() {
             return false;
         }
-        // POPULATE_WRITE faults read-only private pages in too (it breaks
-        // copy-on-write as a forced access would), so writability is the
-        // copy's to find out: `try_write` for writes; for an atomic (the
-        // only 8-byte write the engine resolves without `try_write`), by
-        // writing its word back to itself, under the atomics' lock.
-        if write && len == 8 {
-            let _g = ODP_ATOMICS.lock().unwrap_or_else(|e| e.into_inner());
-            let mut w = [0u8; 8];
-            return vm_copy(w.as_mut_ptr(), at, 8, false) == 8
-                && vm_copy(w.as_mut_ptr(), at, 8, true) == 8;
-        }
+        // A read-only page fails the write populate (EINVAL); one made
+        // read-only since is the copy's to find out (`try_write`).
         true
     }
     fn try_write(&self, offset: usize, src: &[u8]) -> bool {
@@ -227,6 +233,8 @@ impl softrdma_engine::RegionMemory for OdpRegion {
     }
     // Atomic with respect to every other RDMA atomic on ODP memory in this
     // process (IBV_ATOMIC_HCA semantics), not to CPU atomics of the program.
+    // A page made read-only between `resolve` and here (the program racing
+    // its own registration) gives the old value and is left as it was.
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
         self.rmw(offset, |v| (v == compare).then_some(swap))
     }
@@ -310,6 +318,10 @@ mod tests {
         let page = page_size();
         let base = map(2 * page, libc::PROT_READ);
         assert!(populate(base, 2 * page, false).is_ok());
+        assert!(
+            populate(base, 2 * page, true).is_err(),
+            "read-only for writing"
+        );
         // SAFETY: the test's own mapping.
         unsafe { libc::munmap(base as *mut _, 2 * page) };
         assert!(populate(base, page, false).is_err());

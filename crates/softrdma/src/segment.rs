@@ -223,7 +223,7 @@ crate::region::region_memory!(SegmentRegion);
 /// Walks this process's mappings covering `[lo, hi)`; true when they cover
 /// it without a gap and `ok(start, perms, file offset, inode, path)` holds
 /// for each.
-pub(crate) fn mappings_cover(
+fn mappings_cover(
     lo: usize,
     hi: usize,
     mut ok: impl FnMut(usize, &str, u64, &str, &str) -> bool,

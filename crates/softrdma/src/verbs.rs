@@ -733,18 +733,6 @@ impl Pd {
 /// ([`crate::paging::populate`]; writable when the region is).
 fn pin(addr: usize, len: usize, access: AccessFlags) -> Result<()> {
     let write = access.contains(AccessFlags::LOCAL_WRITE);
-    // POPULATE_WRITE would fault read-only private pages in as well (as a
-    // forced write does), so writability is checked on the mappings.
-    let writable = |lo: usize| {
-        crate::segment::mappings_cover(lo, lo.saturating_add(len), |_, perms, _, _, _| {
-            perms.as_bytes().get(1) == Some(&b'w')
-        })
-    };
-    if write && len > 0 && !writable(addr) {
-        return Err(Error::Fault(format!(
-            "reg_mr: {len} bytes at {addr:#x} are not all mapped writable (LOCAL_WRITE)"
-        )));
-    }
     crate::paging::populate(addr, len, write).map_err(|e| {
         Error::Fault(format!(
             "reg_mr: cannot pin {len} bytes at {addr:#x}{}: {e}",
