@@ -943,8 +943,12 @@ impl Mr {
         Ok(())
     }
 
-    /// A copy of the whole region.
+    /// A copy of the whole region (empty for a region larger than a `Vec`
+    /// can be: an implicit ODP region covers the whole address space).
     pub fn to_vec(&self) -> Vec<u8> {
+        if self.len > isize::MAX as usize {
+            return Vec::new();
+        }
         let mut v = vec![0; self.len];
         let _ = self.read(0, &mut v);
         v

@@ -193,6 +193,7 @@ fn implicit_odp_answers_unmapped_memory_with_access_errors() {
         // written by the peer, which is this test.
         let imp = unsafe { p.pb.register_implicit_odp(access()) }.unwrap();
         assert_eq!((imp.addr(), imp.len()), (0, usize::MAX));
+        assert!(imp.to_vec().is_empty(), "no copy of the address space");
         p.ma.write(0, b"implicit").unwrap();
         let (remote_addr, rkey) = (at(page), imp.rkey());
         let op = match op {
