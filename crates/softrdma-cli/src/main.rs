@@ -12,6 +12,7 @@ mod devinfo;
 mod hosts;
 mod ibstat;
 mod perf;
+mod reg_mr;
 mod stat;
 
 /// softrdma: RDMA (InfiniBand verbs, RoCEv2 on the wire) in userspace Rust.
@@ -55,6 +56,10 @@ enum Command {
     /// `--server` waits for a client; `HOST` connects to a server. With
     /// neither, both ends run on this machine: a server process is started
     /// automatically. Output follows perftest (ib_write_lat, …).
+    ///
+    /// `softrdma perf reg_mr [--max-size SIZE] [--svg FILE]` measures memory
+    /// registration instead: pinned, shared and ODP regions by size, ODP's
+    /// first-touch cost, register-per-transfer against a reused pool.
     Perf(Box<perf::Args>),
     /// Show softrdma devices in the layout of infiniband-diags' ibstat.
     ///
@@ -66,6 +71,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // `perf reg_mr` is not a perftest test (no server, no peer): its own
+    // options, parsed apart from perf's.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "perf") && argv.get(2).is_some_and(|a| a == "reg_mr") {
+        let args = reg_mr::Args::parse_from(argv.iter().skip(2));
+        return reg_mr::run(&args);
+    }
     let cli = Cli::parse();
     let dev = &cli.devices;
     match &cli.command {

@@ -1536,7 +1536,10 @@ fn check_mr_access(access: AccessFlags) -> Result<()> {
     let known = AccessFlags::LOCAL_WRITE.bits()
         | AccessFlags::REMOTE_WRITE.bits()
         | AccessFlags::REMOTE_READ.bits()
-        | AccessFlags::REMOTE_ATOMIC.bits();
+        | AccessFlags::REMOTE_ATOMIC.bits()
+        // The memory behind the region pages on demand
+        // (RegionMemory::resolve); the rules are the same.
+        | AccessFlags::ON_DEMAND.bits();
     if access.bits() & !known & 0xFFFF != 0 {
         return Err(VerbsError::inval(format!(
             "reg_mr: access flags {:#x} include unsupported bits {:#x}",

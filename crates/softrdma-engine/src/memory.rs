@@ -32,6 +32,33 @@ pub trait RegionMemory: Send + Sync {
     /// Atomically: `old = *p; *p = old + add; old` (wrapping).
     fn fetch_add(&self, offset: usize, add: u64) -> u64;
 
+    /// On-demand paging: makes the `len` bytes at `offset` present for a
+    /// read (or, with `write`, for a write), as an ODP HCA resolves a page
+    /// fault before it touches the page. False when they cannot be made
+    /// present — part of the range is not mapped in the process, or not
+    /// writable for a write — and the access then fails as an unresolvable
+    /// page fault fails on real hardware: the responder answers with a
+    /// remote access error NAK, a local SGE completes with a local
+    /// protection error. The engine calls it right before every read,
+    /// write and atomic, for exactly the bytes it touches. Regions whose
+    /// pages are all present while registered (pinned ones) keep the
+    /// default: true.
+    fn resolve(&self, offset: usize, len: usize, write: bool) -> bool {
+        let _ = (offset, len, write);
+        true
+    }
+
+    /// [`Self::write`], reporting whether every byte was written: false
+    /// when part of the range turned out not writable (an on-demand-paging
+    /// region over a read-only or since unmapped page, whose
+    /// [`Self::resolve`] only faults pages in). The engine writes through
+    /// this and fails the access like an unresolvable fault when it is
+    /// false. Default: [`Self::write`], true.
+    fn try_write(&self, offset: usize, src: &[u8]) -> bool {
+        self.write(offset, src);
+        true
+    }
+
     /// For zero-copy sends ([`crate::Engine::poll_transmit_gather`]) and
     /// the direct path ([`crate::Engine::plan_direct`]): the address of the
     /// byte at `offset` in the driver's process, when the driver can let the

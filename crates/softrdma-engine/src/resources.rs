@@ -346,6 +346,9 @@ impl Resources {
             }
             let (mr, base) = self.local_mr(s, pd, AccessFlags::empty())?;
             let n = ((l - offset) as usize).min(dst.len() - done);
+            if !mr.mem.resolve(base + offset as usize, n, false) {
+                return Err(WcStatus::LocProtErr);
+            }
             mr.mem
                 .read(base + offset as usize, &mut dst[done..done + n]);
             done += n;
@@ -411,7 +414,10 @@ impl Resources {
             }
             let (mr, base) = self.local_mr(s, pd, AccessFlags::LOCAL_WRITE)?;
             let n = ((l - offset) as usize).min(src.len() - done);
-            mr.mem.write(base + offset as usize, &src[done..done + n]);
+            let at = base + offset as usize;
+            if !mr.mem.resolve(at, n, true) || !mr.mem.try_write(at, &src[done..done + n]) {
+                return Err(WcStatus::LocProtErr);
+            }
             done += n;
             offset = 0;
         }

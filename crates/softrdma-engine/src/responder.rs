@@ -253,8 +253,7 @@ impl Qp {
         let need = rules::request_access(OpKind::Write);
         match self.remote_target(res, rkey, va, data.len() as u64, need) {
             Ok(Some((mr, off))) => {
-                mr.mem.write(off, data);
-                true
+                mr.mem.resolve(off, data.len(), true) && mr.mem.try_write(off, data)
             }
             _ => false,
         }
@@ -377,8 +376,11 @@ impl Qp {
                             if n > len || (pos.ends_message() && n != len) {
                                 return Err(self.remote_fail(NakCode::InvalidRequest));
                             }
-                            if n > 0 {
-                                mr.mem.write(off, pkt.payload);
+                            if n > 0
+                                && !(mr.mem.resolve(off, pkt.payload.len(), true)
+                                    && mr.mem.try_write(off, pkt.payload))
+                            {
+                                return Err(self.remote_fail(NakCode::RemoteAccessError));
                             }
                             written = true;
                         }
@@ -486,6 +488,9 @@ impl Qp {
                 ) else {
                     return Err(Fail::Nak(NakCode::RemoteAccessError));
                 };
+                if !mr.mem.resolve(off, rules::ATOMIC_LEN as usize, true) {
+                    return Err(Fail::Nak(NakCode::RemoteAccessError));
+                }
                 let orig = if info.kind == OpKind::CompareSwap {
                     mr.mem.compare_swap(off, a.compare, a.swap_add)
                 } else {
@@ -761,8 +766,11 @@ impl Qp {
                     } else {
                         let access = rules::request_access(OpKind::ReadRequest);
                         match res.remote_mr(rkey, self.pd, va, seg, access) {
-                            Some((mr, o)) => Some((mr.mem.clone(), o)),
-                            None => {
+                            Some((mr, o)) if mr.mem.resolve(o, seg as usize, false) => {
+                                Some((mr.mem.clone(), o))
+                            }
+                            // Not found, or a page that cannot be resolved.
+                            _ => {
                                 self.resp.out.pop_front();
                                 self.counters.error_naks_sent += 1;
                                 res.counters.error_naks_sent += 1;

@@ -550,8 +550,9 @@ pub struct ibv_device_attr {
 }
 
 /// `struct ibv_device_attr_ex`: the classic attributes followed by
-/// capability blocks softrdma reports as all zero (no ODP, TSO, RSS,
-/// packet pacing, tag matching, CQ moderation or device memory).
+/// capability blocks softrdma reports as all zero (no TSO, RSS, packet
+/// pacing, tag matching, CQ moderation or device memory) except odp_caps
+/// ([`ODP_CAPS_AT`]).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_device_attr_ex {
@@ -632,6 +633,14 @@ pub const IBV_ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
 pub const IBV_ACCESS_MW_BIND: c_uint = 1 << 4;
 pub const IBV_ACCESS_ZERO_BASED: c_uint = 1 << 5;
 pub const IBV_ACCESS_HUGETLB: c_uint = 1 << 7;
+pub const IBV_ACCESS_ON_DEMAND: c_uint = 1 << 6;
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: u32 = 1;
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: u32 = 2;
+pub const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1;
+/// `struct ibv_odp_caps` starts 4 bytes into `ibv_device_attr_ex::_caps`
+/// (offset 240 of the struct, after comp_mask and padding): general_caps
+/// (u64), then the RC, UC and UD operation bits (u32 each).
+pub const ODP_CAPS_AT: usize = 4;
 
 pub const IBV_QP_STATE: c_int = 1;
 

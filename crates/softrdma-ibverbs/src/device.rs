@@ -258,7 +258,7 @@ fn new_vctx(device: *mut ibv_device, async_fd: c_int) -> verbs_context {
     let n = null_mut();
     verbs_context {
         query_port: Some(query_port_ex),
-        advise_mr: n,
+        advise_mr: verbs::advise_mr as *mut c_void,
         alloc_null_mr: n,
         read_counters: n,
         attach_counters_point_flow: n,
@@ -386,6 +386,19 @@ pub unsafe extern "C" fn ibv_query_device(
     })
 }
 
+/// Fills `odp_caps` of `ex` (`struct ibv_odp_caps`, at [`ODP_CAPS_AT`]).
+fn odp_caps(ex: &mut ibv_device_attr_ex, caps: &softrdma::OdpCaps) {
+    let at = ODP_CAPS_AT;
+    ex._caps[at..at + 8].copy_from_slice(&caps.general_caps.to_ne_bytes());
+    for (i, v) in [caps.rc_odp_caps, caps.uc_odp_caps, caps.ud_odp_caps]
+        .into_iter()
+        .enumerate()
+    {
+        let o = at + 8 + 4 * i;
+        ex._caps[o..o + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
 /// The `query_device_ex` slot of the verbs_context (`ibv_query_device_ex`).
 unsafe extern "C" fn query_device_ex(
     context: *mut ibv_context,
@@ -404,12 +417,13 @@ unsafe extern "C" fn query_device_ex(
         // caller's struct), of which we write at most our struct's size.
         unsafe {
             let c = Ctx::from_ptr(context);
-            let ex = ibv_device_attr_ex {
+            let mut ex = ibv_device_attr_ex {
                 orig_attr: convert::device_attr(&c.dev.query_device()),
                 comp_mask: 0,
                 _caps: [0; 160],
                 phys_port_cnt_ex: 1,
             };
+            odp_caps(&mut ex, &c.dev.odp_caps());
             let n = attr_size.min(std::mem::size_of::<ibv_device_attr_ex>());
             ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
             ptr::copy_nonoverlapping(

@@ -151,7 +151,10 @@ pub(crate) fn access_flags(access: c_int) -> (AccessFlags, bool) {
 }
 
 /// Registers `len` bytes at `addr` under virtual address `iova` (0 for
-/// ZERO_BASED) in the softrdma PD `pd`, with [`access_flags`].
+/// ZERO_BASED) in the softrdma PD `pd`, with [`access_flags`]. ON_DEMAND
+/// registers with on-demand paging (`Pd::register_odp`), and with a NULL
+/// address and length SIZE_MAX over the whole address space (implicit
+/// ODP).
 ///
 /// # Safety
 /// The caller keeps addr..addr+len valid until the region is dropped (the
@@ -166,11 +169,23 @@ unsafe fn register(
 ) -> softrdma::Result<softrdma::Mr> {
     let (access, zero_based) = access_flags(access);
     let iova = if zero_based { 0 } else { iova };
+    let odp = access.contains(AccessFlags::ON_DEMAND);
+    if odp && addr.is_null() && len == usize::MAX {
+        // Implicit ODP: the whole address space (rdma-core's NULL, SIZE_MAX).
+        // SAFETY: forwarded from this function's contract, for all of the
+        // process's memory (what implicit ODP asks of its caller).
+        return unsafe { pd.register_implicit_odp(access) };
+    }
+    if odp {
+        // SAFETY: forwarded from this function's contract.
+        return unsafe { pd.register_odp(addr.cast(), len, iova, access) };
+    }
     // SAFETY: forwarded from this function's contract.
     unsafe { pd.register_raw_shared(addr.cast(), len, iova, access) }
 }
 
-/// `ibv_reg_mr` and its variants: [`register`] behind a new `ibv_mr`.
+/// `ibv_reg_mr` and its variants: [`register`] behind a new `ibv_mr`
+/// (ON_DEMAND with a NULL address and length SIZE_MAX: implicit ODP).
 unsafe fn reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
@@ -178,7 +193,10 @@ unsafe fn reg_mr(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    if pd.is_null() || (addr.is_null() && len > 0) {
+    let odp = access as u32 & IBV_ACCESS_ON_DEMAND != 0;
+    // Implicit ODP: the whole address space (rdma-core's NULL, SIZE_MAX).
+    let implicit = odp && addr.is_null() && len == usize::MAX;
+    if pd.is_null() || (addr.is_null() && len > 0 && !implicit) {
         fail_with("ibv_reg_mr", libc::EINVAL, "NULL pd or address");
         return null_mut();
     }
@@ -267,6 +285,57 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         unsafe {
             ctx_of(mr).objects().mrs.remove(&(mr as usize));
             objects::free(mr.cast::<Mr>());
+        }
+        0
+    })
+}
+
+/// The `advise_mr` slot of the verbs_context (`ibv_advise_mr`, an inline
+/// of verbs.h that returns the errno): PREFETCH and PREFETCH_WRITE resolve
+/// the pages of each SGE now (`Mr::prefetch`); PREFETCH_NO_FAULT, which
+/// only maps pages that are present already, has nothing to do. Each SGE
+/// must name a region of `pd` and lie inside it (EINVAL); memory that is
+/// not mapped gives EFAULT.
+pub unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: u32,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    guard(libc::EIO, || {
+        if pd.is_null() || sg_list.is_null() || num_sge == 0 {
+            return fail_with("ibv_advise_mr", libc::EINVAL, "NULL pd, no SGEs");
+        }
+        if advice > IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT || flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0
+        {
+            return fail_with("ibv_advise_mr", libc::EINVAL, "unknown advice or flags");
+        }
+        // SAFETY: a live PD; the caller's array holds num_sge SGEs.
+        let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+        // SAFETY: a live PD (a Pd object).
+        let objs = unsafe { ctx_of(pd) }.objects();
+        for s in sges {
+            // SAFETY: the set holds live Mr objects of this context.
+            let mr = objs
+                .mrs
+                .iter()
+                .map(|&a| unsafe { &*(a as *const Mr) })
+                .find(|m| m.ibv.pd == pd && m.ibv.lkey == s.lkey && m.mr.is_some());
+            let Some(softmr) = mr.and_then(|m| m.mr.as_ref()) else {
+                return fail_with(
+                    "ibv_advise_mr",
+                    libc::EINVAL,
+                    "no region of the PD has the lkey",
+                );
+            };
+            if advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT {
+                continue;
+            }
+            let write = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+            if let Err(e) = softmr.prefetch(s.addr, s.length as usize, write) {
+                return fail_with("ibv_advise_mr", e.errno(), &e.to_string());
+            }
         }
         0
     })

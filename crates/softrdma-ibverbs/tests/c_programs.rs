@@ -13,6 +13,11 @@
 //!   over max_inline_data, poll_cq with num_entries -1, caps over the
 //!   device's limits) and checks each errno and `bad_wr`, and that nothing
 //!   past a count or a failing WR is read;
+//! * `tests/c/odp.c`: on-demand paging — the odp_caps of
+//!   ibv_query_device_ex, explicit and implicit ODP regions whose pages the
+//!   accesses (or ibv_advise_mr) resolve, data checked, a WRITE to an
+//!   unmapped page → REM_ACCESS_ERR, pinned registration of unmapped
+//!   memory → EFAULT;
 //! * `ibv_rc_pingpong`, and both programs, under valgrind's memcheck:
 //!   no invalid reads or writes anywhere, this library included.
 
@@ -275,6 +280,28 @@ fn assert_bad_counts(o: &Output, what: &str) {
             o.stdout.lines().any(|l| l == format!("PASS {name}")),
             "bad_counts ({what}): PASS {name} missing:\n{}",
             o.stdout
+        );
+    }
+}
+
+#[test]
+fn odp_c_program() {
+    let _g = serial();
+    let Some(exe) = compile("odp") else {
+        return;
+    };
+    for transport in ["udp", "auto"] {
+        let o = run(
+            softrdma_cmd(&exe.to_string_lossy(), &[], Load::LibraryPath, transport),
+            Duration::from_secs(120),
+        );
+        let passed = o.stdout.lines().filter(|l| l.starts_with("PASS")).count();
+        assert!(
+            o.ok && passed == 13 && !o.stdout.contains("FAIL"),
+            "odp ({transport}) exit {:?}, {passed} passed:\n{}\n{}",
+            o.code,
+            o.stdout,
+            o.stderr
         );
     }
 }

@@ -233,6 +233,50 @@ fn ib_read_lat() {
     check_lat("ib_read_lat -e", &c, 4096.0, 200.0);
 }
 
+/// perftest's `--odp`: the buffers registered with IBV_ACCESS_ON_DEMAND
+/// (perftest first checks odp_caps of ibv_query_device_ex and refuses to
+/// run without them), over UDP and over the same-host path (where ODP
+/// regions, never moved into a segment, go through the engine).
+/// The data of ODP transfers is checked by `tests/c/odp.c`.
+#[test]
+fn perftest_odp() {
+    if !have(&["ib_write_bw", "ib_read_lat"]) {
+        return;
+    }
+    for (transport, port) in [("udp", 19561), ("auto", 19563)] {
+        let (s, c) = Run {
+            tool: "ib_write_bw",
+            args: &["--odp", "-n", "200"],
+            port,
+            transport,
+            load: Load::LibraryPath,
+        }
+        .go();
+        header("ib_write_bw --odp", &c, "RDMA_Write BW Test");
+        check_bw(&format!("ib_write_bw --odp ({transport})"), &c, 65536.0);
+        check_bw(
+            &format!("ib_write_bw --odp server ({transport})"),
+            &s,
+            65536.0,
+        );
+        let (_s, c) = Run {
+            tool: "ib_read_lat",
+            args: &["--odp", "-n", "200", "-s", "4096"],
+            port: port + 1,
+            transport,
+            load: Load::LibraryPath,
+        }
+        .go();
+        header("ib_read_lat --odp", &c, "RDMA_Read Latency Test");
+        check_lat(
+            &format!("ib_read_lat --odp ({transport})"),
+            &c,
+            4096.0,
+            200.0,
+        );
+    }
+}
+
 #[test]
 fn ib_read_bw() {
     if !have(&["ib_read_bw"]) {

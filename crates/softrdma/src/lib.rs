@@ -42,6 +42,7 @@ mod fence_atomic {
 mod grant;
 mod keymap;
 pub mod linkmsg;
+mod paging;
 mod region;
 pub mod rundir;
 mod segment;
@@ -54,6 +55,7 @@ use std::fmt;
 
 pub use config::{devices, DeviceConfig};
 pub use device::{active_mtu_for, DriverCounters};
+pub use paging::OdpRegion;
 pub use region::{OwnedRegion, RawRegion};
 pub use softrdma_core::FaultSpec;
 pub use softrdma_engine::{
@@ -68,8 +70,8 @@ pub use softrdma_engine::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHand
 /// Packet sequence numbers (24 bits), as [`QpAttr`]'s `sq_psn` and `rq_psn` hold them.
 pub use softrdma_wire::Psn;
 pub use verbs::{
-    Ah, CompChannel, ConnectOptions, Context, Cq, DeviceAttr, Mr, Pd, PortAttr, Qp, QpBuilder,
-    QpEndpoint, RemoteRegion, Srq,
+    Ah, CompChannel, ConnectOptions, Context, Cq, DeviceAttr, Mr, OdpCaps, Pd, PortAttr, Qp,
+    QpBuilder, QpEndpoint, RemoteRegion, Srq,
 };
 
 /// Errors of the softrdma API.
@@ -87,6 +89,9 @@ pub enum Error {
     Timeout(String),
     /// A completion carried an error status.
     Completion(WcStatus, u64),
+    /// Memory that is not mapped, or not with the access asked for
+    /// (EFAULT, as `ibv_reg_mr` and `ibv_advise_mr` report it).
+    Fault(String),
     /// The connection manager refused a command (its errno, as rdma_cm's).
     Cm {
         /// The errno rdma_cm gives for it.
@@ -105,6 +110,7 @@ impl Error {
             Error::Io(_) => 5,
             Error::Timeout(_) => 110,
             Error::Completion(..) => 5,
+            Error::Fault(_) => 14,
             Error::Cm { errno, .. } => *errno,
         }
     }
@@ -124,6 +130,7 @@ impl fmt::Display for Error {
                 write!(f, "work request {id} completed with status {s:?} ({s})")
             }
             Error::Cm { message, .. } => write!(f, "connection manager: {message}"),
+            Error::Fault(m) => write!(f, "bad address: {m}"),
         }
     }
 }

@@ -19,6 +19,7 @@ use softrdma_wire::Psn;
 
 use crate::config::{devices, DeviceConfig};
 use crate::device::{ChannelShared, Device, DriverCounters, Lifetime};
+use crate::paging::OdpRegion;
 use crate::region::{OwnedRegion, RawRegion};
 use crate::segment::{Segment, SegmentRegion};
 use crate::shm_port::SharedRegion;
@@ -205,6 +206,21 @@ impl Context {
         }
     }
 
+    /// The on-demand-paging capabilities (`odp_caps` of
+    /// `ibv_query_device_ex`): explicit and implicit ODP
+    /// ([`Pd::register_odp`], [`Pd::register_implicit_odp`]), for every
+    /// operation each transport has — every access to a region goes
+    /// through the same page resolution, whoever makes it.
+    pub fn odp_caps(&self) -> OdpCaps {
+        use OdpCaps as C;
+        OdpCaps {
+            general_caps: C::SUPPORT | C::SUPPORT_IMPLICIT,
+            rc_odp_caps: C::SEND | C::RECV | C::WRITE | C::READ | C::ATOMIC | C::SRQ_RECV,
+            uc_odp_caps: C::SEND | C::RECV | C::WRITE | C::SRQ_RECV,
+            ud_odp_caps: C::SEND | C::RECV | C::SRQ_RECV,
+        }
+    }
+
     /// `ibv_query_port` for port 1.
     pub fn query_port(&self) -> PortAttr {
         PortAttr {
@@ -356,6 +372,39 @@ struct Shared {
 const REMOTE_RIGHTS: u32 =
     AccessFlags::REMOTE_WRITE.0 | AccessFlags::REMOTE_READ.0 | AccessFlags::REMOTE_ATOMIC.0;
 
+/// On-demand-paging capabilities (`struct ibv_odp_caps`; the bit values
+/// are libibverbs').
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OdpCaps {
+    /// `IBV_ODP_SUPPORT*` bits.
+    pub general_caps: u64,
+    /// `IBV_ODP_SUPPORT_*` operation bits for RC.
+    pub rc_odp_caps: u32,
+    /// The same for UC.
+    pub uc_odp_caps: u32,
+    /// The same for UD.
+    pub ud_odp_caps: u32,
+}
+
+impl OdpCaps {
+    /// `IBV_ODP_SUPPORT`.
+    pub const SUPPORT: u64 = 1;
+    /// `IBV_ODP_SUPPORT_IMPLICIT`.
+    pub const SUPPORT_IMPLICIT: u64 = 1 << 1;
+    /// `IBV_ODP_SUPPORT_SEND`.
+    pub const SEND: u32 = 1;
+    /// `IBV_ODP_SUPPORT_RECV`.
+    pub const RECV: u32 = 1 << 1;
+    /// `IBV_ODP_SUPPORT_WRITE`.
+    pub const WRITE: u32 = 1 << 2;
+    /// `IBV_ODP_SUPPORT_READ`.
+    pub const READ: u32 = 1 << 3;
+    /// `IBV_ODP_SUPPORT_ATOMIC`.
+    pub const ATOMIC: u32 = 1 << 4;
+    /// `IBV_ODP_SUPPORT_SRQ_RECV`.
+    pub const SRQ_RECV: u32 = 1 << 5;
+}
+
 /// A protection domain.
 pub struct Pd {
     ctx: Context,
@@ -421,6 +470,7 @@ impl Pd {
                     seg: seg.clone(),
                     len,
                 });
+                pin(addr as usize, len, access)?;
                 let mut mr = self.register(mem, addr, len, access)?;
                 let shared = Shared {
                     base: addr as usize,
@@ -432,6 +482,7 @@ impl Pd {
         }
         let region = Arc::new(OwnedRegion::new(len).map_err(|e| Error::Io(e.to_string()))?);
         let addr = region.addr();
+        pin(addr as usize, len, access)?;
         let mem: Arc<dyn RegionMemory> = region;
         let mut mr = self.register(mem, addr, len, access)?;
         let shared = Shared {
@@ -447,6 +498,13 @@ impl Pd {
     /// segment a peer could be granted); this device's own direct
     /// operations read and write it in place.
     ///
+    ///
+    /// Like `ibv_reg_mr` on hardware, registration pins: every page is
+    /// faulted in now (`paging.rs` says what that means for a device in
+    /// the process), so it costs time proportional to `len`, and memory
+    /// that is not mapped — or not writable, with LOCAL_WRITE — fails with
+    /// [`Error::Fault`] (EFAULT).
+    ///
     /// # Safety
     /// `ptr..ptr+len` must stay valid for reads and writes until the returned
     /// [`Mr`] is dropped, and the caller accepts that remote peers write it
@@ -458,6 +516,7 @@ impl Pd {
         iova: u64,
         access: AccessFlags,
     ) -> Result<Mr> {
+        pin(ptr as usize, len, access)?;
         // SAFETY: forwarded from this function's contract.
         let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
         let mut mr = self.register(mem, iova, len, access)?;
@@ -498,12 +557,17 @@ impl Pd {
             // SAFETY: forwarded from this function's contract.
             return unsafe { self.register_raw(ptr, len, iova, access) };
         }
+        // Pinned before anything moves, so that memory that is not
+        // mapped fails here as it does in register_raw.
+        pin(ptr as usize, len, access)?;
         // SAFETY: forwarded from this function's contract.
         let Some(seg) = (unsafe { Segment::adopt(ptr, len) }) else {
             // SAFETY: forwarded from this function's contract.
             return unsafe { self.register_raw(ptr, len, iova, access) };
         };
         let seg = Arc::new(seg);
+        // The new mapping's pages, faulted in as the old ones were.
+        pin(ptr as usize, len, access)?;
         // SAFETY: the memory stays valid (contract); it is now the
         // segment's shared pages at the same addresses.
         let mem: Arc<dyn RegionMemory> = Arc::new(unsafe { RawRegion::new(ptr, len) });
@@ -515,6 +579,45 @@ impl Pd {
         };
         self.share(&mut mr, shared);
         Ok(mr)
+    }
+
+    /// Registers `len` bytes at `ptr` under `iova` with on-demand paging
+    /// (`IBV_ACCESS_ON_DEMAND`, added to `access`): nothing is pinned or
+    /// faulted in now, so registration costs the same at any size; each
+    /// access resolves the pages it touches when it first needs them
+    /// (`paging.rs`), and an access to memory that is not mapped then fails
+    /// with a remote access error (or, for a local SGE, a local protection
+    /// error) — never a fault. The memory need not be mapped now, and may
+    /// be unmapped and mapped again while registered. Same-host peers
+    /// reach it through this device's engine (it is never moved into a
+    /// segment).
+    ///
+    /// # Safety
+    /// Remote peers holding the rkey may write whatever part of the range
+    /// is mapped writable, concurrently with the program (as with
+    /// `ibv_reg_mr`): the caller accepts that for every byte of it.
+    pub unsafe fn register_odp(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Mr> {
+        let mem: Arc<dyn RegionMemory> = Arc::new(OdpRegion::new(ptr as usize, len));
+        self.register(mem, iova, len, access | AccessFlags::ON_DEMAND)
+    }
+
+    /// Implicit on-demand paging: one region over the whole address space
+    /// (`ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | …)`), at
+    /// iova 0, so an SGE's or a peer's address is the process address.
+    /// Every access is checked against the process's mappings as in
+    /// [`Pd::register_odp`].
+    ///
+    /// # Safety
+    /// As [`Pd::register_odp`], for all the memory of the process.
+    pub unsafe fn register_implicit_odp(&self, access: AccessFlags) -> Result<Mr> {
+        let mem: Arc<dyn RegionMemory> = Arc::new(OdpRegion::implicit());
+        self.register(mem, 0, usize::MAX, access | AccessFlags::ON_DEMAND)
     }
 
     /// Records `mr`, when it has a segment, as a region same-host peers
@@ -543,6 +646,7 @@ impl Pd {
             addr,
             len,
             mem,
+            access,
             adopted: None,
             shared: None,
         })
@@ -641,6 +745,22 @@ fn share_region(ctx: &Context, mr: &mut Mr, at: Shared) {
     }
 }
 
+/// Pins `len` bytes at `addr` for a region with `access`
+/// ([`crate::paging::populate`]; writable when the region is).
+fn pin(addr: usize, len: usize, access: AccessFlags) -> Result<()> {
+    let write = access.contains(AccessFlags::LOCAL_WRITE);
+    crate::paging::populate(addr, len, write).map_err(|e| {
+        Error::Fault(format!(
+            "reg_mr: cannot pin {len} bytes at {addr:#x}{}: {e}",
+            if access.contains(AccessFlags::LOCAL_WRITE) {
+                " for writing"
+            } else {
+                ""
+            }
+        ))
+    })
+}
+
 /// A registered memory region.
 pub struct Mr {
     ctx: Context,
@@ -649,6 +769,7 @@ pub struct Mr {
     addr: u64,
     len: usize,
     mem: Arc<dyn RegionMemory>,
+    access: AccessFlags,
     /// The segment caller memory moved into, given back at deregistration.
     adopted: Option<Arc<Segment>>,
     /// How same-host peers may be granted it (its segment), to publish it
@@ -885,6 +1006,40 @@ impl Mr {
         }
     }
 
+    /// True for an on-demand-paging region ([`Pd::register_odp`]).
+    pub fn is_odp(&self) -> bool {
+        self.access.contains(AccessFlags::ON_DEMAND)
+    }
+
+    /// `ibv_advise_mr` with `IBV_ADVISE_MR_ADVICE_PREFETCH` (or, with
+    /// `write`, `_PREFETCH_WRITE`): resolves the pages of the `len` bytes at
+    /// virtual address `addr` now, so that the accesses that follow pay no
+    /// first-touch cost. Outside the region: EINVAL; memory that is not
+    /// mapped (or not writable, for `write`): EFAULT. A pinned region's
+    /// pages are all present already: nothing to do.
+    pub fn prefetch(&self, addr: u64, len: usize, write: bool) -> Result<()> {
+        let off =
+            softrdma_engine::rules::range_offset(self.addr, self.len as u64, addr, len as u64)
+                .ok_or_else(|| {
+                    Error::Verbs(softrdma_engine::VerbsError::InvalidArgument(format!(
+                        "advise_mr: {len} bytes at {addr:#x} are outside the region"
+                    )))
+                })?;
+        if write && !self.access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(Error::Verbs(softrdma_engine::VerbsError::InvalidArgument(
+                "advise_mr: PREFETCH_WRITE on a region without LOCAL_WRITE".into(),
+            )));
+        }
+        if !self.is_odp() || self.mem.resolve(off as usize, len, write) {
+            Ok(())
+        } else {
+            Err(Error::Fault(format!(
+                "advise_mr: {len} bytes at {addr:#x} are not mapped{}",
+                if write { " writable" } else { "" }
+            )))
+        }
+    }
+
     /// Copies bytes out of the region. Serialised with the device, so a
     /// remote write is seen either wholly or not at all per packet.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
@@ -902,8 +1057,12 @@ impl Mr {
         Ok(())
     }
 
-    /// A copy of the whole region.
+    /// A copy of the whole region (empty for a region larger than a `Vec`
+    /// can be: an implicit ODP region covers the whole address space).
     pub fn to_vec(&self) -> Vec<u8> {
+        if self.len > isize::MAX as usize {
+            return Vec::new();
+        }
         let mut v = vec![0; self.len];
         let _ = self.read(0, &mut v);
         v
