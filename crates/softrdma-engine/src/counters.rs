@@ -48,11 +48,16 @@ pub struct Counters {
     pub gsi_mads_sent: u64,
     /// Packets for QP1 that were not MADs it takes, or found its queue full.
     pub gsi_mads_dropped: u64,
+    /// Selective repeat: single packets sent again (also in `retransmits`).
+    pub sr_retransmits: u64,
+    /// Selective repeat: requests a responder kept because they arrived
+    /// ahead of a missing PSN.
+    pub ooo_held: u64,
 }
 
 impl Counters {
     /// Field names and values, for tools and the stats socket.
-    pub fn fields(&self) -> [(&'static str, u64); 25] {
+    pub fn fields(&self) -> [(&'static str, u64); 27] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -79,6 +84,8 @@ impl Counters {
             ("gsi_mads_rcvd", self.gsi_mads_rcvd),
             ("gsi_mads_sent", self.gsi_mads_sent),
             ("gsi_mads_dropped", self.gsi_mads_dropped),
+            ("sr_retransmits", self.sr_retransmits),
+            ("ooo_held", self.ooo_held),
         ]
     }
 }

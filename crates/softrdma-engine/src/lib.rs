@@ -37,6 +37,7 @@ mod rng;
 pub mod rules;
 mod send_records;
 pub mod sim;
+pub mod sr;
 mod time;
 mod timers;
 mod wr;
@@ -63,6 +64,7 @@ pub use resources::{Event, MrKeys, ResourceChange};
 pub use responder::GRH_LEN;
 pub use rng::Rng;
 pub use rules::MAX_MSG_SIZE;
+pub use sr::Ece;
 pub use time::{local_ack_timeout, Instant};
 pub use wr::{
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
