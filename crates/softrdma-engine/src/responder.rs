@@ -111,7 +111,7 @@ impl Qp {
             res.counters.out_of_sequence += 1;
             if self.sr() {
                 // Selective repeat: kept until the PSNs before it arrive.
-                self.sr_hold(pkt, d as u32);
+                self.sr_hold(res, pkt, d as u32);
                 return;
             }
             if !self.resp.nak_sent {

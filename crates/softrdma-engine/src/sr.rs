@@ -139,7 +139,7 @@ impl Qp {
     // ----- responder -----
 
     /// A request `d` PSNs ahead of the expected one: keep it, and say so.
-    pub(crate) fn sr_hold(&mut self, pkt: &PacketRepr<'_>, d: u32) {
+    pub(crate) fn sr_hold(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>, d: u32) {
         if d < sack::MAX_BITS && pkt.payload.len() <= self.mtu as usize {
             let d = d as usize;
             if self.resp.held.slots.len() <= d {
@@ -153,8 +153,10 @@ impl Qp {
                 });
                 self.resp.held.count += 1;
                 self.counters.ooo_held += 1;
+                res.counters.ooo_held += 1;
             } else {
                 self.counters.duplicates += 1;
+                res.counters.duplicates += 1;
             }
         }
         // Too far ahead to describe: dropped, the sender finds it lost.
@@ -175,8 +177,8 @@ impl Qp {
             };
             let at = self.resp.epsn;
             if !self.execute_in_order(res, &pkt) {
-                // RNR (the requester goes back) or an error (the QP is in ERR).
-                self.resp.held.advance(1);
+                // RNR (the requester goes back; `epsn` did not move, and
+                // its slot stays, empty) or an error (the QP is in ERR).
                 break;
             }
             ran = true;

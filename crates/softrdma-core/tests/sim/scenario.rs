@@ -108,6 +108,9 @@ pub struct Scenario {
     pub same_host: bool,
     /// Every node on one switch ([`FABRIC`] set in the seed).
     pub fabric: Option<Fabric>,
+    /// Every RC connection negotiated selective repeat
+    /// ([`SELECTIVE_REPEAT`] set in the seed).
+    pub selective_repeat: bool,
 }
 
 /// A star of links (`SimNet::star`) that replaces the network's delay.
@@ -154,6 +157,11 @@ pub const SAME_HOST: u64 = 1 << 48;
 /// with links cut for a while but never for good (the oracle bounds what
 /// may still arrive after a permanent cut by the network's delay alone).
 pub const FABRIC: u64 = 1 << 49;
+
+/// Seeds with this bit set run every RC connection with selective repeat
+/// (both ends set the ECE option before RTR); the rest of the scenario is
+/// the seed's without the bit.
+pub const SELECTIVE_REPEAT: u64 = 1 << 50;
 
 fn pick<T: Copy>(r: &mut Rng, xs: &[T]) -> T {
     xs[r.below(xs.len() as u64) as usize]
@@ -388,6 +396,7 @@ impl Scenario {
             sqd_p,
             same_host,
             fabric: fabric.then(|| Fabric::from_seed(seed, mode == Mode::Clean)),
+            selective_repeat: seed & SELECTIVE_REPEAT != 0,
         }
     }
 }
