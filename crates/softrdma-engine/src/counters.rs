@@ -37,6 +37,8 @@ pub struct Counters {
     pub error_naks_sent: u64,
     /// CNPs received.
     pub cnp_rcvd: u64,
+    /// CNPs sent (the notification point answering CE marks).
+    pub cnp_sent: u64,
     /// Packets received with the ECN codepoint CE (congestion experienced).
     pub ecn_ce_rcvd: u64,
     /// IPv4 packets whose ICRC matched only with a non-zero IP ID recovered
@@ -57,7 +59,7 @@ pub struct Counters {
 
 impl Counters {
     /// Field names and values, for tools and the stats socket.
-    pub fn fields(&self) -> [(&'static str, u64); 27] {
+    pub fn fields(&self) -> [(&'static str, u64); 28] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -79,6 +81,7 @@ impl Counters {
             ("cq_overruns", self.cq_overruns),
             ("error_naks_sent", self.error_naks_sent),
             ("cnp_rcvd", self.cnp_rcvd),
+            ("cnp_sent", self.cnp_sent),
             ("ecn_ce_rcvd", self.ecn_ce_rcvd),
             ("icrc_ip_id_recovered", self.icrc_ip_id_recovered),
             ("gsi_mads_rcvd", self.gsi_mads_rcvd),

@@ -793,6 +793,12 @@ impl Engine {
         ))
     }
 
+    /// What the QP's congestion controller reports (rate cuts, current
+    /// rate, CNPs asked for), or `None` for an unknown QP.
+    pub fn qp_congestion(&self, qpn: Qpn) -> Option<crate::CcCounters> {
+        self.qps.get(&qpn).map(|q| q.cc.counters())
+    }
+
     /// `ibv_query_ece`: the ECE options the QP would offer (what this
     /// engine supports) before they are set, and those set afterwards.
     pub fn query_ece(&self, qpn: Qpn) -> Result<crate::sr::Ece> {

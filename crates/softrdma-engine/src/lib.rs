@@ -22,6 +22,7 @@
 mod completer;
 mod congestion;
 mod counters;
+mod dcqcn;
 mod engine;
 mod error;
 mod fasthash;
@@ -43,10 +44,11 @@ mod timers;
 mod wr;
 
 pub use congestion::{
-    CongestionConfig, CongestionControl, CongestionQp, EcnAction, FixedWindow, SendVerdict,
-    SentPacket,
+    CcCounters, CongestionConfig, CongestionControl, CongestionQp, EcnAction, FixedWindow,
+    SendVerdict, SentPacket,
 };
 pub use counters::Counters;
+pub use dcqcn::{Dcqcn, DcqcnParams};
 pub use engine::{
     DirectOp, DirectPlan, Engine, EngineConfig, GrantFacts, GrantRefusal, NotDirect, PeerQp,
     PeerRegion, PeerView, QpInit, RxMeta, SrcPortPolicy, SrqInit, MAX_CQE, MAX_DIRECT_SGE, MAX_QP,
