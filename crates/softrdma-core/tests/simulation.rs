@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sim::scenario::{Scenario, FABRIC, SAME_HOST, SELECTIVE_REPEAT};
+use sim::scenario::{Scenario, DCQCN, FABRIC, SAME_HOST, SELECTIVE_REPEAT};
 use sim::{run_seed, Core, Summary};
 
 fn replay_cmd(seed: u64) -> String {
@@ -74,6 +74,7 @@ struct Totals {
     tail_drops: u64,
     sr_retransmits: u64,
     ooo_held: u64,
+    cnp_sent: u64,
     ce_marks: u64,
 }
 
@@ -99,6 +100,7 @@ impl Totals {
         self.tail_drops += s.tail_drops;
         self.sr_retransmits += s.sr_retransmits;
         self.ooo_held += s.ooo_held;
+        self.cnp_sent += s.cnp_sent;
         self.ce_marks += s.ce_marks;
     }
 }
@@ -297,6 +299,33 @@ fn selective_repeat_0500_0999() {
 #[test]
 fn selective_repeat_fabric_0000_0249() {
     run_selective_repeat(FABRIC..FABRIC + 250, " with selective repeat on a fabric");
+}
+
+/// Seeds `DCQCN + k` (every node runs DCQCN): plain, on a fabric (where
+/// its ports mark CE and the receivers answer with CNPs), and with
+/// selective repeat too.
+#[test]
+fn dcqcn_0000_0499() {
+    run_range_named(DCQCN..DCQCN + 500, " with DCQCN");
+}
+
+#[test]
+fn dcqcn_fabric_0000_0499() {
+    let t = run_range_named(
+        DCQCN + FABRIC..DCQCN + FABRIC + 500,
+        " with DCQCN on a fabric",
+    );
+    assert!(
+        t.ce_marks > 0 && t.cnp_sent > 0,
+        "the DCQCN fabric block marked {} packets and sent {} CNPs",
+        t.ce_marks,
+        t.cnp_sent
+    );
+}
+
+#[test]
+fn dcqcn_selective_repeat_0000_0249() {
+    run_selective_repeat(DCQCN..DCQCN + 250, " with DCQCN and selective repeat");
 }
 
 /// Seeds beyond the fixed blocks above that once failed, each with what it

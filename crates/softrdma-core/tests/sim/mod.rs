@@ -378,6 +378,8 @@ pub struct Summary {
     /// of order by responders (device counters of every node).
     pub sr_retransmits: u64,
     pub ooo_held: u64,
+    /// CNPs the nodes sent (DCQCN's notification point).
+    pub cnp_sent: u64,
 }
 
 pub struct World<N: HarnessNode> {
@@ -412,6 +414,10 @@ impl<N: HarnessNode> World<N> {
             c.max_inflight = sc.max_inflight;
             c.ack_req_every = sc.ack_req_every;
             c.ack_delay_ns = sc.ack_delay_ns;
+            if sc.dcqcn {
+                let line = sc.fabric.map_or(100_000_000_000, |f| f.rate_bps);
+                c.congestion = CongestionConfig::dcqcn(DcqcnParams::new(line));
+            }
             cfgs.push(c);
         }
         // Same host: every port on one host, whose direct path reaches the
@@ -2554,6 +2560,7 @@ impl<N: HarnessNode> World<N> {
             let c = n.engine().counters();
             s.sr_retransmits += c.sr_retransmits;
             s.ooo_held += c.ooo_held;
+            s.cnp_sent += c.cnp_sent;
         }
         s.virtual_ms = (self.net.now - self.start).as_millis() as u64;
         Ok(s)
