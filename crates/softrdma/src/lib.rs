@@ -57,7 +57,7 @@ pub use device::{active_mtu_for, DriverCounters};
 pub use region::{OwnedRegion, RawRegion};
 pub use softrdma_core::FaultSpec;
 pub use softrdma_engine::{
-    errno, AccessFlags, AhAttr, AttrMask, Counters, Event, Gid, Mtu, QpAttr, QpCap, QpState,
+    errno, AccessFlags, AhAttr, AttrMask, Counters, Ece, Event, Gid, Mtu, QpAttr, QpCap, QpState,
     QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, VerbsError, WcFlags, WcOpcode,
     WcStatus, WorkCompletion, GRH_LEN,
 };
