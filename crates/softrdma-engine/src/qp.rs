@@ -190,6 +190,8 @@ pub(crate) struct Requester {
     pub delivered_seq: u64,
     /// Selective repeat: PSNs to send again, and whether even if held.
     pub sr_queue: VecDeque<(Psn, bool)>,
+    /// Selective repeat: `delivered_seq` at the last search for losses.
+    pub lost_scan_at: u64,
 }
 
 impl Requester {

@@ -656,6 +656,7 @@ impl Qp {
         // send selectively.
         self.req.sr_queue.clear();
         self.req.records.clear_lost();
+        self.req.lost_scan_at = 0;
     }
 
     /// Where the packet with PSN `psn` (in `[una, high]`) starts, as (index

@@ -76,6 +76,9 @@ impl Ece {
 /// taken for lost (tolerates that much reordering).
 pub(crate) const DUP_THRESH: u64 = 3;
 
+/// A responder acknowledges at least every this many held requests.
+pub(crate) const SACK_EVERY: usize = 4;
+
 /// A request kept by a selective-repeat responder until the PSNs before it arrive.
 #[derive(Debug, Clone)]
 pub(crate) struct HeldPkt {
@@ -140,12 +143,22 @@ impl Qp {
 
     /// A request `d` PSNs ahead of the expected one: keep it, and say so.
     pub(crate) fn sr_hold(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>, d: u32) {
+        // Not every held request is acknowledged: one that starts a run
+        // after a gap is (the sender learns of the hole at once), then
+        // every `SACK_EVERY`th held, one asking for an ACK, a duplicate
+        // and one that cannot be held. A SACK lists everything held, so
+        // thinning loses nothing but per-packet ACK traffic.
+        let mut ack = true;
         if d < sack::MAX_BITS && pkt.payload.len() <= self.mtu as usize {
             let d = d as usize;
             if self.resp.held.slots.len() <= d {
                 self.resp.held.slots.resize(d + 1, None);
             }
             if self.resp.held.slots[d].is_none() {
+                let after_gap = d == 0 || self.resp.held.slots[d - 1].is_none();
+                ack = after_gap
+                    || pkt.bth.ack_req
+                    || (self.resp.held.count + 1).is_multiple_of(SACK_EVERY);
                 self.resp.held.slots[d] = Some(HeldPkt {
                     bth: pkt.bth,
                     headers: pkt.headers,
@@ -160,8 +173,10 @@ impl Qp {
             }
         }
         // Too far ahead to describe: dropped, the sender finds it lost.
-        let last = self.resp.epsn.sub(1);
-        self.queue_sr_ack(last);
+        if ack {
+            let last = self.resp.epsn.sub(1);
+            self.queue_sr_ack(last);
+        }
     }
 
     /// After an in-order request moved `epsn` on from `before`: drop the
@@ -250,6 +265,11 @@ impl Qp {
     /// packets sent after it delivered) for one retransmission.
     pub(crate) fn sr_detect_losses(&mut self) {
         let delivered = self.req.delivered_seq;
+        // Only news of a newer delivery makes another record lost.
+        if delivered == self.req.lost_scan_at {
+            return;
+        }
+        self.req.lost_scan_at = delivered;
         let sent_to = self.req.psn;
         for psn in self.req.records.mark_lost(delivered, DUP_THRESH, sent_to) {
             self.req.sr_queue.push_back((psn, false));
@@ -267,6 +287,7 @@ impl Qp {
     pub(crate) fn sr_timeout(&mut self) {
         self.req.sr_queue.clear();
         self.req.records.clear_lost();
+        self.req.lost_scan_at = 0;
         let una = self.comp.una;
         self.sr_force(una);
         let sent_to = self.req.psn;
