@@ -199,6 +199,16 @@ impl CongestionConfig {
         })
     }
 
+    /// TIMELY ([`crate::Timely`], delay-based) on every QP, with these
+    /// parameters; its window is the engine's `max_inflight`.
+    pub fn timely(params: crate::TimelyParams) -> Self {
+        Self::custom(move |qp| {
+            let mut p = params;
+            p.window = qp.max_inflight;
+            Box::new(crate::Timely::new(p))
+        })
+    }
+
     pub(crate) fn build(&self, qp: &CongestionQp) -> QpCongestion {
         match &self.0 {
             None => QpCongestion::Fixed(FixedWindow {

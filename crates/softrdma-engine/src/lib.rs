@@ -40,6 +40,7 @@ mod send_records;
 pub mod sim;
 pub mod sr;
 mod time;
+mod timely;
 mod timers;
 mod wr;
 
@@ -68,6 +69,7 @@ pub use rng::Rng;
 pub use rules::MAX_MSG_SIZE;
 pub use sr::Ece;
 pub use time::{local_ack_timeout, Instant};
+pub use timely::{Timely, TimelyParams};
 pub use wr::{
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };

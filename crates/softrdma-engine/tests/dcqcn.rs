@@ -24,12 +24,13 @@ struct Result {
     not_ect_requests: u64,
 }
 
-fn incast(dcqcn: bool) -> Result {
+/// `ect`: the controller sends ECN-capable packets (DCQCN does, TIMELY not).
+fn incast(cc: Option<CongestionConfig>, ect: bool) -> Result {
     let cfgs = (0..3).map(|i| {
         let mut c = EngineConfig::new(node_addr(i));
         c.seed = 77 + i as u64;
-        if dcqcn {
-            c.congestion = CongestionConfig::dcqcn(DcqcnParams::new(RATE));
+        if let Some(cc) = &cc {
+            c.congestion = cc.clone();
         }
         c
     });
@@ -108,7 +109,7 @@ fn incast(dcqcn: bool) -> Result {
         .iter()
         .filter(|p| !p.sent() && p.ecn == Ecn::Ce)
         .count() as u64;
-    assert_eq!(ce_seen > 0, dcqcn, "CE marks only on ECN-capable traffic");
+    assert_eq!(ce_seen > 0, ect, "CE marks only on ECN-capable traffic");
     Result {
         drops_after_warm: net.link_stats(down[2]).tail_drops - drops_at_warm.unwrap(),
         max_queue_after_warm: max_queue,
@@ -128,8 +129,8 @@ fn incast(dcqcn: bool) -> Result {
 
 #[test]
 fn dcqcn_keeps_the_bottleneck_queue_short_and_lossless() {
-    let without = incast(false);
-    let with = incast(true);
+    let without = incast(None, false);
+    let with = incast(Some(CongestionConfig::dcqcn(DcqcnParams::new(RATE))), true);
     assert!(
         without.drops_after_warm > 100,
         "without: {} drops",
@@ -157,5 +158,49 @@ fn dcqcn_keeps_the_bottleneck_queue_short_and_lossless() {
     let (a, b) = (with.completed[0] as f64, with.completed[1] as f64);
     assert!(a.min(b) / a.max(b) > 0.8, "shares {:?}", with.completed);
     assert_eq!(with.not_ect_requests, 0, "DCQCN sends every packet ECT(0)");
+    eprintln!(
+        "DCQCN: queue {} B, completed {:?}; without: queue {} B, {} drops, completed {:?}",
+        with.max_queue_after_warm,
+        with.completed,
+        without.max_queue_after_warm,
+        without.drops_after_warm,
+        without.completed
+    );
     assert!(without.not_ect_requests > 0);
+}
+
+/// The second controller through the same seam: TIMELY, from RTTs alone,
+/// on the same bottleneck (which marks nothing it sends, NotEct).
+#[test]
+fn timely_keeps_the_bottleneck_queue_short_without_ecn() {
+    let without = incast(None, false);
+    let p = TimelyParams::new(RATE, Duration::from_micros(10));
+    let with = incast(Some(CongestionConfig::timely(p)), false);
+    assert!(
+        without.drops_after_warm > 100,
+        "without: {} drops",
+        without.drops_after_warm
+    );
+    assert_eq!(with.drops_after_warm, 0);
+    assert!(
+        with.max_queue_after_warm < 200 << 10,
+        "with: queue {}",
+        with.max_queue_after_warm
+    );
+    assert!(
+        with.cuts > 0 && with.cnps == 0,
+        "with: {} cuts, {} CNPs",
+        with.cuts,
+        with.cnps
+    );
+    let (a, b) = (with.completed[0] as f64, with.completed[1] as f64);
+    assert!(a.min(b) / a.max(b) > 0.8, "shares {:?}", with.completed);
+    eprintln!(
+        "TIMELY: queue {} B, completed {:?}; without: queue {} B, {} drops, completed {:?}",
+        with.max_queue_after_warm,
+        with.completed,
+        without.max_queue_after_warm,
+        without.drops_after_warm,
+        without.completed
+    );
 }
