@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sim::scenario::{Scenario, FABRIC, SAME_HOST};
+use sim::scenario::{Scenario, DCQCN, FABRIC, SAME_HOST, SELECTIVE_REPEAT};
 use sim::{run_seed, Core, Summary};
 
 fn replay_cmd(seed: u64) -> String {
@@ -72,6 +72,9 @@ struct Totals {
     direct: u64,
     direct_verified: u64,
     tail_drops: u64,
+    sr_retransmits: u64,
+    ooo_held: u64,
+    cnp_sent: u64,
     ce_marks: u64,
 }
 
@@ -95,6 +98,9 @@ impl Totals {
         self.direct += s.direct;
         self.direct_verified += s.direct_verified;
         self.tail_drops += s.tail_drops;
+        self.sr_retransmits += s.sr_retransmits;
+        self.ooo_held += s.ooo_held;
+        self.cnp_sent += s.cnp_sent;
         self.ce_marks += s.ce_marks;
     }
 }
@@ -263,6 +269,65 @@ fn fabric_0000_0249() {
     );
 }
 
+/// Runs seeds `SELECTIVE_REPEAT + k`: every RC connection negotiated
+/// selective repeat; same invariants, and the block must really have held
+/// requests out of order and sent packets again selectively.
+fn run_selective_repeat(ks: std::ops::Range<u64>, context: &str) {
+    let t = run_range_named(
+        SELECTIVE_REPEAT + ks.start..SELECTIVE_REPEAT + ks.end,
+        context,
+    );
+    assert!(
+        t.sr_retransmits > 0 && t.ooo_held > 0,
+        "selective repeat seeds sent {} packets again selectively and held {} out of order",
+        t.sr_retransmits,
+        t.ooo_held
+    );
+}
+
+/// Seeds `SELECTIVE_REPEAT + 0..500`, and the same numbers on a fabric.
+#[test]
+fn selective_repeat_0000_0499() {
+    run_selective_repeat(0..500, " with selective repeat");
+}
+
+#[test]
+fn selective_repeat_0500_0999() {
+    run_selective_repeat(500..1000, " with selective repeat");
+}
+
+#[test]
+fn selective_repeat_fabric_0000_0249() {
+    run_selective_repeat(FABRIC..FABRIC + 250, " with selective repeat on a fabric");
+}
+
+/// Seeds `DCQCN + k` (every node runs DCQCN): plain, on a fabric (where
+/// its ports mark CE and the receivers answer with CNPs), and with
+/// selective repeat too.
+#[test]
+fn dcqcn_0000_0499() {
+    run_range_named(DCQCN..DCQCN + 500, " with DCQCN");
+}
+
+#[test]
+fn dcqcn_fabric_0000_0499() {
+    let t = run_range_named(
+        DCQCN + FABRIC..DCQCN + FABRIC + 500,
+        " with DCQCN on a fabric",
+    );
+    assert!(
+        t.ce_marks > 0 && t.cnp_sent > 0,
+        "the DCQCN fabric block marked {} packets and sent {} CNPs",
+        t.ce_marks,
+        t.cnp_sent
+    );
+}
+
+#[test]
+fn dcqcn_selective_repeat_0000_0249() {
+    run_selective_repeat(DCQCN..DCQCN + 250, " with DCQCN and selective repeat");
+}
+
 /// Seeds beyond the fixed blocks above that once failed, each with what it
 /// found. They run in every test run, so none comes back.
 const REGRESSIONS: &[(u64, &str)] = &[
@@ -349,6 +414,7 @@ fn fresh_block() {
     run_range_named(start..start + FRESH_BLOCK, &context);
     run_same_host(start..start + FRESH_MORE, &context);
     run_range_named(FABRIC + start..FABRIC + start + FRESH_MORE, &context);
+    run_selective_repeat(start..start + FRESH_MORE, &context);
 }
 
 /// `SOFTRDMA_SIM_SEED=n` replays seed n (with `SOFTRDMA_SIM_TRACE=1`, printing

@@ -40,6 +40,11 @@ pub(crate) struct Completer {
     pub pending_nak: Option<(Psn, WcStatus)>,
     /// End-to-end credits: receive-consuming messages acknowledged.
     pub rq_msgs_acked: u64,
+    /// Selective repeat: the newest PSN a positive ACK covered. An ACK
+    /// past a READ still missing responses cannot retire the WQEs behind
+    /// it; once the READ completes, they are (go-back-N sends them again
+    /// instead).
+    pub sr_acked: Option<Psn>,
     /// Receive-consuming messages the responder can take, counted from `rq_msgs_acked`
     /// at the last ACK; `None` = unlimited (SRQ responders, or no ACK yet with credits).
     pub credit_limit: Option<u64>,
@@ -56,7 +61,10 @@ impl Qp {
             let count = new_una.distance_from(self.comp.una);
             self.cc.on_ack(now, self.comp.una, count);
             self.comp.una = new_una;
-            self.req.records.acked(new_una);
+            let seq = self.req.records.acked(new_una);
+            if let Some(seq) = seq {
+                self.req.delivered_seq = self.req.delivered_seq.max(seq);
+            }
             self.comp.retry_left = self.attr.retry_cnt;
             self.comp.rnr_retry_left = self.attr.rnr_retry;
             self.comp.read_gap = None;
@@ -140,7 +148,12 @@ impl Qp {
         let una = self.comp.una;
         if self.comp.read_gap != Some(una) {
             self.comp.read_gap = Some(una);
-            self.rewind(una);
+            if self.sr() {
+                // Selective repeat: only that READ (or atomic) goes again.
+                self.sr_force(una);
+            } else {
+                self.rewind(una);
+            }
         }
     }
 
@@ -175,7 +188,17 @@ impl Qp {
         match info.kind {
             OpKind::Ack => {
                 let Some(a) = pkt.headers.aeth() else { return };
+                if self.sr() {
+                    if let Syndrome::Ack { .. } = a.syndrome {
+                        self.sr_on_ack(psn);
+                    }
+                }
                 self.handle_aeth(res, psn, a.syndrome, now);
+                if self.sr() && self.is_active() && !pkt.payload.is_empty() {
+                    if let Ok(s) = softrdma_wire::SackRepr::parse(pkt.payload) {
+                        self.sr_on_sack(psn, &s);
+                    }
+                }
             }
             OpKind::ReadResponse => self.handle_read_response(res, pkt, now),
             OpKind::AtomicAck => {
@@ -188,6 +211,9 @@ impl Qp {
                 }
             }
             _ => {}
+        }
+        if self.sr() && self.is_active() {
+            self.sr_detect_losses();
         }
     }
 
@@ -204,6 +230,9 @@ impl Qp {
         if psn.next().is_before(self.comp.una) {
             // Older than anything outstanding: a stale duplicate.
             return;
+        }
+        if self.sr() && self.comp.sr_acked.is_none_or(|p| psn.is_after(p)) {
+            self.comp.sr_acked = Some(psn);
         }
         let missing = self.ack_through(res, psn);
         self.after_ack(res, psn, now);
@@ -404,6 +433,24 @@ impl Qp {
             self.complete_head(res, WcStatus::Success);
         }
         self.after_ack(res, psn, now);
+        if is_last_pkt {
+            self.sr_catch_up(res, now);
+        }
+    }
+
+    /// Selective repeat, after a READ or atomic completed: what an earlier
+    /// ACK past it covered is acknowledged now.
+    fn sr_catch_up(&mut self, res: &mut Resources, now: Instant) {
+        let Some(p) = self.comp.sr_acked.filter(|_| self.sr() && self.is_active()) else {
+            return;
+        };
+        if !p.is_before(self.comp.una) && p.is_before(self.req.high) {
+            let missing = self.ack_through(res, p);
+            self.after_ack(res, p, now);
+            if missing && self.is_active() {
+                self.resend_missing_responses();
+            }
+        }
     }
 
     fn handle_atomic_ack(&mut self, res: &mut Resources, psn: Psn, orig: u64, now: Instant) {
@@ -428,6 +475,7 @@ impl Qp {
         self.req.sq[0].read_done = 1;
         self.complete_head(res, WcStatus::Success);
         self.after_ack(res, psn, now);
+        self.sr_catch_up(res, now);
     }
 
     /// The local ACK timer or the RNR wait expired.
@@ -452,8 +500,13 @@ impl Qp {
         }
         self.comp.retry_left -= 1;
         self.comp.read_gap = None;
-        let una = self.comp.una;
-        self.rewind(una);
+        if self.sr() && self.req.psn == self.req.high {
+            // Selective repeat: the head and whatever is not held go again.
+            self.sr_timeout();
+        } else {
+            let una = self.comp.una;
+            self.rewind(una);
+        }
         self.arm_ack_timer(now);
     }
 }

@@ -72,6 +72,17 @@ pub struct CongestionQp {
     pub max_inflight: u32,
 }
 
+/// What a controller reports about itself (`Engine::qp_congestion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CcCounters {
+    /// Rate cuts (a reaction point's answers to CNPs).
+    pub rate_cuts: u64,
+    /// The current rate (b/s); 0 for a controller without one.
+    pub rate_bps: u64,
+    /// CNPs the notification point asked for.
+    pub cnps_asked: u64,
+}
+
 /// A QP's congestion controller. Every method has the time; none may
 /// panic. PSNs are those of the QP's requester.
 pub trait CongestionControl: Send + fmt::Debug {
@@ -139,6 +150,11 @@ pub trait CongestionControl: Send + fmt::Debug {
     fn on_timer(&mut self, now: Instant) {
         let _ = now;
     }
+
+    /// What it reports about itself.
+    fn counters(&self) -> CcCounters {
+        CcCounters::default()
+    }
 }
 
 /// Today's behaviour: a fixed window of PSNs, no rate control, no ECN.
@@ -171,6 +187,26 @@ impl CongestionConfig {
         make: impl Fn(&CongestionQp) -> Box<dyn CongestionControl> + Send + Sync + 'static,
     ) -> Self {
         CongestionConfig(Some(Arc::new(make)))
+    }
+
+    /// DCQCN ([`crate::Dcqcn`]) on every QP, with these parameters; its
+    /// window is the engine's `max_inflight`.
+    pub fn dcqcn(params: crate::DcqcnParams) -> Self {
+        Self::custom(move |qp| {
+            let mut p = params;
+            p.window = qp.max_inflight;
+            Box::new(crate::Dcqcn::new(p))
+        })
+    }
+
+    /// TIMELY ([`crate::Timely`], delay-based) on every QP, with these
+    /// parameters; its window is the engine's `max_inflight`.
+    pub fn timely(params: crate::TimelyParams) -> Self {
+        Self::custom(move |qp| {
+            let mut p = params;
+            p.window = qp.max_inflight;
+            Box::new(crate::Timely::new(p))
+        })
     }
 
     pub(crate) fn build(&self, qp: &CongestionQp) -> QpCongestion {
@@ -260,6 +296,10 @@ impl QpCongestion {
     pub fn on_timer(&mut self, now: Instant) {
         forward!(self, c => c.on_timer(now))
     }
+
+    pub fn counters(&self) -> CcCounters {
+        forward!(self, c => c.counters())
+    }
 }
 
 impl Qp {
@@ -277,6 +317,8 @@ impl Qp {
         let dst = self.dest?;
         let mut bth = BthRepr::new(Opcode::CNP, self.attr.dest_qp_num.raw(), Psn::new(0));
         bth.becn = true;
+        self.counters.cnp_sent += 1;
+        res.counters.cnp_sent += 1;
         self.finish_packet(res, ctx, bth, Headers::Cnp, 0, dst)
     }
 }

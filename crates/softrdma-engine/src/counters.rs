@@ -37,6 +37,8 @@ pub struct Counters {
     pub error_naks_sent: u64,
     /// CNPs received.
     pub cnp_rcvd: u64,
+    /// CNPs sent (the notification point answering CE marks).
+    pub cnp_sent: u64,
     /// Packets received with the ECN codepoint CE (congestion experienced).
     pub ecn_ce_rcvd: u64,
     /// IPv4 packets whose ICRC matched only with a non-zero IP ID recovered
@@ -48,11 +50,16 @@ pub struct Counters {
     pub gsi_mads_sent: u64,
     /// Packets for QP1 that were not MADs it takes, or found its queue full.
     pub gsi_mads_dropped: u64,
+    /// Selective repeat: single packets sent again (also in `retransmits`).
+    pub sr_retransmits: u64,
+    /// Selective repeat: requests a responder kept because they arrived
+    /// ahead of a missing PSN.
+    pub ooo_held: u64,
 }
 
 impl Counters {
     /// Field names and values, for tools and the stats socket.
-    pub fn fields(&self) -> [(&'static str, u64); 25] {
+    pub fn fields(&self) -> [(&'static str, u64); 28] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -74,11 +81,14 @@ impl Counters {
             ("cq_overruns", self.cq_overruns),
             ("error_naks_sent", self.error_naks_sent),
             ("cnp_rcvd", self.cnp_rcvd),
+            ("cnp_sent", self.cnp_sent),
             ("ecn_ce_rcvd", self.ecn_ce_rcvd),
             ("icrc_ip_id_recovered", self.icrc_ip_id_recovered),
             ("gsi_mads_rcvd", self.gsi_mads_rcvd),
             ("gsi_mads_sent", self.gsi_mads_sent),
             ("gsi_mads_dropped", self.gsi_mads_dropped),
+            ("sr_retransmits", self.sr_retransmits),
+            ("ooo_held", self.ooo_held),
         ]
     }
 }

@@ -775,6 +775,7 @@ impl Engine {
             }),
             cnp_due: false,
             timer_registered: None,
+            ece: Default::default(),
         };
         self.qps.insert(qpn, qp);
         self.res.pd_ref(init.pd, 1);
@@ -845,6 +846,55 @@ impl Engine {
                 sq_sig_all: q.sq_sig_all,
             },
         ))
+    }
+
+    /// What the QP's congestion controller reports (rate cuts, current
+    /// rate, CNPs asked for), or `None` for an unknown QP.
+    pub fn qp_congestion(&self, qpn: Qpn) -> Option<crate::CcCounters> {
+        self.qps.get(&qpn).map(|q| q.cc.counters())
+    }
+
+    /// `ibv_query_ece`: the ECE options the QP would offer (what this
+    /// engine supports) before they are set, and those set afterwards.
+    pub fn query_ece(&self, qpn: Qpn) -> Result<crate::sr::Ece> {
+        let q = self.qps.get(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn.raw(),
+        })?;
+        Ok(
+            if q.ece == crate::sr::Ece::default() && q.qp_type == QpType::Rc {
+                crate::sr::Ece::SUPPORTED
+            } else {
+                q.ece
+            },
+        )
+    }
+
+    /// `ibv_set_ece`: the options both ends agreed to (`Ece::agree` of
+    /// the two ends' `query_ece`), set before the QP reaches RTR. Only an
+    /// RC QP takes options; an option this engine does not know, another
+    /// vendor's or a QP past INIT is EINVAL. `Ece::default()` turns them off.
+    pub fn set_ece(&mut self, qpn: Qpn, ece: crate::sr::Ece) -> Result<()> {
+        let q = self.qp_mut(qpn)?;
+        if ece != crate::sr::Ece::default() {
+            let sup = crate::sr::Ece::SUPPORTED;
+            if q.qp_type != QpType::Rc {
+                return Err(VerbsError::inval("set_ece: only RC QPs take ECE options"));
+            }
+            if ece.vendor_id != sup.vendor_id || ece.options & !sup.options != 0 {
+                return Err(VerbsError::inval(format!(
+                    "set_ece: vendor {:#x} options {:#x} are not supported (vendor {:#x}, options {:#x})",
+                    ece.vendor_id, ece.options, sup.vendor_id, sup.options
+                )));
+            }
+        }
+        if !matches!(q.state, QpState::Reset | QpState::Init) {
+            return Err(VerbsError::inval(
+                "set_ece: the options are set before the QP reaches RTR",
+            ));
+        }
+        q.ece = ece;
+        Ok(())
     }
 
     /// The QP's state.
@@ -1261,7 +1311,7 @@ impl Engine {
             return;
         }
         qp.ack_due();
-        let mut buf = vec![0u8; 128];
+        let mut buf = vec![0u8; 256];
         let mut ctx = TxCtx {
             buf: &mut buf,
             local: self.cfg.local,

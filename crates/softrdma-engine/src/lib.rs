@@ -22,6 +22,7 @@
 mod completer;
 mod congestion;
 mod counters;
+mod dcqcn;
 mod engine;
 mod error;
 mod fasthash;
@@ -37,15 +38,18 @@ mod rng;
 pub mod rules;
 mod send_records;
 pub mod sim;
+pub mod sr;
 mod time;
+mod timely;
 mod timers;
 mod wr;
 
 pub use congestion::{
-    CongestionConfig, CongestionControl, CongestionQp, EcnAction, FixedWindow, SendVerdict,
-    SentPacket,
+    CcCounters, CongestionConfig, CongestionControl, CongestionQp, EcnAction, FixedWindow,
+    SendVerdict, SentPacket,
 };
 pub use counters::Counters;
+pub use dcqcn::{Dcqcn, DcqcnParams};
 pub use engine::{
     DirectOp, DirectPlan, Engine, EngineConfig, GrantFacts, GrantRefusal, NotDirect, PeerQp,
     PeerRegion, PeerView, QpInit, RxMeta, SrcPortPolicy, SrqInit, MAX_CQE, MAX_DIRECT_SGE, MAX_QP,
@@ -63,7 +67,9 @@ pub use resources::{Event, MrKeys, ResourceChange};
 pub use responder::GRH_LEN;
 pub use rng::Rng;
 pub use rules::MAX_MSG_SIZE;
+pub use sr::Ece;
 pub use time::{local_ack_timeout, Instant};
+pub use timely::{Timely, TimelyParams};
 pub use wr::{
     NetworkHdr, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion,

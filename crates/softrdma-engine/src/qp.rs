@@ -184,6 +184,14 @@ pub(crate) struct Requester {
     pub records: SendRecords,
     /// The serial the next posted WQE gets.
     pub next_serial: u64,
+    /// Transmissions of RC request packets so far (`SendRecord::tx_seq`).
+    pub tx_seq: u64,
+    /// Selective repeat: the newest transmission known delivered.
+    pub delivered_seq: u64,
+    /// Selective repeat: PSNs to send again, and whether even if held.
+    pub sr_queue: VecDeque<(Psn, bool)>,
+    /// Selective repeat: `delivered_seq` at the last search for losses.
+    pub lost_scan_at: u64,
 }
 
 impl Requester {
@@ -209,6 +217,8 @@ pub(crate) struct Responder {
     /// The QP sent a request since its last held ACK (see
     /// `EngineConfig::ack_delay_answering_only`).
     pub answered: bool,
+    /// Selective repeat: requests kept until the PSNs before them arrive.
+    pub held: crate::sr::Held,
 }
 
 /// A `Held` ACK waits until its [`Timer::AckDelay`] expires (or until its
@@ -252,6 +262,8 @@ pub(crate) struct Qp {
     pub cnp_due: bool,
     /// Deadline last registered with the engine's timer heap.
     pub timer_registered: Option<Instant>,
+    /// The ECE options set for the QP (`Engine::set_ece`): selective repeat.
+    pub ece: crate::sr::Ece,
 }
 
 impl Qp {
@@ -359,6 +371,8 @@ impl Qp {
             let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
             res.complete(self.recv_cq, wc);
         }
+        self.resp.held.clear();
+        self.req.sr_queue.clear();
         self.timers.stop(Timer::Retransmit);
         self.timers.stop(Timer::RnrWait);
         self.timers.stop(Timer::Pacing);

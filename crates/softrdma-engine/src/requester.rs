@@ -235,8 +235,21 @@ impl Qp {
             }
             self.timers.stop(Timer::RnrWait);
         }
+        if self.sr() && !self.req.sr_queue.is_empty() {
+            if let Some(t) = self.sr_retransmit(res, ctx) {
+                return Some(t);
+            }
+            if !self.req.sr_queue.is_empty() {
+                // A retransmission waits for the controller: nothing new passes it.
+                return None;
+            }
+        }
         let idx = self.req.next;
         let view = self.req.sq.get(idx)?.view();
+        if self.sr() && self.req.psn.distance_from(self.comp.una) >= softrdma_wire::sack::MAX_BITS {
+            // No further than a SACK can describe.
+            return None;
+        }
         if !self.congestion_allows(ctx.now, &view) {
             return None;
         }
@@ -286,6 +299,7 @@ impl Qp {
     fn congestion_allows(&mut self, now: Instant, w: &WqeView) -> bool {
         // UC and UD have no acknowledgements: nothing is ever in flight.
         let inflight = match self.qp_type {
+            QpType::Rc if self.sr() => self.sr_window_inflight(self.req.psn),
             QpType::Rc => self.req.psn.distance_from(self.comp.una),
             _ => 0,
         };
@@ -296,6 +310,16 @@ impl Qp {
                 .saturating_sub(self.req.next_offset)
                 .min(u64::from(self.mtu)) as usize
         };
+        self.congestion_allows_with(now, inflight, bytes)
+    }
+
+    /// [`Self::congestion_allows`] for `inflight` PSNs and a payload of `bytes`.
+    pub(crate) fn congestion_allows_with(
+        &mut self,
+        now: Instant,
+        inflight: u32,
+        bytes: usize,
+    ) -> bool {
         match self.cc.can_send(now, inflight, bytes) {
             SendVerdict::Now => {
                 self.timers.stop(Timer::Pacing);
@@ -444,7 +468,7 @@ impl Qp {
     }
 
     /// Keeps the send record of an RC request packet that is going out.
-    fn record_sent(
+    pub(crate) fn record_sent(
         &mut self,
         now: Instant,
         idx: usize,
@@ -467,6 +491,12 @@ impl Qp {
             opcode: b.bth.opcode,
             sent_at: now,
             retransmitted: retransmit,
+            tx_seq: {
+                self.req.tx_seq += 1;
+                self.req.tx_seq
+            },
+            sacked: false,
+            lost: false,
         };
         let resume = (
             self.req.base_serial() + self.req.next as u64,
@@ -568,7 +598,12 @@ impl Qp {
         let mut bth = BthRepr::new(opcode, self.attr.dest_qp_num.raw(), psn);
         bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
         self.req.since_ack_req += 1;
-        let window_full = psn.next().distance_from(self.comp.una) >= self.cc.window();
+        let inflight = if self.sr() {
+            self.sr_window_inflight(psn.next())
+        } else {
+            psn.next().distance_from(self.comp.una)
+        };
+        let window_full = inflight >= self.cc.window();
         bth.ack_req = self.qp_type == QpType::Rc
             && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
         let off = payload_offset(&headers);
@@ -617,6 +652,11 @@ impl Qp {
         self.req.next_offset = offset;
         self.req.psn = psn;
         self.req.since_ack_req = 0;
+        // Going back sends everything from `psn` again: nothing is left to
+        // send selectively.
+        self.req.sr_queue.clear();
+        self.req.records.clear_lost();
+        self.req.lost_scan_at = 0;
     }
 
     /// Where the packet with PSN `psn` (in `[una, high]`) starts, as (index

@@ -109,6 +109,11 @@ impl Qp {
         if d > 0 {
             self.counters.out_of_sequence += 1;
             res.counters.out_of_sequence += 1;
+            if self.sr() {
+                // Selective repeat: kept until the PSNs before it arrive.
+                self.sr_hold(res, pkt, d as u32);
+                return;
+            }
             if !self.resp.nak_sent {
                 self.resp.nak_sent = true;
                 self.counters.seq_naks_sent += 1;
@@ -124,9 +129,19 @@ impl Qp {
             self.handle_duplicate(res, pkt);
             return;
         }
+        let before = self.resp.epsn;
+        if self.execute_in_order(res, pkt) && self.sr() {
+            self.sr_after_execute(res, before);
+        }
+    }
+
+    /// Executes the request at the expected PSN and queues what its outcome
+    /// calls for (an RNR NAK, an error NAK and ERR). True when it executed.
+    pub(crate) fn execute_in_order(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>) -> bool {
+        let psn = pkt.bth.psn;
         self.resp.nak_sent = false;
         match self.execute(res, pkt) {
-            Ok(()) => {}
+            Ok(()) => return true,
             Err(Fail::Rnr) => {
                 self.counters.rnr_naks_sent += 1;
                 res.counters.rnr_naks_sent += 1;
@@ -146,6 +161,13 @@ impl Qp {
             }
             Err(Fail::Drop) => {}
         }
+        false
+    }
+
+    /// Queues an ACK for `psn` (coalesced like any), which carries a SACK
+    /// when it goes out while requests are held.
+    pub(crate) fn queue_sr_ack(&mut self, psn: Psn) {
+        self.queue_ack(psn);
     }
 
     fn handle_duplicate(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>) {
@@ -672,6 +694,7 @@ impl Qp {
         let dst = self.dest?;
         let remote_qpn = self.attr.dest_qp_num;
         let mtu = u64::from(self.mtu);
+        let sacking = self.sr_acks_now();
         loop {
             let lone = self.resp.out.len() == 1;
             let out = self.resp.out.front_mut()?;
@@ -685,6 +708,7 @@ impl Qp {
                         && ctx.ack_delay_ns > 0
                         && matches!(syndrome, Syndrome::Ack { .. })
                         && self.resp.cur.is_none()
+                        && !sacking
                     {
                         match self.resp.ack_hold {
                             // A hold starts only for a QP that answers, when asked.
@@ -722,8 +746,15 @@ impl Qp {
                         syndrome,
                         msn: *msn,
                     });
+                    let psn = *psn;
                     self.resp.out.pop_front();
-                    return self.finish_packet(res, ctx, bth, headers, 0, dst);
+                    // Selective repeat: what is held past the ACK rides behind the AETH.
+                    let mut ext = 0;
+                    if let (Syndrome::Ack { .. }, Some(sack)) = (syndrome, self.sr_sack_for(psn)) {
+                        let off = payload_offset(&headers);
+                        ext = sack.emit(ctx.buf.get_mut(off..)?).ok()?;
+                    }
+                    return self.finish_packet(res, ctx, bth, headers, ext, dst);
                 }
                 RespOut::AtomicAck { psn, orig, msn } => {
                     let bth = BthRepr::new(Opcode::RC_ATOMIC_ACK, remote_qpn.raw(), *psn);

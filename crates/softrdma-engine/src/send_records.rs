@@ -37,6 +37,15 @@ pub(crate) struct SendRecord {
     pub sent_at: Instant,
     /// It went out more than once.
     pub retransmitted: bool,
+    /// Its place in the order of transmissions (every RC request packet,
+    /// new or again, takes the next number): selective repeat finds a
+    /// packet lost when enough packets sent after it were delivered.
+    pub tx_seq: u64,
+    /// Selective repeat: the responder said it holds it (a SACK, or an ACK
+    /// covering a READ or atomic still waiting for its responses).
+    pub sacked: bool,
+    /// Selective repeat: taken for lost and queued to go again.
+    pub lost: bool,
 }
 
 impl SendRecord {
@@ -54,6 +63,8 @@ pub(crate) struct SendRecords {
     /// `high`, the first PSN never sent: where the requester continues
     /// once it has gone back and caught up. `None` before anything is sent.
     resume: Option<(u64, u64)>,
+    /// Records marked `sacked`.
+    sacked: u32,
 }
 
 impl SendRecords {
@@ -81,8 +92,13 @@ impl SendRecords {
                     r.end() == rec.end(),
                     "a retransmission {rec:?} changed the extent of {r:?}"
                 );
+                if r.sacked {
+                    self.sacked -= 1;
+                }
                 *r = SendRecord {
                     retransmitted: true,
+                    sacked: false,
+                    lost: false,
                     ..rec
                 };
             }
@@ -90,20 +106,90 @@ impl SendRecords {
         }
     }
 
-    /// Every PSN before `una` is acknowledged: drops the records it covers.
-    pub fn acked(&mut self, una: Psn) {
+    /// Every PSN before `una` is acknowledged: drops the records it
+    /// covers. Returns the highest transmission number among them.
+    pub fn acked(&mut self, una: Psn) -> Option<u64> {
+        let mut seq = None;
         while let Some(r) = self.recs.front() {
             if r.end().is_after(una) {
                 break;
             }
+            seq = seq.max(Some(r.tx_seq));
+            if r.sacked {
+                self.sacked -= 1;
+            }
             self.recs.pop_front();
         }
+        seq
     }
 
     /// Forgets everything (the send queue was flushed, or the PSNs were reset).
     pub fn clear(&mut self) {
         self.recs.clear();
         self.resume = None;
+        self.sacked = 0;
+    }
+
+    /// Records marked held.
+    pub fn sacked(&self) -> u32 {
+        self.sacked
+    }
+
+    /// The packet starting at `psn` is held by the responder: marks it, and
+    /// returns its transmission number if it was not marked before.
+    pub fn sack(&mut self, psn: Psn) -> Option<u64> {
+        let i = self.index_of(psn)?;
+        let r = &mut self.recs[i];
+        if r.psn != psn || r.sacked {
+            return None;
+        }
+        r.sacked = true;
+        r.lost = false;
+        self.sacked += 1;
+        Some(r.tx_seq)
+    }
+
+    /// An ACK for `psn`: every record starting at or before it is held
+    /// (those left are READs and atomics waiting for responses). Returns
+    /// the highest transmission number newly marked.
+    pub fn sack_through(&mut self, psn: Psn) -> Option<u64> {
+        let mut seq = None;
+        for r in self.recs.iter_mut() {
+            if r.psn.is_after(psn) {
+                break;
+            }
+            if !r.sacked {
+                r.sacked = true;
+                r.lost = false;
+                self.sacked += 1;
+                seq = seq.max(Some(r.tx_seq));
+            }
+        }
+        seq
+    }
+
+    /// Marks lost, and returns, the records not held and not yet marked
+    /// that were sent (before `sent_to`) at least `thresh` transmissions
+    /// before `delivered`, the newest transmission delivered.
+    pub fn mark_lost(&mut self, delivered: u64, thresh: u64, sent_to: Psn) -> Vec<Psn> {
+        let mut out = Vec::new();
+        for r in self.recs.iter_mut() {
+            if !r.psn.is_before(sent_to) {
+                break;
+            }
+            if !r.sacked && !r.lost && r.tx_seq.saturating_add(thresh) <= delivered {
+                r.lost = true;
+                out.push(r.psn);
+            }
+        }
+        out
+    }
+
+    /// No record is marked lost any more.
+    pub fn clear_lost(&mut self) {
+        for r in self.recs.iter_mut() {
+            r.lost = false;
+        }
     }
 
     fn index_of(&self, psn: Psn) -> Option<usize> {
@@ -164,6 +250,9 @@ mod tests {
             opcode: Opcode::RC_SEND_MIDDLE,
             sent_at: Instant(0),
             retransmitted: false,
+            tx_seq: 0,
+            sacked: false,
+            lost: false,
         }
     }
 

@@ -13,6 +13,8 @@
 //! [`mad`] is the Management Datagram header and how a MAD rides a UD packet
 //! to QP1; [`cm`] the Communication Manager messages it carries, and [`cma`]
 //! the rdma_cm conventions (service IDs, the private-data header) on top.
+//! [`sack`] is the selective-acknowledgement extension an RC ACK carries
+//! on QPs that negotiated selective repeat.
 //!
 //! Nothing here panics on any input: untrusted bytes go through `parse`,
 //! which returns an [`Error`] naming the header or field at fault.
@@ -41,6 +43,7 @@ pub mod opcode;
 pub mod packet;
 mod psn;
 pub mod reth;
+pub mod sack;
 pub mod small;
 mod util;
 
@@ -56,4 +59,5 @@ pub use opcode::{HeaderLayout, OpKind, Opcode, OpcodeInfo, Position, Transport, 
 pub use packet::{Headers, PacketRepr};
 pub use psn::{Msn, Psn, SEQ_MASK};
 pub use reth::RethRepr;
+pub use sack::SackRepr;
 pub use small::DethRepr;

@@ -11,8 +11,9 @@ use crate::aeth::{self, AethRepr, Syndrome};
 use crate::atomic_eth::{self, AtomicEthRepr};
 use crate::bth::{self, BthRepr};
 use crate::icrc::{self, Endpoints, ICRC_LEN};
-use crate::opcode::HeaderLayout;
+use crate::opcode::{HeaderLayout, Opcode};
 use crate::reth::{self, RethRepr};
+use crate::sack;
 use crate::small::{self, DethRepr};
 use crate::{Error, Result};
 
@@ -240,6 +241,22 @@ impl<'a> PacketRepr<'a> {
         let headers = Headers::parse(info.layout, &udp_payload[bth::HEADER_LEN..hdr_end])?;
         let body = &udp_payload[hdr_end..udp_payload.len() - ICRC_LEN];
         let pad = usize::from(bth.pad_count);
+        // An RC ACK may carry one selective-acknowledgement extension
+        // (`sack`), and nothing else; no other payload-less opcode carries bytes.
+        if bth.opcode == Opcode::RC_ACK && !body.is_empty() {
+            if bth.pad_count != 0 {
+                return Err(Error::PadExceedsPayload {
+                    pad: bth.pad_count,
+                    payload: 0,
+                });
+            }
+            sack::SackRepr::parse(body)?;
+            return Ok(PacketRepr {
+                bth,
+                headers,
+                payload: body,
+            });
+        }
         if !info.has_payload && !body.is_empty() {
             return Err(Error::UnexpectedPayload {
                 opcode: bth.opcode.value(),
@@ -313,7 +330,9 @@ fn emit_headers(
             opcode: bth.opcode.value(),
         });
     }
-    if !info.has_payload && payload_len != 0 {
+    // The one exception: an RC ACK's SACK extension (`sack`), which the
+    // caller wrote where a payload would be.
+    if !info.has_payload && payload_len != 0 && bth.opcode != Opcode::RC_ACK {
         return Err(Error::UnexpectedPayload {
             opcode: bth.opcode.value(),
             len: payload_len,

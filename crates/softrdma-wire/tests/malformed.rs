@@ -323,7 +323,34 @@ fn pad_exceeds_payload() {
 
 #[test]
 fn unexpected_payload() {
-    for info in OPCODE_TABLE.iter().filter(|i| !i.has_payload) {
+    // An RC ACK's bytes after the AETH must be one well-formed SACK
+    // extension (`sack`): anything else is refused, naming it.
+    let b = valid(0x11, 0);
+    let mut p = b[..b.len() - 4].to_vec();
+    p.extend_from_slice(&[1, 2, 3, 4]);
+    p.extend_from_slice(&b[b.len() - 4..]);
+    let e = PacketRepr::parse(&p).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::BadField {
+                header: "SACK",
+                field: "magic",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let mut p = b[..b.len() - 4].to_vec();
+    p.extend_from_slice(&[0x53, 0x52, 1, 1, 0x40, 0, 0, 0]);
+    p.extend_from_slice(&b[b.len() - 4..]);
+    let ok = PacketRepr::parse(&p).unwrap();
+    let sack = softrdma_wire::SackRepr::parse(ok.payload).unwrap();
+    assert_eq!(sack.held().collect::<Vec<_>>(), vec![1]);
+    for info in OPCODE_TABLE
+        .iter()
+        .filter(|i| !i.has_payload && i.code != 0x11)
+    {
         let b = valid(info.code, 0);
         let mut p = b[..b.len() - 4].to_vec();
         p.extend_from_slice(&[1, 2, 3, 4]); // a payload...

@@ -59,9 +59,9 @@ pub use paging::OdpRegion;
 pub use region::{OwnedRegion, RawRegion};
 pub use softrdma_core::FaultSpec;
 pub use softrdma_engine::{
-    errno, AccessFlags, AhAttr, AttrMask, Counters, Event, Gid, Mtu, NetworkHdr, QpAttr, QpCap,
-    QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, VerbsError, WcFlags,
-    WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
+    errno, AccessFlags, AhAttr, AttrMask, Counters, Ece, Event, Gid, Mtu, NetworkHdr, QpAttr,
+    QpCap, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, VerbsError,
+    WcFlags, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
 };
 /// Typed handles of the engine's objects: what [`Pd::handle`], [`Cq::handle`],
 /// [`Qp::qpn`], [`Mr::lkey`], [`Mr::rkey`] and friends return, and what

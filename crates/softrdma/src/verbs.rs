@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use softrdma_engine::{
-    AccessFlags, AhAttr, AhHandle, AttrMask, Counters, CqHandle, Engine, Event, Gid, Lkey, Mtu,
-    PdHandle, QpAttr, QpCap, QpInit, QpState, QpType, Qpn, RecvWr, RegionMemory, Rkey, SendWr, Sge,
-    SrqHandle, SrqInit, WorkCompletion,
+    AccessFlags, AhAttr, AhHandle, AttrMask, Counters, CqHandle, Ece, Engine, Event, Gid, Lkey,
+    Mtu, PdHandle, QpAttr, QpCap, QpInit, QpState, QpType, Qpn, RecvWr, RegionMemory, Rkey, SendWr,
+    Sge, SrqHandle, SrqInit, WorkCompletion,
 };
 use softrdma_wire::Psn;
 
@@ -1584,6 +1584,24 @@ impl Qp {
             .dev
             .with_engine(|e, now| e.modify_qp(now, q, attr, mask))?;
         self.ctx.dev.qp_changed(q);
+        Ok(())
+    }
+
+    /// `ibv_query_ece`: the ECE options this QP offers (what the engine
+    /// supports, [`Ece::SUPPORTED`]) until they are set, then those set.
+    /// Send it to the peer; set what both offer ([`Ece::agree`]) with
+    /// [`Qp::set_ece`] on both ends before [`Qp::connect`].
+    pub fn query_ece(&self) -> Result<Ece> {
+        let q = self.qpn;
+        Ok(self.ctx.dev.lock().engine.query_ece(q)?)
+    }
+
+    /// `ibv_set_ece`: the options both ends agreed to (selective repeat,
+    /// docs/transport.md), before the QP reaches RTR; EINVAL otherwise, and
+    /// for options the engine does not know or a QP that is not RC.
+    pub fn set_ece(&self, ece: Ece) -> Result<()> {
+        let q = self.qpn;
+        self.ctx.dev.lock().engine.set_ece(q, ece)?;
         Ok(())
     }
 

@@ -374,6 +374,12 @@ pub struct Summary {
     /// (each counted by its receiver).
     pub tail_drops: u64,
     pub ce_marks: u64,
+    /// Selective repeat: packets sent again alone, and requests held out
+    /// of order by responders (device counters of every node).
+    pub sr_retransmits: u64,
+    pub ooo_held: u64,
+    /// CNPs the nodes sent (DCQCN's notification point).
+    pub cnp_sent: u64,
 }
 
 pub struct World<N: HarnessNode> {
@@ -408,6 +414,10 @@ impl<N: HarnessNode> World<N> {
             c.max_inflight = sc.max_inflight;
             c.ack_req_every = sc.ack_req_every;
             c.ack_delay_ns = sc.ack_delay_ns;
+            if sc.dcqcn {
+                let line = sc.fabric.map_or(100_000_000_000, |f| f.rate_bps);
+                c.congestion = CongestionConfig::dcqcn(DcqcnParams::new(line));
+            }
             cfgs.push(c);
         }
         // Same host: every port on one host, whose direct path reaches the
@@ -831,6 +841,10 @@ impl<N: HarnessNode> World<N> {
                 .modify_qp(now, qpn, &a, AttrMask::STATE | AttrMask::SQ_PSN)
                 .map_err(|e| e.to_string());
         };
+        if self.sc.selective_repeat && t == QpType::Rc {
+            let ece = e.query_ece(qpn).map_err(|e| e.to_string())?;
+            e.set_ece(qpn, ece).map_err(|e| e.to_string())?;
+        }
         let c = &self.sc.conns[ci];
         let peer = &self.qps[q.peer.unwrap()];
         let is_a = i.is_multiple_of(2);
@@ -2542,6 +2556,12 @@ impl<N: HarnessNode> World<N> {
         s.corrupted = self.net.stats.corrupted;
         s.tail_drops = self.net.stats.tail_drops;
         s.ce_marks = self.net.stats.ecn_marked;
+        for n in &self.net.nodes {
+            let c = n.engine().counters();
+            s.sr_retransmits += c.sr_retransmits;
+            s.ooo_held += c.ooo_held;
+            s.cnp_sent += c.cnp_sent;
+        }
         s.virtual_ms = (self.net.now - self.start).as_millis() as u64;
         Ok(s)
     }

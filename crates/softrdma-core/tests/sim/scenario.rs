@@ -108,6 +108,11 @@ pub struct Scenario {
     pub same_host: bool,
     /// Every node on one switch ([`FABRIC`] set in the seed).
     pub fabric: Option<Fabric>,
+    /// Every RC connection negotiated selective repeat
+    /// ([`SELECTIVE_REPEAT`] set in the seed).
+    pub selective_repeat: bool,
+    /// Every node runs DCQCN ([`DCQCN`] set in the seed).
+    pub dcqcn: bool,
 }
 
 /// A star of links (`SimNet::star`) that replaces the network's delay.
@@ -154,6 +159,16 @@ pub const SAME_HOST: u64 = 1 << 48;
 /// with links cut for a while but never for good (the oracle bounds what
 /// may still arrive after a permanent cut by the network's delay alone).
 pub const FABRIC: u64 = 1 << 49;
+
+/// Seeds with this bit set run every RC connection with selective repeat
+/// (both ends set the ECE option before RTR); the rest of the scenario is
+/// the seed's without the bit.
+pub const SELECTIVE_REPEAT: u64 = 1 << 50;
+
+/// Seeds with this bit set run DCQCN on every node (ECT(0) on every
+/// packet, CNPs for CE marks, paced rates); the rest of the scenario is
+/// the seed's without the bit.
+pub const DCQCN: u64 = 1 << 51;
 
 fn pick<T: Copy>(r: &mut Rng, xs: &[T]) -> T {
     xs[r.below(xs.len() as u64) as usize]
@@ -388,6 +403,8 @@ impl Scenario {
             sqd_p,
             same_host,
             fabric: fabric.then(|| Fabric::from_seed(seed, mode == Mode::Clean)),
+            selective_repeat: seed & SELECTIVE_REPEAT != 0,
+            dcqcn: seed & DCQCN != 0,
         }
     }
 }

@@ -420,6 +420,8 @@ pub struct Pkt {
     pub reth: Option<RethRepr>,
     pub atomic_orig: Option<u64>,
     pub payload_len: usize,
+    /// The ECN codepoint of its IP header at this stage.
+    pub ecn: softrdma_wire::Ecn,
     /// The whole UDP payload, to inject again later.
     pub bytes: Vec<u8>,
 }
@@ -460,6 +462,7 @@ fn parse_pkt(t: &Tapped<'_>) -> Option<Pkt> {
             _ => None,
         },
         payload_len: p.payload.len(),
+        ecn: t.ecn,
         bytes: t.data.to_vec(),
     })
 }

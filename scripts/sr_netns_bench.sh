@@ -1,0 +1,64 @@
+#!/bin/sh
+# Goodput over real RoCEv2/UDP under loss, go-back-N vs selective repeat
+# (issue 19). Two network namespaces joined by a veth (MTU 9000, so 4 KiB
+# RoCE MTU) with `tc netem delay` on both ends (default 50 us each way:
+# 100 us RTT), SOFTRDMA_FAULT loss on both devices; one client streaming
+# 64 KiB WRITEs (crates/softrdma/examples/sr_udp_goodput.rs). Prints a
+# markdown table. Needs root and iproute2.
+#
+#   scripts/sr_netns_bench.sh [MIB] [DELAY_US]
+set -eu
+MIB=${1:-256}
+DELAY=${2:-50}
+BIN=${CARGO_TARGET_DIR:-target}/release/examples/sr_udp_goodput
+[ -x "$BIN" ] || cargo build --release -p softrdma --example sr_udp_goodput
+A=srbench-a-$$
+B=srbench-b-$$
+cleanup() { ip netns del "$A" 2>/dev/null || true; ip netns del "$B" 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+ip netns add "$A"
+ip netns add "$B"
+ip link add va-$$ type veth peer name vb-$$
+ip link set va-$$ netns "$A"
+ip link set vb-$$ netns "$B"
+ip -n "$A" addr add 10.78.0.1/24 dev va-$$
+ip -n "$B" addr add 10.78.0.2/24 dev vb-$$
+for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
+ip -n "$A" link set va-$$ mtu 9000 up
+ip -n "$B" link set vb-$$ mtu 9000 up
+# netem may be missing from the kernel (sch_netem): then no delay is added
+# and the table says so.
+if ip netns exec "$A" tc qdisc add dev va-$$ root netem delay ${DELAY}us limit 100000 2>/dev/null &&
+   ip netns exec "$B" tc qdisc add dev vb-$$ root netem delay ${DELAY}us limit 100000 2>/dev/null; then
+  delay_note="netem ${DELAY} us each way"
+else
+  delay_note="no netem in this kernel (sch_netem missing): no delay added"
+fi
+
+run() { # loss mode
+  flag=""; [ "$2" = sr ] && flag=--sr
+  port=$((18600 + $$ % 1000))
+  SOFTRDMA_DEVICES=srx0=10.78.0.2 SOFTRDMA_FAULT="loss=$1,seed=2" \
+    ip netns exec "$B" "$BIN" server 10.78.0.2:$port $flag &
+  srv=$!
+  out=$(SOFTRDMA_DEVICES=srx0=10.78.0.1 SOFTRDMA_FAULT="loss=$1,seed=1" \
+    ip netns exec "$A" "$BIN" client 10.78.0.2:$port "$MIB" $flag)
+  wait $srv
+  echo "$out"
+}
+field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+echo "# RoCEv2/UDP between two namespaces, veth MTU 9000, ${delay_note}, SOFTRDMA_FAULT loss on both devices, ${MIB} MiB of 64 KiB WRITEs per run"
+echo
+echo "| loss | go-back-N Gb/s | GBN / lossless | GBN retransmits (timeouts) | selective repeat Gb/s | SR / lossless | SR retransmits (timeouts) |"
+echo "|---|---|---|---|---|---|---|"
+g0=""; s0=""
+for loss in 0 0.001 0.01 0.05; do
+  g=$(run $loss gbn); s=$(run $loss sr)
+  gg=$(field "$g" gbps); sg=$(field "$s" gbps)
+  [ -z "$g0" ] && g0=$gg && s0=$sg
+  printf '| %s %% | %s | %.3f | %s (%s) | %s | %.3f | %s (%s) |\n' \
+    "$(echo "$loss*100" | bc -l | sed 's/\.\?0*$//;s/^\./0./;s/^$/0/')" "$gg" "$(echo "$gg/$g0" | bc -l)" \
+    "$(field "$g" retransmits)" "$(field "$g" timeouts)" \
+    "$sg" "$(echo "$sg/$s0" | bc -l)" "$(field "$s" retransmits)" "$(field "$s" timeouts)"
+done
