@@ -10,7 +10,13 @@
 //! the application is not polling, so one-sided operations reach a target
 //! that is asleep or busy, and retransmission timers fire. While the
 //! application polls, the thread stays out of its way: at most one busy
-//! thread per process. What progress does, and when an inline poll may
+//! thread per process. A thread blocked on a completion channel
+//! (`Device::wait_channel`) does the background thread's work while it
+//! waits, so that the completion it waits for wakes it once; while a CQ is
+//! armed the background thread watches the sources even if the application
+//! polled a moment ago (its program may be asleep on an epoll of the
+//! channel's fd). See docs/api.md, "How an event wakes the program".
+//! What progress does, and when an inline poll may
 //! skip it, is the core's (`softrdma-core`, docs/core.md); this file owns
 //! only the threads, the clock and the file descriptors.
 
