@@ -380,6 +380,47 @@ fn events_and_duration() {
     );
 }
 
+/// Completion events wake the sleeping side at once on both transports: a
+/// ping-pong with `-e` completes, says it sleeps on events, and its typical
+/// half round trip is nowhere near the 100 ms the tool's event wait gives
+/// up after (when an event came late every iteration waited it out:
+/// t_typical 50,214 us, over UDP and shm alike). The bound is a hundred
+/// times what a loaded machine takes; the speed itself is measured by
+/// bench/events.sh.
+#[test]
+fn send_lat_with_events_on_both_transports() {
+    for tr in ["udp", "shm"] {
+        let args = [
+            "perf",
+            "send_lat",
+            "-e",
+            "-n",
+            "1000",
+            "-s",
+            "8",
+            "--transport",
+            tr,
+            "--check",
+        ];
+        let r = softrdma(&args);
+        assert_eq!(r.code, 0, "{args:?}\n{}\n{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout.contains(" Test with events."),
+            "{tr}: {}",
+            r.stdout
+        );
+        let (_, rows) = rows(&r.stdout);
+        assert_eq!(rows.len(), 1, "{}", r.stdout);
+        let (iters, t_typical) = (rows[0][1], rows[0][4]);
+        assert_eq!(iters, 1000.0, "{}", r.stdout);
+        assert!(
+            t_typical > 0.0 && t_typical < 5000.0,
+            "{tr}: t_typical {t_typical} us with events:\n{}",
+            r.stdout
+        );
+    }
+}
+
 #[test]
 fn shared_memory_path() {
     let r = softrdma(&[

@@ -432,6 +432,7 @@ impl Engine {
                 depth: depth as usize,
                 entries: std::collections::VecDeque::new(),
                 notify: Notify::Off,
+                quiet: 0,
                 overrun: false,
                 users: 0,
             },
@@ -474,7 +475,14 @@ impl Engine {
                 c.users
             ))),
             Some(_) => {
-                self.res.cqs.remove(&cq);
+                if self
+                    .res
+                    .cqs
+                    .remove(&cq)
+                    .is_some_and(|c| c.notify != Notify::Off)
+                {
+                    self.res.armed_cqs -= 1;
+                }
                 Ok(())
             }
         }
@@ -498,6 +506,7 @@ impl Engine {
         out.extend_from_slice(&a[..na]);
         out.extend_from_slice(&b[..n - na]);
         c.entries.drain(..n);
+        c.quiet = c.quiet.min(c.entries.len());
         Ok(n)
     }
 
@@ -512,18 +521,25 @@ impl Engine {
     }
 
     /// `ibv_req_notify_cq`: the next completion (or next solicited one)
-    /// raises `Event::Completion`.
+    /// raises `Event::Completion` — at once if the CQ holds one that came
+    /// in unarmed, with no event (as hardware arming at the consumer index
+    /// does; see `Resources::arm_cq`).
     pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<()> {
-        let c = self.res.cqs.get_mut(&cq).ok_or(VerbsError::NotFound {
-            kind: "completion queue",
-            handle: cq.raw(),
-        })?;
-        c.notify = if solicited_only {
-            Notify::Solicited
+        if self.res.arm_cq(cq, solicited_only) {
+            Ok(())
         } else {
-            Notify::Next
-        };
-        Ok(())
+            Err(VerbsError::NotFound {
+                kind: "completion queue",
+                handle: cq.raw(),
+            })
+        }
+    }
+
+    /// How many CQs are armed (`req_notify_cq` with no event raised
+    /// since): while one is, a driver must notice incoming packets at
+    /// once, since the program may be asleep waiting for the event.
+    pub fn armed_cqs(&self) -> usize {
+        self.res.armed_cqs
     }
 
     // ----- shared receive queues and address handles -----

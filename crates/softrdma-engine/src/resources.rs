@@ -109,10 +109,27 @@ pub(crate) enum Notify {
     Solicited,
 }
 
+impl Notify {
+    /// Whether completion `wc` raises the event of a CQ armed this way: any
+    /// completion for `Next`; for `Solicited`, a solicited one or an error
+    /// (`ibv_req_notify_cq(3)`).
+    fn fires_for(self, wc: &WorkCompletion) -> bool {
+        match self {
+            Notify::Off => false,
+            Notify::Next => true,
+            Notify::Solicited => wc.solicited || !wc.status.is_ok(),
+        }
+    }
+}
+
 pub(crate) struct Cq {
     pub depth: usize,
     pub entries: VecDeque<WorkCompletion>,
     pub notify: Notify,
+    /// How many of the last entries came in with no event (the CQ was
+    /// not armed for them). Always the newest ones: an event covers every
+    /// entry in the CQ.
+    pub quiet: usize,
     pub overrun: bool,
     pub users: u32,
 }
@@ -194,6 +211,8 @@ pub(crate) struct Resources {
     pub srqs: KeyMap<SrqHandle, Srq>,
     pub ahs: KeyMap<AhHandle, Ah>,
     pub events: VecDeque<Event>,
+    /// CQs armed now (`Notify` other than `Off`), for `Engine::armed_cqs`.
+    pub armed_cqs: usize,
     pub counters: Counters,
     /// lkeys and rkeys (ChaCha20).
     key_rng: SecretRng,
@@ -218,6 +237,7 @@ impl Resources {
             srqs: KeyMap::default(),
             ahs: KeyMap::default(),
             events: VecDeque::new(),
+            armed_cqs: 0,
             counters: Counters::default(),
             key_rng: SecretRng::new(secret_seed, Purpose::MemoryKeys),
             qpn_rng: SecretRng::new(secret_seed, Purpose::Qpns),
@@ -450,16 +470,61 @@ impl Resources {
             }
             return;
         }
-        let fire = match cq.notify {
-            Notify::Off => false,
-            Notify::Next => true,
-            Notify::Solicited => wc.solicited || !wc.status.is_ok(),
-        };
+        let fire = cq.notify.fires_for(&wc);
         cq.entries.push_back(wc);
         if fire {
             cq.notify = Notify::Off;
+            cq.quiet = 0;
+            self.armed_cqs -= 1;
             self.events.push_back(Event::Completion { cq: cq_id });
+        } else {
+            cq.quiet += 1;
         }
+    }
+
+    /// Arms CQ `cq_id` (`ibv_req_notify_cq`); false if there is none.
+    ///
+    /// A completion that came in while the CQ was not armed (between the
+    /// program's last poll and this arm) and is still in it raises the
+    /// event now, if the arming wants it — as hardware arming at the
+    /// consumer index does for what arrived before the arm. So no
+    /// completion the program has not polled can be left with no event:
+    /// the race of a completion landing between an empty poll and the
+    /// arm cannot put the program to sleep on a completion that is there.
+    /// A completion that raised an event already does not raise another
+    /// one (programs that arm before they poll what woke them, as
+    /// perftest's `-e` does, would otherwise be woken twice for it).
+    pub fn arm_cq(&mut self, cq_id: CqHandle, solicited_only: bool) -> bool {
+        let Some(cq) = self.cqs.get_mut(&cq_id) else {
+            return false;
+        };
+        let want = if solicited_only {
+            Notify::Solicited
+        } else {
+            Notify::Next
+        };
+        let was_armed = cq.notify != Notify::Off;
+        let quiet = cq.quiet.min(cq.entries.len());
+        let missed = cq
+            .entries
+            .iter()
+            .rev()
+            .take(quiet)
+            .any(|wc| want.fires_for(wc));
+        if missed {
+            cq.notify = Notify::Off;
+            cq.quiet = 0;
+            if was_armed {
+                self.armed_cqs -= 1;
+            }
+            self.events.push_back(Event::Completion { cq: cq_id });
+        } else {
+            cq.notify = want;
+            if !was_armed {
+                self.armed_cqs += 1;
+            }
+        }
+        true
     }
 
     /// Takes the next receive WQE from an SRQ, raising the limit event.

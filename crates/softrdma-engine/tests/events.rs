@@ -124,11 +124,68 @@ fn solicited_only_notification() {
     settle(&mut net);
     assert!(events(&mut net, 1).is_empty());
     // Next-completion mode fires on any completion, sends included.
-    net.nodes[1].req_notify_cq(b.cq, false).unwrap();
     poll(&mut net, &b);
+    net.nodes[1].req_notify_cq(b.cq, false).unwrap();
+    assert!(events(&mut net, 1).is_empty(), "an empty CQ arms quietly");
+    assert_eq!(net.nodes[1].armed_cqs(), 1);
     post_ok(&mut net, &b, write_wr(9, &b, 0, 10, &a, 0));
     settle(&mut net);
     assert_eq!(events(&mut net, 1), vec![Event::Completion { cq: b.cq }]);
+    assert_eq!(net.nodes[1].armed_cqs(), 0, "the event disarmed it");
+}
+
+#[test]
+fn arming_a_cq_that_holds_a_completion_raises_the_event_at_once() {
+    // A completion that landed between the program's last (empty) poll and
+    // its arm: hardware arming at the consumer index raises the event at
+    // once, so a program that then sleeps on its channel is woken.
+    let (mut net, a, b) = rc();
+    for i in 0..3 {
+        recv(&mut net, &b, 10 + i, 100 * i, 100);
+    }
+    post_ok(&mut net, &a, send_wr(1, &a, 0, 10));
+    settle(&mut net);
+    assert!(events(&mut net, 1).is_empty(), "not armed: no event");
+    net.nodes[1].req_notify_cq(b.cq, false).unwrap();
+    assert_eq!(events(&mut net, 1), vec![Event::Completion { cq: b.cq }]);
+    assert_eq!(net.nodes[1].armed_cqs(), 0, "raised, so not armed");
+    assert_eq!(statuses(&poll(&mut net, &b)), vec![(10, WcStatus::Success)]);
+    // Solicited-only arming counts only a solicited (or failed) completion
+    // already there: an unsolicited one leaves the CQ armed.
+    post_ok(&mut net, &a, send_wr(2, &a, 0, 10));
+    settle(&mut net);
+    net.nodes[1].req_notify_cq(b.cq, true).unwrap();
+    assert!(events(&mut net, 1).is_empty());
+    assert_eq!(net.nodes[1].armed_cqs(), 1);
+    poll(&mut net, &b);
+    net.nodes[1].req_notify_cq(b.cq, false).unwrap();
+    net.nodes[1].req_notify_cq(b.cq, false).unwrap();
+    assert_eq!(net.nodes[1].armed_cqs(), 1, "arming twice is one arm");
+    post_ok(
+        &mut net,
+        &a,
+        with_flags(send_wr(3, &a, 0, 10), SendFlags::SOLICITED),
+    );
+    settle(&mut net);
+    assert_eq!(events(&mut net, 1), vec![Event::Completion { cq: b.cq }]);
+    // Re-armed before the program polled the completion that woke it: that
+    // completion raised its event already and raises no second one.
+    net.nodes[1].req_notify_cq(b.cq, true).unwrap();
+    assert!(events(&mut net, 1).is_empty(), "one event per completion");
+    assert_eq!(net.nodes[1].armed_cqs(), 1);
+    assert_eq!(statuses(&poll(&mut net, &b)), vec![(12, WcStatus::Success)]);
+}
+
+#[test]
+fn destroying_an_armed_cq_disarms_it() {
+    let (mut net, _a, _b) = rc();
+    let e = &mut net.nodes[0];
+    let cq = e.create_cq(4).unwrap();
+    e.req_notify_cq(cq, false).unwrap();
+    assert_eq!(e.armed_cqs(), 1);
+    e.destroy_cq(cq).unwrap();
+    assert_eq!(e.armed_cqs(), 0);
+    assert!(e.req_notify_cq(cq, false).is_err());
 }
 
 #[test]

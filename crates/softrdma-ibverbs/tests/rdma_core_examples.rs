@@ -155,6 +155,18 @@ fn pingpongs_over_shared_memory() {
     }
 }
 
+/// The same programs sleeping on completion events (`-e`) over the
+/// same-host transport: each completion must wake its program (an event
+/// that waits for the next poll never comes: the program is asleep).
+#[test]
+fn pingpongs_with_events_over_shared_memory() {
+    if have(&["ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"]) {
+        pingpong("ibv_rc_pingpong", 19413, &["-e"], "shm");
+        pingpong("ibv_ud_pingpong", 19414, &["-e"], "shm");
+        pingpong("ibv_srq_pingpong", 19415, &["-e"], "shm");
+    }
+}
+
 /// Imported `name@VERSION` libibverbs symbols of an ELF file.
 fn imports(file: &str) -> BTreeSet<String> {
     let o = Command::new("nm")

@@ -10,7 +10,13 @@
 //! the application is not polling, so one-sided operations reach a target
 //! that is asleep or busy, and retransmission timers fire. While the
 //! application polls, the thread stays out of its way: at most one busy
-//! thread per process. What progress does, and when an inline poll may
+//! thread per process. A thread blocked on a completion channel
+//! (`Device::wait_channel`) does the background thread's work while it
+//! waits, so that the completion it waits for wakes it once; while a CQ is
+//! armed the background thread watches the sources even if the application
+//! polled a moment ago (its program may be asleep on an epoll of the
+//! channel's fd). See docs/api.md, "How an event wakes the program".
+//! What progress does, and when an inline poll may
 //! skip it, is the core's (`softrdma-core`, docs/core.md); this file owns
 //! only the threads, the clock and the file descriptors.
 
@@ -19,7 +25,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -63,6 +69,19 @@ const STREAM_SPIN: Duration = Duration::from_micros(50);
 /// How long after the last post the background thread keeps to
 /// `POSTING_SLEEP_MAX`; then an idle device sleeps until something happens.
 const POST_RECENT: Duration = Duration::from_millis(100);
+/// How long after its last completion event a program that sleeps on
+/// events is still taken for one (`Device::events_until`): it re-arms
+/// within microseconds of waking, and the background thread should not
+/// fall back to checking on a poller in between.
+const EVENTS_RECENT: Duration = Duration::from_micros(200);
+/// The longest the background thread parks while a thread waits in
+/// `Device::wait_channel` (which watches the sources and runs progress):
+/// it looks again after ACTIVE_CHECK_MAX, then ever less often, up to
+/// this, so that a program blocked on its channel for long costs no CPU.
+/// A waiter that leaves after the park grew past ACTIVE_CHECK_MAX wakes
+/// the thread (`park_long`); one that leaves sooner does not (it is back
+/// in verbs calls, and the thread looks again within ACTIVE_CHECK_MAX).
+const PARK_MAX: Duration = Duration::from_millis(100);
 /// How long a lone ACK may wait for a request to ride out with (`EngineConfig::ack_delay_ns`).
 const ACK_DELAY: Duration = Duration::from_micros(32);
 
@@ -236,6 +255,28 @@ pub(crate) struct Device {
     /// When the application last posted a send WR (`POST_RECENT`).
     last_post: AtomicU64,
     sleeping_until: AtomicU64,
+    /// Until when the background thread must notice incoming packets at
+    /// once, as if the application did not poll (`u64::MAX` while a CQ is
+    /// armed, `EVENTS_RECENT` past the last event after): an armed CQ's
+    /// program may be asleep on its channel, and its event must not wait
+    /// for a poll that does not come (`Device::wants_events`).
+    events_until: AtomicU64,
+    /// Set while the background thread checks on a poller
+    /// (`check_on_poller`), which does not watch the packet sources: an
+    /// arm then wakes it (`Device::route_events`).
+    checking: AtomicBool,
+    /// Threads asleep in `wait_channel`, each watching the packet sources
+    /// itself; the background thread leaves the sources to them.
+    waiters: AtomicU32,
+    /// Where the background thread sleeps while there are waiters.
+    park: EventFd,
+    /// Set while the background thread parks for longer than
+    /// ACTIVE_CHECK_MAX (`PARK_MAX`).
+    park_long: AtomicBool,
+    /// When the last thread left `wait_channel`: the background thread
+    /// stays parked for `EVENTS_RECENT` after, while the program handles
+    /// what woke it and comes back to wait (it would only contend with it).
+    waiter_left: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -449,6 +490,12 @@ impl Device {
             last_app_poll: AtomicU64::new(0),
             last_post: AtomicU64::new(0),
             sleeping_until: AtomicU64::new(u64::MAX),
+            events_until: AtomicU64::new(0),
+            checking: AtomicBool::new(false),
+            waiters: AtomicU32::new(0),
+            park: EventFd::new(true).map_err(io)?,
+            park_long: AtomicBool::new(false),
+            waiter_left: AtomicU64::new(0),
             thread: Mutex::new(None),
         });
         let d = dev.clone();
@@ -615,6 +662,7 @@ impl Device {
         if core.has_cm_events() {
             self.cm_fd.signal();
         }
+        self.follow_arming(core.engine.armed_cqs() > 0);
         while let Some(ev) = core.poll_event() {
             match ev {
                 Event::Completion { cq } => {
@@ -632,6 +680,37 @@ impl Device {
                 }
             }
         }
+    }
+
+    /// Keeps `events_until` to whether a CQ is armed (called under the
+    /// lock after everything that may arm or fire one). An arm while the
+    /// background thread checks on a poller wakes it, so that it watches
+    /// the packet sources before the completion comes. One relaxed load
+    /// when nothing changed.
+    #[inline]
+    fn follow_arming(&self, armed: bool) {
+        let until = self.events_until.load(Ordering::Relaxed);
+        if armed == (until == u64::MAX) {
+            return;
+        }
+        if armed {
+            // Pairs with `check_on_poller`: it sets `checking`, then reads
+            // `events_until`; this stores, then reads `checking`. One of
+            // the two sees the other.
+            self.events_until.store(u64::MAX, Ordering::SeqCst);
+            if self.checking.load(Ordering::SeqCst) {
+                self.wake.signal();
+            }
+        } else {
+            let t = self.now().0 + EVENTS_RECENT.as_nanos() as u64;
+            self.events_until.store(t, Ordering::Release);
+        }
+    }
+
+    /// Whether the background thread must notice incoming packets at once:
+    /// a CQ is armed, or was until just now (`events_until`).
+    fn wants_events(&self, now: Instant) -> bool {
+        now.0 < self.events_until.load(Ordering::SeqCst)
     }
 
     /// Executes an RDMA WRITE, READ or atomic directly in a same-host peer's
@@ -667,15 +746,149 @@ impl Device {
         st.core.revalidate_grants(Some(qpn));
     }
 
+    /// Sleeps until channel `ch` has an event or `timeout` passes (true:
+    /// an event waits), with this thread doing the background thread's
+    /// work meanwhile: it sleeps on the channel, the UDP socket, the
+    /// same-host links (their rings marked sleeping, so that a peer's
+    /// packet wakes it) and the next timer, and runs progress when one
+    /// of them wakes it. So the completion a program waits for wakes the
+    /// program itself, once — not the background thread, which then has
+    /// to wake the program (two wake-ups, each 5–50 µs on a VM, on the
+    /// path of every event-driven message). The background thread stays
+    /// off the sources while a thread waits here (`waiters`), so that
+    /// one packet does not wake both.
+    pub fn wait_channel(&self, ch: &ChannelShared, timeout: Option<Duration>) -> bool {
+        let start = self.now().0;
+        let end = timeout.map_or(u64::MAX, |t| start.saturating_add(t.as_nanos() as u64));
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut fds = Vec::with_capacity(8);
+        let mut ready = Vec::with_capacity(8);
+        // Whether the channel's fd woke the last wait.
+        let mut signalled = false;
+        let got = loop {
+            let now = self.now();
+            let (next, can_sleep) = {
+                let mut st = self.lock();
+                st.core.progress(now, true);
+                self.route_events(&mut st);
+                {
+                    let q = ch.ready.lock().unwrap_or_else(|e| e.into_inner());
+                    if !q.is_empty() {
+                        drop(q);
+                        self.leave_rings_marked(&mut st);
+                        break true;
+                    }
+                    // Readable with no event (taken since, by another
+                    // thread or `try_get_event`): clear it, under the
+                    // queue's lock as `CompChannel::get_event` does, or
+                    // this wait would not sleep.
+                    if signalled {
+                        ch.fd.drain();
+                    }
+                }
+                let next = st.core.next_deadline().map_or(u64::MAX, |t| t.0);
+                let can_sleep = st.shm_mut().prepare_sleep();
+                fds.clear();
+                fds.extend([ch.fd.as_raw_fd(), self.sock_fd, self.wake.as_raw_fd()]);
+                st.shm().wait_fds(&mut fds);
+                (next, can_sleep)
+            };
+            let now = self.now().0;
+            if now >= end {
+                self.leave_rings_marked(&mut self.lock_keeping_routes());
+                break false;
+            }
+            if !can_sleep {
+                // A ring already holds packets.
+                continue;
+            }
+            let until = next.min(end);
+            let left = (until != u64::MAX).then(|| Duration::from_nanos(until.saturating_sub(now)));
+            // A command of another thread that sets an earlier timer wakes
+            // this one, as it would the background thread.
+            self.sleeping_until.store(until, Ordering::Release);
+            sys::wait_readable_any(&fds, left, &mut ready);
+            signalled = ready[0];
+            if ready[2] {
+                self.wake.drain();
+            }
+        };
+        // The program is back in verbs calls (it polls next): the
+        // background thread, parked for at most ACTIVE_CHECK_MAX, checks on
+        // it as on any poller, and is not woken for it — unless it parks
+        // for longer.
+        let now = self.now().0;
+        self.last_app_poll.store(now, Ordering::Release);
+        self.waiter_left.store(now, Ordering::Release);
+        // Nobody sleeps on the timers now: commands need not signal.
+        self.sleeping_until.store(0, Ordering::Release);
+        if self.waiters.fetch_sub(1, Ordering::SeqCst) == 1 && self.park_long.load(Ordering::SeqCst)
+        {
+            self.park.signal();
+        }
+        got
+    }
+
+    /// For a thread leaving `wait_channel`: marks the same-host rings
+    /// sleeping again. A peer's packet clears the mark of the ring it goes
+    /// into when it wakes us, and the waiter that took that wake-up may
+    /// leave without sleeping again; the background thread may still be
+    /// asleep in `progress_and_sleep`, trusting the marks, and would then
+    /// never hear of the next packet. When a ring holds packets already,
+    /// the background thread is woken for them.
+    fn leave_rings_marked(&self, st: &mut State) {
+        if !st.shm_mut().prepare_sleep() {
+            self.wake.signal();
+        }
+    }
+
+    /// Clears the wake-up eventfd after the background thread woke on it.
+    /// A same-host peer's packet signals it once (it clears the ring's
+    /// sleeping mark): if a thread in `wait_channel` marked the ring, the
+    /// signal is its, and is given back, since the background thread
+    /// leaves progress to it.
+    fn drain_wake(&self) {
+        self.wake.drain();
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.wake.signal();
+        }
+    }
+
     fn background(self: Arc<Self>) {
         let mut w = BackgroundWait::default();
+        let mut parks = 0u32;
         while !self.stop.load(Ordering::Acquire) {
+            let since_waiter = self
+                .now()
+                .0
+                .saturating_sub(self.waiter_left.load(Ordering::Acquire));
+            let recent = EVENTS_RECENT.as_nanos() as u64;
+            if self.waiters.load(Ordering::SeqCst) > 0 || since_waiter < recent {
+                // A waiter watches the sources and runs progress
+                // (`wait_channel`), or will again in a moment; park,
+                // looking again ever less often.
+                let t = if self.waiters.load(Ordering::SeqCst) > 0 {
+                    parks += 1;
+                    (ACTIVE_CHECK_MAX * (1 << (parks - 1).min(7))).min(PARK_MAX)
+                } else {
+                    Duration::from_nanos(recent - since_waiter)
+                };
+                self.park_long.store(t > ACTIVE_CHECK_MAX, Ordering::SeqCst);
+                sys::wait_readable([self.park.as_raw_fd()], Some(t));
+                self.park_long.store(false, Ordering::SeqCst);
+                self.park.drain();
+                continue;
+            }
+            parks = 0;
             let now = self.now();
             let since_poll = now
                 .0
                 .saturating_sub(self.last_app_poll.load(Ordering::Acquire));
             let window = APP_ACTIVE.as_nanos() as u64;
-            if since_poll < window {
+            // A program that sleeps on completion events polls too (before
+            // it arms, and after it wakes), but its next completion must
+            // wake it however recently it polled.
+            if since_poll < window && !self.wants_events(now) {
                 self.check_on_poller(&mut w, window - since_poll);
                 continue;
             }
@@ -689,6 +902,12 @@ impl Device {
     /// not polled for the whole window (it may have gone on to spin on
     /// memory instead), looking ever less often (`ACTIVE_CHECK_MAX`).
     fn check_on_poller(&self, w: &mut BackgroundWait, window_left: u64) {
+        self.checking.store(true, Ordering::SeqCst);
+        if self.wants_events(self.now()) {
+            // Armed since the look in `background`.
+            self.checking.store(false, Ordering::Relaxed);
+            return;
+        }
         let base = window_left.max(10_000) << w.active_checks.min(16);
         let left = Duration::from_nanos(base.min(ACTIVE_CHECK_MAX.as_nanos() as u64));
         w.active_checks += 1;
@@ -704,8 +923,9 @@ impl Device {
         w.fds.push(self.wake.as_raw_fd());
         w.fds.extend_from_slice(&w.shm_fds);
         sys::wait_readable_any(&w.fds, Some(left), &mut w.ready);
+        self.checking.store(false, Ordering::Relaxed);
         if w.ready[0] {
-            self.wake.drain();
+            self.drain_wake();
         }
         let shm_event = w.ready[1..].iter().any(|&r| r);
         // Timers set by the application's last polls (a held ACK)
@@ -768,7 +988,7 @@ impl Device {
             (until != u64::MAX).then(|| Duration::from_nanos(until.saturating_sub(self.now().0)));
         sys::wait_readable_any(&w.fds, timeout, &mut w.ready);
         if w.ready[1] {
-            self.wake.drain();
+            self.drain_wake();
         }
     }
 
@@ -795,6 +1015,7 @@ impl Device {
         }
         self.stop.store(true, Ordering::Release);
         self.wake.signal();
+        self.park.signal();
         if let Some(h) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();

@@ -135,26 +135,32 @@ impl Ring {
         }
     }
 
-    /// Appends a packet; false when the ring is full (the packet is dropped,
-    /// as a congested wire would; RC retransmits).
-    fn push(&self, src_port: u16, data: &[u8]) -> bool {
+    /// Writes a packet into slot `at` (the published tail, or past packets
+    /// written since): the consumer sees it once [`Ring::publish`] moves
+    /// the tail past it. False when the ring is full (the packet is
+    /// dropped, as a congested wire would; RC retransmits).
+    fn write_at(&self, at: u64, src_port: u16, data: &[u8]) -> bool {
         if data.len() > SLOT_DATA {
             return false;
         }
-        let tail = self.tail().load(Ordering::Relaxed);
-        if tail.wrapping_sub(self.head().load(Ordering::Acquire)) >= RING_SLOTS as u64 {
+        if at.wrapping_sub(self.head().load(Ordering::Acquire)) >= RING_SLOTS as u64 {
             return false;
         }
-        let s = self.slot(tail);
-        // SAFETY: slot `tail` is owned by the producer until tail is published;
-        // 8 header bytes + data.len() <= SLOT_LEN.
+        let s = self.slot(at);
+        // SAFETY: slot `at` is at or past the published tail, so owned by
+        // the producer until it is published; 8 header bytes + data.len()
+        // <= SLOT_LEN.
         unsafe {
             std::ptr::write_unaligned(s.cast::<u32>(), data.len() as u32);
             std::ptr::write_unaligned(s.add(4).cast::<u16>(), src_port);
             std::ptr::copy_nonoverlapping(data.as_ptr(), s.add(8), data.len());
         }
-        self.tail().store(tail.wrapping_add(1), Ordering::Release);
         true
+    }
+
+    /// Makes the packets written before `tail` visible to the consumer.
+    fn publish(&self, tail: u64) {
+        self.tail().store(tail, Ordering::Release);
     }
 
     /// Takes up to `max` packets, handing each to `f`.
@@ -202,6 +208,9 @@ struct Link {
     /// The peer's wake-up eventfd: `None` on a link this device made until
     /// the peer's welcome arrives (packets already go into the ring).
     peer_wake: Option<EventFd>,
+    /// The tail past the packets of the batch being sent, not yet
+    /// published (`ShmHub::flush`).
+    tx_next: Option<u64>,
     sock: UnixStream,
     dead: bool,
     /// Its socket showed activity in the last poll (a message, or the peer is gone).
@@ -235,10 +244,25 @@ impl Link {
             tx,
             rx,
             peer_wake,
+            tx_next: None,
             sock,
             dead: false,
             suspect: false,
         }
+    }
+
+    /// Publishes the packets of the batch being sent, and wakes the peer
+    /// if it said it sleeps on this ring; true when it was woken.
+    fn publish(&mut self) -> bool {
+        let Some(t) = self.tx_next.take() else {
+            return false;
+        };
+        self.tx.publish(t);
+        // Store (tail) then load (flag) against the receiver's store (flag)
+        // then load (tail): without a full fence each side may miss the
+        // other's store and the receiver sleeps on a packet (lost wake-up).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.wake_peer()
     }
 
     /// Wakes the peer if it said it sleeps on its ring from us.
@@ -307,6 +331,8 @@ pub(crate) struct ShmHub {
     /// Changes whenever `links` does (a link added, replaced, marked dead
     /// or dropped), so a link index remembered elsewhere can be checked.
     links_gen: u64,
+    /// `send` wrote packets that `flush` has not published yet.
+    unpublished: bool,
     pub counters: ShmCounters,
     /// The last refusal, for `Device`'s diagnostics.
     pub last_refusal: Option<String>,
@@ -334,6 +360,7 @@ impl ShmHub {
             pollfds: Vec::new(),
             polled: false,
             links_gen: 0,
+            unpublished: false,
             counters: ShmCounters::default(),
             last_refusal: None,
         };
@@ -651,7 +678,7 @@ impl ShmHub {
             // device itself loops back over UDP in every mode.
             return self.mode == Transport::Shm && dst != self.local;
         };
-        let link = &self.links[i];
+        let link = &mut self.links[i];
         // Lossless like a credit-flow-controlled link: a full ring makes the
         // sender wait for the receiver (waking it), for a bounded time, so
         // UC and UD messages are not lost to a momentarily slow receiver.
@@ -659,9 +686,18 @@ impl ShmHub {
         // devices that fill each other's rings cannot deadlock.
         let mut waited: Option<std::time::Instant> = None;
         loop {
-            if link.tx.push(src_port, data) {
+            let at = link
+                .tx_next
+                .unwrap_or_else(|| link.tx.tail().load(Ordering::Relaxed));
+            if link.tx.write_at(at, src_port, data) {
+                link.tx_next = Some(at.wrapping_add(1));
+                self.unpublished = true;
                 self.counters.tx_packets += 1;
                 break;
+            }
+            // Full: what this batch wrote must reach the receiver first.
+            if link.publish() {
+                self.counters.wakeups_sent += 1;
             }
             let start = *waited.get_or_insert_with(std::time::Instant::now);
             if link.dead || start.elapsed() > RING_FULL_WAIT {
@@ -673,14 +709,26 @@ impl ShmHub {
             }
             std::thread::yield_now();
         }
-        // Store (tail) then load (flag) against the receiver's store (flag)
-        // then load (tail): without a full fence each side may miss the
-        // other's store and the receiver sleeps on a packet (lost wake-up).
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if link.wake_peer() {
-            self.counters.wakeups_sent += 1;
-        }
         true
+    }
+
+    /// Publishes the packets [`ShmHub::send`] wrote, link by link, waking
+    /// peers that sleep: a batch (a request and the ACK that follows it
+    /// out, a burst of posts) reaches the peer whole, in one receive, as
+    /// one GSO datagram does over UDP. A receiver that woke on the first
+    /// packet of a batch would otherwise take it alone, and see the
+    /// completions of one answer in two progress rounds (an event-driven
+    /// program that waits for them one by one on one channel, as
+    /// perftest's `-e` does, then takes one for the other).
+    pub fn flush(&mut self) {
+        if !std::mem::take(&mut self.unpublished) {
+            return;
+        }
+        for l in &mut self.links {
+            if l.publish() {
+                self.counters.wakeups_sent += 1;
+            }
+        }
     }
 
     /// Takes received packets from every link: `f(src, data)`.

@@ -77,6 +77,7 @@ impl Port for ShmPort {
     fn send(&mut self, _: Instant, out: &mut Outgoing<'_>) {
         let hub = &mut self.hub;
         out.send_each(|ep, _, d| hub.send(ep.src.port(), ep.dst, d));
+        hub.flush();
     }
 
     fn has_fast(&self) -> bool {

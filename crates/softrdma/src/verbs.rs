@@ -23,7 +23,7 @@ use crate::paging::OdpRegion;
 use crate::region::{OwnedRegion, RawRegion};
 use crate::segment::{Segment, SegmentRegion};
 use crate::shm_port::SharedRegion;
-use crate::sys::{self, EventFd};
+use crate::sys::EventFd;
 use crate::{Error, Result};
 
 /// The node GUID of a device at `addr`: derived from the address, stable
@@ -1262,11 +1262,20 @@ impl CompChannel {
                 },
                 None => None,
             };
-            sys::wait_readable([self.fd()], left.map(|l| l.min(Duration::from_millis(100))));
-            self.shared.fd.drain();
-            // Events are produced by progress; make sure some ran.
-            self.ctx.dev.with_engine(|_, _| ());
+            self.wait(left);
         }
+    }
+
+    /// Sleeps until an event waits on this channel or `timeout` (`None`:
+    /// no limit) passes; true when one waits. The sleeping thread itself
+    /// is woken by the packet that completes the work (it runs the
+    /// device's progress meanwhile), not by the background thread: one
+    /// wake-up per event. For a program that blocks in
+    /// `ibv_get_cq_event` (the C library calls this); a program waiting
+    /// on [`CompChannel::fd`] with its own poll/epoll is woken by the
+    /// background thread instead.
+    pub fn wait(&self, timeout: Option<Duration>) -> bool {
+        self.ctx.dev.wait_channel(&self.shared, timeout)
     }
 
     /// The CQ handle ([`Cq::handle`]) of the oldest pending event, if
