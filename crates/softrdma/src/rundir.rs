@@ -181,6 +181,14 @@ pub fn sweep_stale(dir: &Path) -> Vec<PathBuf> {
             if f.try_lock().is_err() {
                 continue; // its owner lives
             }
+            // An owner removes its lock file before it lets go of the lock:
+            // one locked after it was removed proves nothing.
+            let (Ok(held), Ok(named)) = (f.metadata(), std::fs::metadata(&lock)) else {
+                continue;
+            };
+            if (held.dev(), held.ino()) != (named.dev(), named.ino()) {
+                continue;
+            }
             if nobody_listens(&path) && std::fs::remove_file(&path).is_ok() {
                 let _ = std::fs::remove_file(&lock);
                 removed.push(path);
