@@ -219,7 +219,7 @@ impl Cm {
             private_data,
         };
         let peer = SocketAddr::new(dst.ip(), dev.addr.port());
-        self.command(|cm, _, now| Ok(cm.sidr_resolve(now, peer, &params)?))
+        self.command(|cm, _, now| cm.sidr_resolve(now, peer, &params).map_err(command_error))
     }
 
     /// Answers the SIDR request `conn` ([`CmEvent::SidrRequest`]) with
@@ -232,7 +232,7 @@ impl Cm {
             private_data: private_data.to_vec(),
             ..softrdma_cm::AcceptParams::default()
         };
-        self.command(|cm, _, now| Ok(cm.sidr_accept(now, conn, &params)?))
+        self.command(|cm, _, now| cm.sidr_accept(now, conn, &params).map_err(command_error))
     }
 
     /// Rejects connection request `conn` (consumer-defined reason, with
