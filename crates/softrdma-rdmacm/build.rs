@@ -27,7 +27,7 @@ fn main() {
     let map = dir.join("librdmacm.map");
     println!("cargo:rerun-if-changed={}", map.display());
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../softrdma-ibverbs/version_map.rs");
+    println!("cargo:rerun-if-changed=version_map.rs");
     let text = std::fs::read_to_string(&map).expect("librdmacm.map is readable");
     let syms = parse_version_map(&text, "librdmacm.map");
     assert!(syms.len() > 60, "librdmacm.map lists too few symbols");
@@ -56,7 +56,9 @@ fn main() {
     needed_libibverbs(&out_dir);
 }
 
-include!("../softrdma-ibverbs/version_map.rs");
+// A symbolic link to softrdma-ibverbs' parser (one copy; `cargo package` stores
+// the file itself).
+include!("version_map.rs");
 
 /// Symbol `i`: jump through its slot; when the slot is empty, save the
 /// argument registers (seven pushes also realign the stack for the call),

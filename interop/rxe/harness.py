@@ -59,7 +59,11 @@ MODULE_ROOTS = ["crc32_generic", "virtio_pci", "virtio_net", "rdma_rxe", "rdma_u
 ITERS = int(os.environ.get("SRX_INTEROP_ITERS", "200"))
 BW_ITERS = int(os.environ.get("SRX_INTEROP_BW_ITERS", "500"))
 BOOT_TIMEOUT = float(os.environ.get("SRX_INTEROP_BOOT_TIMEOUT", "180"))
-CASE_TIMEOUT = 60
+# A case's wall-clock budget. Under TCG on a loaded host the slowest case
+# takes ~15 s; a stalled guest gets the rest before the case fails.
+CASE_TIMEOUT = 120
+# How long a server may take to start listening (TCG under load).
+LISTEN_TIMEOUT = 60
 STRICT = os.environ.get("SRX_INTEROP_STRICT") == "1"  # known issues fail too
 RUN_ALL = os.environ.get("SRX_INTEROP_RUN_ALL") == "1"  # run cases a probe shows blocked
 
@@ -544,6 +548,21 @@ class Guest:
         rc, out = self.run("netstat -ltn 2>/dev/null", timeout=20)
         return re.search(rf":{port}\s", out) is not None
 
+    def cm_listening(self, port, secs):
+        """True once an rdma_cm id listens on `port` in the guest (its
+        kernel's `rdma res show cm_id`), False if none did within `secs`,
+        None when the guest cannot list cm_ids."""
+        t = time.monotonic()
+        while True:
+            rc, out = self.run("rdma res show cm_id 2>&1", timeout=20)
+            if rc:
+                return None
+            if any("LISTEN" in l and re.search(rf":{port}\b", l) for l in out.splitlines()):
+                return True
+            if time.monotonic() - t > secs:
+                return False
+            time.sleep(0.2)
+
     def stop(self):
         if self.proc and self.proc.poll() is None:
             try:
@@ -561,32 +580,67 @@ class Guest:
 # Captures and ICRC checks
 
 
+# The capture's canaries: UDP datagrams from the host to the guest's port
+# 4790 (nothing listens there; the guest's ICMP answer is not UDP), which
+# the capture filter also takes. One seen in the file proves tcpdump is
+# capturing and writing before a case starts; one seen at the end proves
+# it has written everything before it (the ring is read in order). They
+# are removed from the file before any check reads it.
+CANARY_PORT = 4790
+CANARY_WAIT = 30  # seconds for a canary to show up (tcpdump starved of CPU)
+
+
 class Capture:
     def __init__(self, ns: Netns, path: Path):
         self.path = path
         self.err = Path(str(path) + ".tcpdump.log")
+        self.problem = ""
         path.unlink(missing_ok=True)
         # -Z root: Debian's tcpdump would drop to user tcpdump before opening the file.
         self.proc = spawn(
             ns.exec(["tcpdump", "-i", "br0", "-n", "-s", "2048", "-U", "--immediate-mode", "-B", "16384",
                      "-Z", "root",
-                     "-w", str(path), "udp port 4791"]),
+                     "-w", str(path), f"udp port 4791 or udp dst port {CANARY_PORT}"]),
             stdout=subprocess.DEVNULL, stderr=open(self.err, "wb"))
         t = time.monotonic()
         while "listening on" not in self.err.read_text(errors="replace"):
             if self.proc.poll() is not None or time.monotonic() - t > 15:
                 raise Fail(f"tcpdump did not start: {self.err.read_text(errors='replace')}")
             time.sleep(0.05)
+        if not self._canary_seen(0):
+            self.problem = (f"capture not proven running: no canary in {CANARY_WAIT} s "
+                            "after tcpdump said it was listening")
+
+    def _canary_seen(self, before):
+        """Sends canaries until the file holds more than `before` of them."""
+        t = time.monotonic()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((HOST_IP, 0))
+            while time.monotonic() - t < CANARY_WAIT:
+                s.sendto(b"softrdma interop capture canary", (GUEST_IP, CANARY_PORT))
+                end = time.monotonic() + 0.25
+                while time.monotonic() < end:
+                    if sum(1 for f in pcap_records(self.path) if is_canary(f)) > before:
+                        return True
+                    if self.proc.poll() is not None:
+                        return False
+                    time.sleep(0.02)
+        return False
 
     def stop(self):
-        # tcpdump does not drain its socket buffer on SIGINT: wait until the
-        # file stops growing, then check it wrote all it received.
-        last, still, t = -1, 0, time.monotonic()
-        while still < 4 and time.monotonic() - t < 20:
-            time.sleep(0.15)
-            size = self.path.stat().st_size if self.path.exists() else 0
-            still = still + 1 if size == last else 0
-            last = size
+        # tcpdump does not drain its socket buffer on SIGINT: wait until it
+        # wrote a canary sent after the case's last packet (then it wrote
+        # every packet before it), else until the file stops growing.
+        seen = sum(1 for f in pcap_records(self.path) if is_canary(f))
+        if self.problem or self.proc.poll() is not None or not self._canary_seen(seen):
+            last, still, t = -1, 0, time.monotonic()
+            while still < 4 and time.monotonic() - t < 20:
+                time.sleep(0.15)
+                size = self.path.stat().st_size if self.path.exists() else 0
+                still = still + 1 if size == last else 0
+                last = size
+            if not self.problem:
+                self.problem = "the capture's closing canary never showed up"
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -594,9 +648,12 @@ class Capture:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        strip_canaries(self.path)
 
     def complete(self):
         """'' when tcpdump wrote every packet its filter took, else why not."""
+        if self.problem:
+            return self.problem
         text = self.err.read_text(errors="replace")
         cap = re.search(r"(\d+) packets? captured", text)
         rec = re.search(r"(\d+) packets? received by filter", text)
@@ -607,6 +664,47 @@ class Capture:
             return (f"capture incomplete: tcpdump captured {cap.group(1)} of "
                     f"{rec.group(1)} packets, {drop.group(1)} dropped by the kernel")
         return ""
+
+
+def pcap_records(path: Path):
+    """The frames of a classic pcap (a file still being written: whole
+    records only)."""
+    data = path.read_bytes() if path.exists() else b""
+    if len(data) < 24:
+        return []
+    e = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    off, res = 24, []
+    while off + 16 <= len(data):
+        incl = struct.unpack(e + "I", data[off + 8:off + 12])[0]
+        if off + 16 + incl > len(data):
+            break
+        res.append(data[off + 16:off + 16 + incl])
+        off += 16 + incl
+    return res
+
+
+def is_canary(fr: bytes) -> bool:
+    """An Ethernet/IPv4/UDP frame to the canary port."""
+    if len(fr) < 34 or fr[12:14] != b"\x08\x00" or fr[23] != 17:
+        return False
+    udp = 14 + (fr[14] & 0x0F) * 4
+    return len(fr) >= udp + 4 and struct.unpack(">H", fr[udp + 2:udp + 4])[0] == CANARY_PORT
+
+
+def strip_canaries(path: Path):
+    """Rewrites the capture without its canary frames."""
+    data = path.read_bytes() if path.exists() else b""
+    if len(data) < 24:
+        return
+    e = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    out, off = [data[:24]], 24
+    while off + 16 <= len(data):
+        incl = struct.unpack(e + "I", data[off + 8:off + 12])[0]
+        rec = data[off:off + 16 + incl]
+        if not is_canary(rec[16:]):
+            out.append(rec)
+        off += 16 + incl
+    path.write_bytes(b"".join(out))
 
 
 def pcap_frames(path: Path):
@@ -665,19 +763,22 @@ def icrc_check(tools, pcap: Path):
 # Test cases
 
 
-# perftest's QP timeout (-u): 4.096 µs x 2^18 = 1.07 s per try. The default
-# (14: 67 ms) times 7 retries is less than a TCG guest on a busy host can
-# stall; one such stall failed a run with RETRY_EXC_ERR while the guest's
-# ACKs were still on their way. Cases with injected loss keep the default,
-# so that a lost tail packet costs 67 ms, not a second.
+# The QP's ACK timeout exponent (perftest's -u, the peer's too), on both
+# sides of every case: 4.096 µs x 2^18 = 1.07 s per try. The default (14:
+# 67 ms) times 8 tries is less than a TCG guest on a busy host can stall;
+# such stalls failed runs with RETRY_EXC_ERR while the guest's ACKs were
+# still on their way (peer-send_lat-4096-hostsrv: the host peer gave up
+# after 8 timeouts). The retry counts are the most the verbs allow (7, and
+# RNR retry 7 = unbounded; perftest's and the peer's). Cases with injected
+# loss use 16 (268 ms, 2.1 s over 8 tries): a lost tail packet then costs a
+# quarter second, not a whole one.
 QP_TIMEOUT = "18"
+LOSSY_QP_TIMEOUT = "16"
 
 
 def perftest_args(tool, size, extra, lossy=False):
     iters = BW_ITERS if tool.endswith("_bw") else ITERS
-    a = ["-F", "-n", str(iters)]
-    if not lossy:
-        a += ["-u", QP_TIMEOUT]
+    a = ["-F", "-n", str(iters), "-u", LOSSY_QP_TIMEOUT if lossy else QP_TIMEOUT]
     if tool != "ib_atomic_lat":
         a += ["-s", str(size)]
     return a + list(extra), iters
@@ -782,6 +883,7 @@ def host_command(case, tools, port, gidx_unused=None):
         if case.tool != "ib_atomic_lat":
             a += ["-s", str(case.size)]
         a += ["-n", str(BW_ITERS if case.tool.endswith("_bw") else ITERS)] + case.extra
+        a += ["-u", LOSSY_QP_TIMEOUT if lossy(case) else QP_TIMEOUT]
         return prefix + a
     if case.impl == "dropin":
         if tools["dropin"] is None and not prefix:
@@ -879,7 +981,7 @@ def parse_metric(case, text):
 CM_SERVER_START_SECS = 3
 
 
-def wait_log_line(path, word, proc, secs=30):
+def wait_log_line(path, word, proc, secs=LISTEN_TIMEOUT):
     """True once the host program `proc` printed `word` into `path`."""
     t = time.monotonic()
     while time.monotonic() - t < secs:
@@ -891,7 +993,7 @@ def wait_log_line(path, word, proc, secs=30):
     return False
 
 
-def wait_host_listen(ns, port, proc, secs=30):
+def wait_host_listen(ns, port, proc, secs=LISTEN_TIMEOUT):
     t = time.monotonic()
     while time.monotonic() - t < secs:
         if proc.poll() is not None:
@@ -956,17 +1058,23 @@ def run_case(case, tools, ns, guest, out, port):
     hrc, grc, gout = 0, 0, ""
     try:
         if case.server == "guest" and rdma_cm_only(case):
-            # rdma_cm listens on no TCP port: give it the time to start
-            # (perftest measures the CPU clock first: seconds under TCG).
+            # rdma_cm listens on no TCP port: wait until the guest's kernel
+            # lists the listening cm_id (`rdma res show cm_id`), or, where it
+            # cannot say, give it the time to start (perftest measures the
+            # CPU clock first: seconds under TCG).
             guest.start(job, gcmd)
-            time.sleep(CM_SERVER_START_SECS * (3 if case.tool.startswith("ib_") else 1))
+            listened = guest.cm_listening(port, LISTEN_TIMEOUT)
+            if listened is None:
+                time.sleep(CM_SERVER_START_SECS * (3 if case.tool.startswith("ib_") else 1))
+            elif not listened:
+                problems.append("guest rdma_cm server never listened")
             hproc = spawn(ns.exec(hcmd), env=env, stdout=open(hlog, "wb"),
                           stderr=subprocess.STDOUT)
         elif case.server == "guest":
             guest.start(job, gcmd)
             t1 = time.monotonic()
             while not guest.listening(port):
-                if time.monotonic() - t1 > 30:
+                if time.monotonic() - t1 > LISTEN_TIMEOUT:
                     problems.append("guest server never listened")
                     break
                 time.sleep(0.2)

@@ -59,8 +59,8 @@ pub use gsi::{GsiMad, DEFAULT_PKEY, GSI_RX_MAX, GSI_TX_MAX};
 pub use handle::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHandle};
 pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};
 pub use qp_attr::{
-    AccessFlags, AhAttr, AttrLimits, AttrMask, Gid, ModifyQpError, Mtu, QpAttr, QpCap, QpState,
-    QpType,
+    AccessFlags, AhAttr, AttrLimits, AttrMask, Gid, GidParseError, ModifyQpError, Mtu, QpAttr,
+    QpCap, QpState, QpType,
 };
 pub use requester::{Transmit, TxPayload};
 pub use resources::{Event, MrKeys, ResourceChange};

@@ -603,6 +603,42 @@ impl fmt::Debug for Gid {
     }
 }
 
+impl std::str::FromStr for Gid {
+    type Err = GidParseError;
+
+    /// The inverse of [`Display`](fmt::Display): any IPv6 text form
+    /// (`fe80::1`, `::ffff:192.0.2.1`, or ibverbs' eight groups
+    /// `0000:0000:0000:0000:0000:ffff:c000:0201`). A plain IPv4 address
+    /// (`192.0.2.1`) gives its IPv4-mapped GID, as [`Gid::from_ip`] does.
+    fn from_str(s: &str) -> Result<Gid, GidParseError> {
+        let t = s.trim();
+        if let Ok(v6) = t.parse::<Ipv6Addr>() {
+            return Ok(Gid(v6.octets()));
+        }
+        if let Ok(v4) = t.parse::<std::net::Ipv4Addr>() {
+            return Ok(Gid::from_ip(IpAddr::V4(v4)));
+        }
+        Err(GidParseError(s.to_string()))
+    }
+}
+
+/// Text that is not a GID ([`Gid`]'s `FromStr`); it holds the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GidParseError(pub String);
+
+impl fmt::Display for GidParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} is not a GID: expected an IPv6 address (fe80::1, ::ffff:192.0.2.1, \
+             0000:0000:0000:0000:0000:ffff:c000:0201) or an IPv4 address",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for GidParseError {}
+
 /// Address vector of a path (`struct ibv_ah_attr` with its GRH folded in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AhAttr {
@@ -2307,5 +2343,47 @@ mod tests {
         );
         assert_eq!((l.max_inline_data, l.max_pkeys, l.num_ports), (256, 1, 1));
         assert!(l.gid_table_len >= 1);
+    }
+
+    #[test]
+    fn gid_text_round_trips() {
+        for text in [
+            "::ffff:127.0.0.1",
+            "fe80::1",
+            "fd00::2",
+            "::",
+            "2001:db8::8:800:200c:417a",
+        ] {
+            let g: Gid = text.parse().unwrap();
+            assert_eq!(g.to_string(), text);
+            assert_eq!(g.to_string().parse::<Gid>(), Ok(g));
+        }
+        // ibverbs' eight 4-digit groups and a bare IPv4 address are GIDs too.
+        let mapped = Gid::from_ip(Ipv4Addr::new(127, 0, 0, 3).into());
+        assert_eq!(
+            "0000:0000:0000:0000:0000:ffff:7f00:0003".parse(),
+            Ok(mapped)
+        );
+        assert_eq!("127.0.0.3".parse(), Ok(mapped));
+        assert_eq!(
+            " fe80::1 ".parse::<Gid>(),
+            Ok(Gid::from_ip(
+                Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1).into()
+            ))
+        );
+        for bad in [
+            "",
+            "fe80::1::2",
+            "127.0.0.256",
+            "srx0",
+            "00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:02",
+        ] {
+            let e = bad.parse::<Gid>().unwrap_err();
+            assert_eq!(e, GidParseError(bad.to_string()));
+            assert!(
+                e.to_string().starts_with(&format!("{bad:?} is not a GID")),
+                "{e}"
+            );
+        }
     }
 }

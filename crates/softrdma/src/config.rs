@@ -5,8 +5,10 @@
 //! is one device, `srx0`, on loopback: it binds UDP port 4791 on the first
 //! free address of 127.0.0.1, 127.0.0.2, … 127.0.0.254, so every process on a
 //! host gets its own address (its GID) with no configuration.
-//! `SOFTRDMA_CAPTURE=FILE.pcap` records every packet; `SOFTRDMA_FAULT=…`
-//! injects faults on receive (see [`crate::FaultSpec`]).
+//! `SOFTRDMA_CAPTURE=FILE.pcap` records every packet (`%p` in the name
+//! becomes the process id, `%d` the device name, `%a` its address: see
+//! [`capture_path`]); `SOFTRDMA_FAULT=…` injects faults on receive (see
+//! [`crate::FaultSpec`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -38,7 +40,8 @@ pub struct DeviceConfig {
     pub name: String,
     /// Where it listens; its IP address is its GID.
     pub bind: Bind,
-    /// Record every packet sent and received to this pcap file.
+    /// Record every packet sent and received to this pcap file (`%p`,
+    /// `%d`, `%a` in it are replaced: [`capture_path`]).
     pub capture: Option<PathBuf>,
     /// Faults injected on receive.
     pub fault: Option<FaultSpec>,
@@ -91,7 +94,8 @@ impl DeviceConfig {
         }
     }
 
-    /// Records every packet to `path` (classic pcap).
+    /// Records every packet to `path` (classic pcap; `%p`, `%d`, `%a` in
+    /// it are replaced: [`capture_path`]).
     pub fn capture(mut self, path: impl Into<PathBuf>) -> Self {
         self.capture = Some(path.into());
         self
@@ -127,7 +131,8 @@ impl DeviceConfig {
         self
     }
 
-    /// Applies SOFTRDMA_CAPTURE and SOFTRDMA_FAULT when set and not already
+    /// Applies SOFTRDMA_CAPTURE (see [`capture_path`] for its `%p`, `%d`,
+    /// `%a`) and SOFTRDMA_FAULT when set and not already
     /// configured, SOFTRDMA_TRANSPORT, SOFTRDMA_GSO=0 (no GSO sends) and
     /// SOFTRDMA_ECN=1 (received ECN marks read).
     pub fn with_env(mut self) -> Self {
@@ -166,6 +171,53 @@ impl DeviceConfig {
         }
         self
     }
+}
+
+/// The capture file of device `name` at `addr` for the configured
+/// `template` (`DeviceConfig::capture`, `SOFTRDMA_CAPTURE`): `%p` becomes
+/// this process's id, `%d` the device name, `%a` the device's address
+/// (`127.0.0.2-4791`; an IPv6 address with `_` for `:`) and `%%` a `%`,
+/// so that processes and devices sharing one setting write files of their
+/// own (`SOFTRDMA_CAPTURE=/tmp/cap-%p-%d.pcap`). Any other `%` sequence is
+/// an error that names it.
+pub fn capture_path(
+    template: &std::path::Path,
+    name: &str,
+    addr: SocketAddr,
+) -> Result<PathBuf, Error> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let bytes = template.as_os_str().as_bytes();
+    if !bytes.contains(&b'%') {
+        return Ok(template.to_path_buf());
+    }
+    let ip = match addr.ip() {
+        IpAddr::V4(a) => a.to_string(),
+        IpAddr::V6(a) => a.to_string().replace(':', "_"),
+    };
+    let mut out = Vec::with_capacity(bytes.len() + 16);
+    let mut it = bytes.iter();
+    while let Some(&b) = it.next() {
+        if b != b'%' {
+            out.push(b);
+            continue;
+        }
+        match it.next() {
+            Some(b'p') => out.extend_from_slice(std::process::id().to_string().as_bytes()),
+            Some(b'd') => out.extend_from_slice(name.as_bytes()),
+            Some(b'a') => out.extend_from_slice(format!("{ip}-{}", addr.port()).as_bytes()),
+            Some(b'%') => out.push(b'%'),
+            other => {
+                let seq = other.map_or("a lone % at the end".to_string(), |&c| {
+                    format!("%{}", char::from(c))
+                });
+                return Err(Error::Config(format!(
+                    "capture file {:?}: {seq} is not a substitution (%p process id, %d device name, %a address, %% a %)",
+                    template.display().to_string()
+                )));
+            }
+        }
+    }
+    Ok(PathBuf::from(std::ffi::OsString::from_vec(out)))
 }
 
 /// Parses one `name=address[:port]` entry (one SOFTRDMA_DEVICES item, or
@@ -333,5 +385,29 @@ mod tests {
             e.contains("\"mlx5_0\"") && e.contains("srx0 (192.0.2.1:4791)") && e.contains("srx1 ("),
             "{e}"
         );
+    }
+
+    #[test]
+    fn capture_names_take_the_process_device_and_address() {
+        let v4: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let v6: SocketAddr = "[fd00::2]:5000".parse().unwrap();
+        let pid = std::process::id();
+        let p = |t: &str, a| capture_path(std::path::Path::new(t), "srx1", a);
+        assert_eq!(
+            p("/tmp/plain.pcap", v4).unwrap(),
+            PathBuf::from("/tmp/plain.pcap")
+        );
+        assert_eq!(
+            p("/tmp/cap-%p-%d-%a.pcap", v4).unwrap(),
+            PathBuf::from(format!("/tmp/cap-{pid}-srx1-127.0.0.2-4791.pcap"))
+        );
+        assert_eq!(
+            p("%a%%.pcap", v6).unwrap(),
+            PathBuf::from("fd00__2-5000%.pcap")
+        );
+        for (bad, what) in [("/tmp/x-%q.pcap", "%q"), ("/tmp/x-%", "a lone %")] {
+            let e = p(bad, v4).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains(bad), "{e}");
+        }
     }
 }

@@ -420,10 +420,13 @@ impl Device {
         ec.ack_delay_answering_only = true;
         ec.limits.gid_table_len = 1;
         let capture = match &cfg.capture {
-            Some(p) => Some(
-                SharedPcapWriter::create(p)
-                    .map_err(|e| Error::Io(format!("capture {}: {e}", p.display())))?,
-            ),
+            Some(t) => {
+                let p = crate::config::capture_path(t, &cfg.name, addr)?;
+                Some(
+                    SharedPcapWriter::create(&p)
+                        .map_err(|e| Error::Io(format!("capture {}: {e}", p.display())))?,
+                )
+            }
             None => None,
         };
         let io = |e: io::Error| Error::Io(e.to_string());

@@ -57,11 +57,15 @@ pub use config::{devices, DeviceConfig};
 pub use device::{active_mtu_for, DriverCounters};
 pub use paging::OdpRegion;
 pub use region::{OwnedRegion, RawRegion};
-pub use softrdma_core::FaultSpec;
+pub use softrdma_core::{FaultSpec, FaultSpecError};
+/// How the engine reads and writes the bytes of a region: what
+/// [`OwnedRegion`] and [`RawRegion`] implement (to use them, or memory of
+/// your own, with `softrdma-engine` directly).
+pub use softrdma_engine::RegionMemory;
 pub use softrdma_engine::{
-    errno, AccessFlags, AhAttr, AttrMask, Counters, Ece, Event, Gid, Mtu, NetworkHdr, QpAttr,
-    QpCap, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, VerbsError,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
+    errno, AccessFlags, AhAttr, AttrMask, Counters, Ece, Event, Gid, GidParseError, ModifyQpError,
+    Mtu, NetworkHdr, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge,
+    SrqInit, UdDest, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
 };
 /// Typed handles of the engine's objects: what [`Pd::handle`], [`Cq::handle`],
 /// [`Qp::qpn`], [`Mr::lkey`], [`Mr::rkey`] and friends return, and what
@@ -145,15 +149,6 @@ impl From<VerbsError> for Error {
 
 /// Result of the softrdma API.
 pub type Result<T> = std::result::Result<T, Error>;
-
-impl From<softrdma_core::cm::CmError> for Error {
-    fn from(e: softrdma_core::cm::CmError) -> Self {
-        Error::Cm {
-            errno: e.errno(),
-            message: e.to_string(),
-        }
-    }
-}
 
 impl From<softrdma_core::FaultSpecError> for Error {
     fn from(e: softrdma_core::FaultSpecError) -> Self {

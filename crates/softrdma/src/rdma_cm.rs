@@ -29,11 +29,24 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use softrdma_cm::rdma_cm::connect_params;
-/// Splits a [`CmEvent::ConnectRequest`]'s private data into the CMA
-/// header (the active side's address and port) and the consumer's bytes.
-pub use softrdma_cm::rdma_cm::parse_req_private_data;
 pub use softrdma_cm::rdma_cm::PortSpace;
 pub use softrdma_cm::{ConnId, Event as CmEvent, RejReason, SidrStatus};
+/// The REQ and REP as received, in [`CmEvent::ConnectRequest`] and
+/// [`CmEvent::ConnectResponse`], with the types of their fields.
+pub use softrdma_wire::cm::{CmPath, RepRepr, ReqRepr, TransportType};
+/// The CMA header at the start of a REQ's private data
+/// ([`parse_req_private_data`]).
+pub use softrdma_wire::cma::CmaHeader;
+/// Why bytes do not parse as (or a value does not fit) a wire format:
+/// the error of [`ReqRepr::parse`], [`CmaHeader::parse`] and their kin.
+pub use softrdma_wire::Error as WireError;
+
+/// Splits a [`CmEvent::ConnectRequest`]'s private data into the CMA
+/// header (the active side's address and port) and the consumer's bytes.
+/// Private data without a valid CMA header is `Error::Cm` with `EINVAL`.
+pub fn parse_req_private_data(private_data: &[u8]) -> Result<(CmaHeader, &[u8])> {
+    softrdma_cm::rdma_cm::parse_req_private_data(private_data).map_err(cm_error)
+}
 
 use crate::verbs::{Context, Qp};
 use crate::{Error, Result};
@@ -117,14 +130,14 @@ impl Cm {
     /// Listens on `port` of `space` (rdma_bind_addr + rdma_listen).
     pub fn listen(&self, space: PortSpace, port: u16) -> Result<()> {
         let sid = space.service_id(port);
-        self.command(|cm, _, _| Ok(cm.agent().listen(sid)?))
+        self.command(|cm, _, _| cm.agent().listen(sid).map_err(cm_error))
     }
 
     /// Stops listening on `port` of `space` (rdma_destroy_id of a
     /// listener); requests already raised are unaffected.
     pub fn unlisten(&self, space: PortSpace, port: u16) -> Result<()> {
         let sid = space.service_id(port);
-        self.command(|cm, _, _| Ok(cm.agent().unlisten(sid)?))
+        self.command(|cm, _, _| cm.agent().unlisten(sid).map_err(cm_error))
     }
 
     /// Connects `qp` (RC, in RESET) to the listener at `dst` (its IP
@@ -159,7 +172,10 @@ impl Cm {
         params.max_cm_retries = p.max_cm_retries;
         let peer = SocketAddr::new(dst.ip(), dev.addr.port());
         let qpn = ep.qpn;
-        self.command(|cm, e, now| Ok(cm.connect(e, now, peer, qpn, &params)?))
+        self.command(|cm, e, now| {
+            cm.connect(e, now, peer, qpn, &params)
+                .map_err(command_error)
+        })
     }
 
     /// Accepts connection request `conn` on `qp` (RC, in RESET): the QP
@@ -176,7 +192,10 @@ impl Cm {
             private_data: p.private_data.clone(),
             ..softrdma_cm::AcceptParams::default()
         };
-        self.command(|cm, e, now| Ok(cm.accept(e, now, conn, ep.qpn, &params)?))
+        self.command(|cm, e, now| {
+            cm.accept(e, now, conn, ep.qpn, &params)
+                .map_err(command_error)
+        })
     }
 
     /// Asks the listener at `dst` (its IP address and rdma_cm port) in the
@@ -200,7 +219,7 @@ impl Cm {
             private_data,
         };
         let peer = SocketAddr::new(dst.ip(), dev.addr.port());
-        self.command(|cm, _, now| Ok(cm.sidr_resolve(now, peer, &params)?))
+        self.command(|cm, _, now| cm.sidr_resolve(now, peer, &params).map_err(command_error))
     }
 
     /// Answers the SIDR request `conn` ([`CmEvent::SidrRequest`]) with
@@ -213,7 +232,7 @@ impl Cm {
             private_data: private_data.to_vec(),
             ..softrdma_cm::AcceptParams::default()
         };
-        self.command(|cm, _, now| Ok(cm.sidr_accept(now, conn, &params)?))
+        self.command(|cm, _, now| cm.sidr_accept(now, conn, &params).map_err(command_error))
     }
 
     /// Rejects connection request `conn` (consumer-defined reason, with
@@ -221,9 +240,9 @@ impl Cm {
     pub fn reject(&self, conn: ConnId, private_data: &[u8]) -> Result<()> {
         self.command(|cm, _, now| {
             let now = softrdma_cm::Instant(now.0);
-            Ok(cm
-                .agent()
-                .reject(now, conn, RejReason::ConsumerDefined, private_data)?)
+            cm.agent()
+                .reject(now, conn, RejReason::ConsumerDefined, private_data)
+                .map_err(cm_error)
         })
     }
 
@@ -232,14 +251,16 @@ impl Cm {
     pub fn disconnect(&self, conn: ConnId, private_data: &[u8]) -> Result<()> {
         self.command(|cm, _, now| {
             let now = softrdma_cm::Instant(now.0);
-            Ok(cm.agent().disconnect(now, conn, private_data)?)
+            cm.agent()
+                .disconnect(now, conn, private_data)
+                .map_err(cm_error)
         })
     }
 
     /// Forgets `conn` (rdma_destroy_id): the peer gets what its state
     /// needs (a REJ or a DREQ).
     pub fn destroy(&self, conn: ConnId) -> Result<()> {
-        self.command(|cm, _, now| Ok(cm.destroy(now, conn)?))
+        self.command(|cm, _, now| cm.destroy(now, conn).map_err(command_error))
     }
 
     /// The next event, waiting at most `timeout` (`None` when none came).
@@ -291,8 +312,10 @@ fn cm_error(e: softrdma_cm::Error) -> Error {
     }
 }
 
-impl From<softrdma_cm::Error> for Error {
-    fn from(e: softrdma_cm::Error) -> Self {
-        cm_error(e)
+/// A command of the device's CM (the state machine's refusal or the QP's).
+fn command_error(e: softrdma_core::cm::CmError) -> Error {
+    Error::Cm {
+        errno: e.errno(),
+        message: e.to_string(),
     }
 }

@@ -60,11 +60,160 @@ impl std::fmt::Display for RunDirError {
 /// only this user controls it. The default directory, when it is ours but
 /// open to others (as older versions made it), is closed to 0700; a
 /// directory named by `$SOFTRDMA_RUN_DIR` is never changed, only refused.
+/// Then removes the sockets dead processes left in it ([`sweep_stale`]):
+/// every device that starts calls this.
 pub fn prepare() -> Result<PathBuf, RunDirError> {
     let dir = run_dir();
     let is_default = dir == default_run_dir();
     prepare_at(&dir, is_default)?;
+    sweep_stale(&dir);
     Ok(dir)
+}
+
+/// The lock file that proves a same-host socket's owner alive.
+fn lock_path(sock: &Path) -> PathBuf {
+    sock.with_extension("lock")
+}
+
+/// Holds `dev-….lock` locked (`flock`) for as long as a device owns the
+/// socket beside it: the kernel drops the lock when the process dies,
+/// however it dies, which is what proves a socket stale. Dropping it
+/// removes the lock file.
+#[derive(Debug)]
+pub(crate) struct OwnerLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl OwnerLock {
+    /// Locks the lock file of socket `sock` (creating it, with this
+    /// process's id in it for people). `None` when another live process
+    /// holds it: a device at the same address in another network
+    /// namespace; the socket is then only as safe as before (its file may
+    /// outlive this process until that one ends).
+    pub(crate) fn take(sock: &Path) -> Option<OwnerLock> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = lock_path(sock);
+        // A sweeper may remove the file between our open and our lock:
+        // then the locked file is not the one at `path`; try again.
+        for _ in 0..4 {
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&path)
+                .ok()?;
+            match f.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => return None,
+                Err(std::fs::TryLockError::Error(_)) => return None,
+            }
+            let (Ok(held), Ok(named)) = (f.metadata(), std::fs::metadata(&path)) else {
+                continue;
+            };
+            if (held.dev(), held.ino()) != (named.dev(), named.ino()) {
+                continue;
+            }
+            let _ = f.set_len(0);
+            let _ = writeln!(f, "{}", std::process::id());
+            return Some(OwnerLock { path, _file: f });
+        }
+        None
+    }
+}
+
+impl Drop for OwnerLock {
+    fn drop(&mut self) {
+        // Still locked: nobody else can be using this file.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// True when no process listens on the Unix socket at `path` any more:
+/// connecting is refused (a socket file whose listener closed). Any other
+/// outcome — connected, or a failure that proves nothing — is false.
+fn nobody_listens(path: &Path) -> bool {
+    matches!(
+        std::os::unix::net::UnixStream::connect(path),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// Removes the socket files in `dir` whose owner is provably dead, and
+/// nothing else:
+///
+/// * a same-host transport socket (`dev-<ip>-<port>.sock`) when its lock
+///   file (`dev-<ip>-<port>.lock`, locked by the owner for its lifetime)
+///   can be locked — no live process holds it — and connecting to the
+///   socket is refused; the lock file goes with it;
+/// * a statistics socket (`stats-<device>-<pid>-<n>.sock`) when process
+///   `pid` does not exist and connecting is refused.
+///
+/// A socket without its lock file (made by an older softrdma), a live
+/// owner, or one that still accepts connections is left alone: a live
+/// peer's socket is never removed. Returns the paths removed.
+pub fn sweep_stale(dir: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return removed;
+    };
+    for entry in rd.filter_map(|e| e.ok()) {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !name.ends_with(".sock") {
+            continue;
+        }
+        if name.starts_with("dev-") {
+            let lock = lock_path(&path);
+            // Only an existing lock file: creating one proves nothing.
+            let Ok(f) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&lock)
+            else {
+                continue;
+            };
+            if f.try_lock().is_err() {
+                continue; // its owner lives
+            }
+            // An owner removes its lock file before it lets go of the lock:
+            // one locked after it was removed proves nothing.
+            let (Ok(held), Ok(named)) = (f.metadata(), std::fs::metadata(&lock)) else {
+                continue;
+            };
+            if (held.dev(), held.ino()) != (named.dev(), named.ino()) {
+                continue;
+            }
+            if nobody_listens(&path) && std::fs::remove_file(&path).is_ok() {
+                let _ = std::fs::remove_file(&lock);
+                removed.push(path);
+            }
+            // Unlocked when `f` closes.
+        } else if let Some(pid) = stats_pid(name) {
+            if !Path::new(&format!("/proc/{pid}")).exists()
+                && nobody_listens(&path)
+                && std::fs::remove_file(&path).is_ok()
+            {
+                removed.push(path);
+            }
+        }
+    }
+    removed
+}
+
+/// The process id in a statistics socket's name (`stats-<device>-<pid>-<n>.sock`).
+fn stats_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("stats-")?.strip_suffix(".sock")?;
+    let mut it = rest.rsplitn(3, '-');
+    it.next()?.parse::<u32>().ok()?;
+    let pid = it.next()?.parse().ok()?;
+    it.next()?;
+    Some(pid)
 }
 
 /// [`prepare`] for a given directory.

@@ -316,6 +316,10 @@ pub(crate) struct ShmHub {
     local: SocketAddr,
     listener: Option<UnixListener>,
     path: Option<PathBuf>,
+    /// The socket file's identity, so that only our own file is removed.
+    inode: Option<(u64, u64)>,
+    /// Proves the socket's owner alive to sweepers (`rundir::sweep_stale`).
+    owner: Option<crate::rundir::OwnerLock>,
     links: Vec<Link>,
     pending: Vec<PendingAccept>,
     /// Peers whose socket could not be connected, and when to try again.
@@ -351,6 +355,8 @@ impl ShmHub {
             local,
             listener: None,
             path: None,
+            inode: None,
+            owner: None,
             links: Vec::new(),
             pending: Vec::new(),
             no_link: HashMap::new(),
@@ -367,9 +373,16 @@ impl ShmHub {
         if mode != Transport::Udp {
             crate::rundir::prepare().map_err(|e| e.to_string())?;
             let path = socket_path(local);
+            // Locked before the socket exists, for as long as it does: a
+            // sweeper never takes a starting or live device's socket.
+            hub.owner = crate::rundir::OwnerLock::take(&path);
             let _ = std::fs::remove_file(&path);
             let l = UnixListener::bind(&path)
                 .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+            {
+                use std::os::unix::fs::MetadataExt;
+                hub.inode = std::fs::metadata(&path).ok().map(|m| (m.dev(), m.ino()));
+            }
             // Only this user may connect; SO_PEERCRED checks it again.
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
@@ -910,9 +923,18 @@ impl ShmHub {
 
 impl Drop for ShmHub {
     fn drop(&mut self) {
+        // Our socket file only: a device at the same address in another
+        // network namespace may have replaced it.
         if let Some(p) = &self.path {
-            let _ = std::fs::remove_file(p);
+            use std::os::unix::fs::MetadataExt;
+            let ours =
+                std::fs::symlink_metadata(p).is_ok_and(|m| Some((m.dev(), m.ino())) == self.inode);
+            if ours {
+                let _ = std::fs::remove_file(p);
+            }
         }
+        // Then the lock file (OwnerLock's drop), after the socket.
+        self.owner.take();
     }
 }
 

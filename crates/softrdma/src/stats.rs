@@ -129,24 +129,26 @@ fn counters_json(out: &mut String, c: &Counters) {
 }
 
 /// Driver counters as name/value pairs.
-pub fn driver_fields(d: &DriverCounters) -> [(&'static str, u64); 5] {
+pub fn driver_fields(d: &DriverCounters) -> [(&'static str, u64); 6] {
     [
         ("send_errors", d.send_errors),
         ("faults_injected", d.faults_injected),
         ("background_wakeups", d.background_wakeups),
+        ("direct_ops", d.direct_ops),
         ("gso_sends", d.gso_sends),
         ("gro_buffers", d.gro_buffers),
     ]
 }
 
 /// Shared-memory transport counters as name/value pairs.
-pub fn shm_fields(c: &crate::shm::ShmCounters) -> [(&'static str, u64); 5] {
+pub fn shm_fields(c: &crate::shm::ShmCounters) -> [(&'static str, u64); 6] {
     [
         ("tx_packets", c.tx_packets),
         ("rx_packets", c.rx_packets),
         ("ring_full", c.ring_full),
         ("wakeups_sent", c.wakeups_sent),
         ("links", c.links),
+        ("links_refused", c.links_refused),
     ]
 }
 

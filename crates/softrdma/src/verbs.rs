@@ -1367,10 +1367,9 @@ impl FromStr for QpEndpoint {
                 .ok_or_else(|| Error::Config(format!("endpoint field {kv:?} is not key=value")))?;
             match k {
                 "gid" => {
-                    let ip: std::net::Ipv6Addr = v
+                    e.gid = v
                         .parse()
-                        .map_err(|_| Error::Config(format!("endpoint gid {v:?} is not a GID")))?;
-                    e.gid = Gid(ip.octets());
+                        .map_err(|g| Error::Config(format!("endpoint gid: {g}")))?;
                     seen |= 1;
                 }
                 "qpn" => {
@@ -1622,15 +1621,101 @@ impl Qp {
         Ok(self.ctx.dev.lock().engine.query_qp(q)?.0)
     }
 
-    /// RESET→INIT→RTR→RTS towards `remote` (RC, UC).
+    /// RESET→INIT (RC, UC) with `o`'s access flags, port 1 and P_Key
+    /// index 0. From INIT on the QP takes receives: post them now, before
+    /// the peer can send, then finish with [`Qp::connect`] (which carries
+    /// on from INIT).
+    pub fn init(&self, o: &ConnectOptions) -> Result<()> {
+        let a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            pkey_index: 0,
+            qp_access_flags: o.access,
+            ..Default::default()
+        };
+        self.modify(
+            &a,
+            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+        )
+    }
+
+    /// Connects towards `remote` (RC, UC): RESET→INIT→RTR→RTS, from
+    /// whichever of RESET, INIT or RTR the QP is in (the steps already taken,
+    /// by [`Qp::init`], [`Qp::connect_until`] or [`Qp::modify`], are
+    /// skipped; a QP moved to INIT elsewhere keeps its access flags).
+    ///
+    /// When to post receives: a SEND can arrive as soon as this QP is in
+    /// RTR and the peer in RTS, so post the first receives while the QP is
+    /// in RESET or INIT, before the peer learns this endpoint. RC survives
+    /// a late receive (the peer retries on RNR NAKs, up to `rnr_retry`); UC
+    /// drops the message.
     pub fn connect(&self, remote: &QpEndpoint, o: &ConnectOptions) -> Result<()> {
+        self.connect_until(remote, o, QpState::Rts)
+    }
+
+    /// [`Qp::connect`] that stops once the QP is in `until`: INIT (to post
+    /// receives before the peer's endpoint is known), RTR (a QP that only
+    /// receives, or to finish later with [`Qp::connect`]) or RTS.
+    /// A QP already past `until`, or in a state other than RESET, INIT or
+    /// RTR, is `Error::Config` and is not changed.
+    pub fn connect_until(
+        &self,
+        remote: &QpEndpoint,
+        o: &ConnectOptions,
+        until: QpState,
+    ) -> Result<()> {
+        let rank = |s: QpState| match s {
+            QpState::Reset => Some(0),
+            QpState::Init => Some(1),
+            QpState::Rtr => Some(2),
+            QpState::Rts => Some(3),
+            _ => None,
+        };
+        let Some(goal) = rank(until).filter(|&g| g > 0) else {
+            return Err(Error::Config(format!(
+                "connect_until({until:?}): the connect steps end in INIT, RTR or RTS"
+            )));
+        };
+        let now = self.state();
+        let from = match rank(now) {
+            Some(r) if r <= goal && r < 3 => r,
+            _ => {
+                return Err(Error::Config(format!(
+                    "connect_until({until:?}) of QP {:#x} in {now:?}: it connects a QP \
+                     in RESET, INIT or RTR up to INIT, RTR or RTS",
+                    self.qpn
+                )))
+            }
+        };
+        if goal >= 2 {
+            // Refused before any step is taken.
+            self.path_mtu(remote, o)?;
+        }
+        if from == 0 {
+            self.init(o)?;
+        }
+        if goal == 1 {
+            return Ok(());
+        }
+        if from <= 1 {
+            self.to_rtr(remote, o)?;
+        }
+        if goal == 2 {
+            return Ok(());
+        }
+        self.to_rts(o)
+    }
+
+    /// The path MTU towards `remote`: `o.mtu`, or the smaller of both
+    /// ends' MTUs. Both ends exchanged their MTUs, so a path MTU above
+    /// either one (which would only show later as RemInvReqErr/WrFlushErr)
+    /// is refused now.
+    fn path_mtu(&self, remote: &QpEndpoint, o: &ConnectOptions) -> Result<Mtu> {
         let both = if remote.mtu.bytes() < self.ctx.dev.active_mtu.bytes() {
             remote.mtu
         } else {
             self.ctx.dev.active_mtu
         };
-        // Both ends exchanged their MTUs: a path MTU above either one
-        // would only show later as RemInvReqErr/WrFlushErr, so say it now.
         if let Some(m) = o.mtu.filter(|m| m.bytes() > both.bytes()) {
             return Err(Error::Config(format!(
                 "path MTU {} is larger than the MTU both ends support ({}: this port {}, the peer's {}); \
@@ -1642,31 +1727,28 @@ impl Qp {
                 both.bytes()
             )));
         }
-        let mtu = o.mtu.unwrap_or(both);
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            pkey_index: 0,
-            qp_access_flags: o.access,
+        Ok(o.mtu.unwrap_or(both))
+    }
+
+    /// INIT→RTR towards `remote`.
+    fn to_rtr(&self, remote: &QpEndpoint, o: &ConnectOptions) -> Result<()> {
+        let mtu = self.path_mtu(remote, o)?;
+        let a = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: mtu,
+            dest_qp_num: remote.qpn,
+            rq_psn: Psn::new(remote.psn),
+            ah_attr: AhAttr {
+                dgid: remote.gid,
+                is_global: true,
+                port_num: 1,
+                hop_limit: 64,
+                ..Default::default()
+            },
+            max_dest_rd_atomic: o.max_rd_atomic,
+            min_rnr_timer: o.min_rnr_timer,
             ..Default::default()
         };
-        self.modify(
-            &a,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )?;
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = mtu;
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = Psn::new(remote.psn);
-        a.ah_attr = AhAttr {
-            dgid: remote.gid,
-            is_global: true,
-            port_num: 1,
-            hop_limit: 64,
-            ..Default::default()
-        };
-        a.max_dest_rd_atomic = o.max_rd_atomic;
-        a.min_rnr_timer = o.min_rnr_timer;
         let mut m = AttrMask::STATE
             | AttrMask::AV
             | AttrMask::PATH_MTU
@@ -1675,13 +1757,20 @@ impl Qp {
         if self.qp_type == QpType::Rc {
             m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
         }
-        self.modify(&a, m)?;
-        a.qp_state = QpState::Rts;
-        a.sq_psn = Psn::new(self.psn);
-        a.timeout = o.timeout;
-        a.retry_cnt = o.retry_cnt;
-        a.rnr_retry = o.rnr_retry;
-        a.max_rd_atomic = o.max_rd_atomic;
+        self.modify(&a, m)
+    }
+
+    /// RTR→RTS with this QP's send PSN.
+    fn to_rts(&self, o: &ConnectOptions) -> Result<()> {
+        let a = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: Psn::new(self.psn),
+            timeout: o.timeout,
+            retry_cnt: o.retry_cnt,
+            rnr_retry: o.rnr_retry,
+            max_rd_atomic: o.max_rd_atomic,
+            ..Default::default()
+        };
         let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
         if self.qp_type == QpType::Rc {
             m = m

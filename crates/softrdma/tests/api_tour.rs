@@ -304,7 +304,53 @@ fn cm_join(ctx: &Context, server: SocketAddr, qp: &Qp) -> Result<bool> {
     }
     Ok(false)
 }
+
+// doc: receives first
+/// Server side with its first receive posted before the client can send.
+fn serve_ready(listener: &TcpListener, qp: &Qp, mr: &Mr) -> Result<TcpStream> {
+    let opts = ConnectOptions::default();
+    qp.init(&opts)?; // RESET -> INIT: the QP takes receives from here on
+    qp.post_recv(&RecvWr {
+        wr_id: 1,
+        sg_list: vec![mr.sge(0, 4096)],
+    })?;
+    let mine = ConnInfo {
+        endpoint: qp.endpoint(),
+        region: Some(mr.remote()),
+    };
+    let (stream, peer) = cm::accept(listener, &mine)?;
+    qp.connect(&peer.endpoint, &opts)?; // carries on from INIT: RTR, then RTS
+    Ok(stream)
+}
 // doc: end
+
+#[test]
+fn tour_receives_before_connect() {
+    let a = Context::open_with(&common::udp_loopback()).unwrap();
+    let b = Context::open_with(&common::udp_loopback()).unwrap();
+    let (ca, ma, qa) = objects(&a).unwrap();
+    let (cb, mb, qb) = objects(&b).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::scope(|s| {
+        let server = s.spawn(|| serve_ready(&listener, &qb, &mb));
+        // The client SENDs the moment it is connected (UC would lose the
+        // message if the server's receive came later).
+        join(addr, &qa, &ma).unwrap();
+        qa.post_send(&SendWr::new(9, SendOp::Send, vec![ma.sge(0, 5)]))
+            .unwrap();
+        assert_eq!(ca.wait_ok(Duration::from_secs(10)).unwrap().wr_id, 9);
+        server.join().unwrap().unwrap();
+    });
+    let wc = cb.wait_ok(Duration::from_secs(10)).unwrap();
+    assert_eq!((wc.wr_id, wc.byte_len), (1, 5));
+    assert_eq!(read(&mb, 0, 5), b"hello");
+    assert_eq!(
+        qb.counters().rnr_naks_sent,
+        0,
+        "the receive was there first"
+    );
+}
 
 /// Each ```rust block of docs/api.md appears in this file.
 #[test]

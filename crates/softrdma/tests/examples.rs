@@ -10,11 +10,20 @@ mod atomic_counter;
 #[path = "../examples/cm_ping.rs"]
 mod cm_ping;
 #[allow(dead_code)]
+#[path = "../examples/epoll_events.rs"]
+mod epoll_events;
+#[allow(dead_code)]
 #[path = "../examples/rc_pingpong.rs"]
 mod rc_pingpong;
 #[allow(dead_code)]
+#[path = "../examples/srq_server.rs"]
+mod srq_server;
+#[allow(dead_code)]
 #[path = "../examples/ud_send.rs"]
 mod ud_send;
+#[allow(dead_code)]
+#[path = "../examples/ud_server.rs"]
+mod ud_server;
 #[allow(dead_code)]
 #[path = "../examples/write_read.rs"]
 mod write_read;
@@ -64,5 +73,48 @@ fn cm_ping_example() {
         let (request, answer) = cm_ping::run_local(cfg, 7600 + i as u16).unwrap();
         assert_eq!(request, b"softrdma client\0");
         assert_eq!(answer, b"softrdma server\0");
+    }
+}
+
+#[test]
+fn srq_server_example() {
+    for cfg in configs() {
+        let r = srq_server::run(&cfg).unwrap();
+        for (c, msgs) in r.received.iter().enumerate() {
+            // Every message of every client, in its order, intact.
+            let want: Vec<String> = (0..20).map(|m| format!("client {c} message {m}")).collect();
+            assert_eq!(msgs, &want);
+        }
+        // 60 messages through 32 buffers: the limit event refilled the pool.
+        assert!(r.refills >= 2, "{} refills", r.refills);
+    }
+}
+
+#[test]
+fn epoll_events_example() {
+    for cfg in configs() {
+        let (report, echoes) = epoll_events::run(&cfg, 50).unwrap();
+        let want: Vec<String> = (0..50).map(|i| format!("ping {i}")).collect();
+        assert_eq!(echoes, want);
+        assert_eq!(report.echoed, 50);
+        // The server slept between messages: at least one wake-up per round
+        // trip, and not a busy loop of empty ones.
+        assert!((50..=400).contains(&report.wakeups), "{report:?}");
+    }
+}
+
+#[test]
+fn ud_server_example() {
+    for cfg in configs() {
+        let (replies, peers) = ud_server::run(&cfg).unwrap();
+        assert_eq!(replies.len(), 3);
+        for (who, r) in replies.iter().enumerate() {
+            let want: Vec<String> = (0..10)
+                .map(|i| format!("REQUEST {i} FROM CLIENT {who}"))
+                .collect();
+            assert_eq!(r, &want);
+        }
+        // Three client QPs on one device: one address handle.
+        assert_eq!(peers, 1);
     }
 }

@@ -365,3 +365,61 @@ fn destroying_the_target_qp_takes_back_what_it_granted() {
         "the target is untouched"
     );
 }
+
+#[test]
+fn connect_goes_in_steps_and_takes_receives_posted_in_init() {
+    let (a, b) = (device(Transport::Udp), device(Transport::Udp));
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let (ma, mb) = (
+        pa.alloc_mr(4096, all()).unwrap(),
+        pb.alloc_mr(4096, all()).unwrap(),
+    );
+    // UC: a SEND that finds no receive is dropped, so the receive must be
+    // there before the peer can send.
+    let qa = pa.create_qp(QpType::Uc, &ca, &ca).build().unwrap();
+    let qb = pb.create_qp(QpType::Uc, &cb, &cb).build().unwrap();
+    let o = ConnectOptions::default();
+    qa.init(&o).unwrap();
+    assert_eq!(qa.state(), QpState::Init);
+    qa.post_recv(&recv(1, ma.sge(0, 64))).unwrap();
+    // The receive side stops at RTR; the sender goes all the way.
+    qa.connect_until(&qb.endpoint(), &o, QpState::Rtr).unwrap();
+    assert_eq!(qa.state(), QpState::Rtr);
+    qb.connect(&qa.endpoint(), &o).unwrap();
+    mb.write(0, b"posted in INIT").unwrap();
+    send(&qb, &mb, 2, 0, 14);
+    assert_eq!(cb.wait_ok(T).unwrap().wr_id, 2);
+    let wc = ca.wait_ok(T).unwrap();
+    assert_eq!((wc.wr_id, wc.opcode, wc.byte_len), (1, WcOpcode::Recv, 14));
+    let mut got = [0u8; 14];
+    ma.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"posted in INIT");
+    // connect carries on from RTR; then a sends too.
+    qa.connect(&qb.endpoint(), &o).unwrap();
+    assert_eq!(qa.state(), QpState::Rts);
+    qb.post_recv(&recv(3, mb.sge(1024, 64))).unwrap();
+    ma.write(100, b"back").unwrap();
+    send(&qa, &ma, 4, 100, 4);
+    assert_eq!(ca.wait_ok(T).unwrap().wr_id, 4);
+    assert_eq!(cb.wait_ok(T).unwrap().byte_len, 4);
+    // A connected QP, or a goal that is no connect step, is refused and
+    // changes nothing.
+    let e = qa.connect(&qb.endpoint(), &o).unwrap_err();
+    assert!(
+        matches!(e, Error::Config(ref m) if m.contains("Rts")),
+        "{e}"
+    );
+    assert_eq!(qa.state(), QpState::Rts);
+    let fresh = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
+    let e = fresh
+        .connect_until(&qb.endpoint(), &o, QpState::Sqd)
+        .unwrap_err();
+    assert_eq!(e.errno(), errno::EINVAL);
+    assert_eq!(fresh.state(), QpState::Reset);
+    // Stopping at INIT takes nothing from the peer's endpoint.
+    fresh
+        .connect_until(&qb.endpoint(), &o, QpState::Init)
+        .unwrap();
+    assert_eq!(fresh.state(), QpState::Init);
+}

@@ -226,6 +226,44 @@ fn device_capture_holds_both_directions_with_good_icrcs() {
     }
 }
 
+/// One capture setting for several devices: `%a` (address), `%p` (process)
+/// and `%d` (device name) give each device a file of its own, each holding
+/// that device's side of the exchange.
+#[test]
+fn capture_names_substitute_address_process_and_device() {
+    let dir = TempDir::new("capture-names");
+    let template = dir.path("cap-%p-%d-%a.pcap");
+    let a = Context::open_with(&udp_loopback().capture(&template)).unwrap();
+    let b = Context::open_with(&udp_loopback().capture(&template)).unwrap();
+    let rc = RcPair::connect(&a, &b, 4096);
+    rc.mb.write(0, &pattern(2, 1000)).unwrap();
+    rc.one(
+        |remote_addr, rkey| SendOp::Read { remote_addr, rkey },
+        &rc.mb,
+        1000,
+    );
+    let name = |ctx: &Context| {
+        let ip = ctx.addr().ip();
+        dir.path(&format!(
+            "cap-{}-{}-{ip}-4791.pcap",
+            std::process::id(),
+            ctx.name()
+        ))
+    };
+    let (pa, pb, ia, ib) = (name(&a), name(&b), a.addr().ip(), b.addr().ip());
+    drop((rc, a, b));
+    for p in [&pa, &pb] {
+        let cap = check_capture(p);
+        assert!(
+            cap.frames >= 2 && cap.icrc_bad.is_empty(),
+            "{}: {cap:?}",
+            p.display()
+        );
+        assert_eq!(cap.flows, [(ia, ib), (ib, ia)].into_iter().collect());
+    }
+    assert!(!template.exists(), "the template itself is never written");
+}
+
 /// Capture wraps every port: over shared memory it holds the packets the
 /// rings carried, both directions, with good ICRCs, one frame per packet.
 #[test]

@@ -101,11 +101,13 @@ struct Opts {
     iters: u64,
     atomic: Atomic,
     device: String,
+    /// Local ACK timeout exponent (perftest's `-u`): 4.096 µs × 2^n per try.
+    qp_timeout: u8,
 }
 
 fn usage() -> String {
     "usage: softrdma-interop-peer perftest TEST (--server | --client HOST) [-p PORT] [-s SIZE] \
-     [-n ITERS] [-A FETCH_AND_ADD|CMP_AND_SWAP] [-d DEVICE]\n\
+     [-n ITERS] [-A FETCH_AND_ADD|CMP_AND_SWAP] [-d DEVICE] [-u QP_TIMEOUT]\n\
      TEST: write_lat send_lat read_lat atomic_lat write_bw read_bw (ib_ prefix optional)"
         .into()
 }
@@ -124,6 +126,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         iters: 1000,
         atomic: Atomic::FetchAdd,
         device: "srx0".into(),
+        qp_timeout: ConnectOptions::default().timeout,
     };
     let mut server = false;
     while let Some(a) = it.next() {
@@ -139,6 +142,12 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "-s" | "--size" => o.size = val("-s")?.parse().map_err(|e| format!("-s: {e}"))?,
             "-n" | "--iters" => o.iters = val("-n")?.parse().map_err(|e| format!("-n: {e}"))?,
             "-d" | "--device" => o.device = val("-d")?,
+            "-u" | "--qp-timeout" => {
+                o.qp_timeout = match val("-u")?.parse() {
+                    Ok(t @ 1..=31) => t,
+                    _ => return Err("-u: the ACK timeout exponent is 1..31".into()),
+                }
+            }
             "-A" | "--atomic_type" => {
                 o.atomic = match val("-A")?.as_str() {
                     "FETCH_AND_ADD" => Atomic::FetchAdd,
@@ -518,7 +527,7 @@ fn body(o: &Opts, ctx: &Context) -> Res<()> {
         std::net::Ipv6Addr::from(rem.gid),
         rem.out_reads
     );
-    connect(&qp, &rem, mtu, ep.psn)?;
+    connect(&qp, &rem, mtu, ep.psn, o.qp_timeout)?;
 
     let res = match o.test {
         Test::WriteLat => {
@@ -667,7 +676,10 @@ fn body(o: &Opts, ctx: &Context) -> Res<()> {
 /// RESET→INIT→RTR→RTS the way perftest's ctx_connect does: our responder
 /// resources (max_dest_rd_atomic) are what we advertised, our initiator
 /// depth (max_rd_atomic) is what the peer advertised.
-fn connect(qp: &Qp, rem: &Dest, mtu: Mtu, psn: u32) -> Res<()> {
+/// The retry counts are the most the 3-bit fields hold (7; an RNR retry of 7
+/// is unbounded), so a starved TCG guest costs time, not the connection;
+/// `timeout` is the ACK timeout exponent of `-u`.
+fn connect(qp: &Qp, rem: &Dest, mtu: Mtu, psn: u32, timeout: u8) -> Res<()> {
     let d = ConnectOptions::default();
     let mut a = QpAttr {
         qp_state: QpState::Init,
@@ -707,9 +719,9 @@ fn connect(qp: &Qp, rem: &Dest, mtu: Mtu, psn: u32) -> Res<()> {
     .map_err(err("modify QP to RTR"))?;
     a.qp_state = QpState::Rts;
     a.sq_psn = Psn::new(psn);
-    a.timeout = d.timeout;
-    a.retry_cnt = d.retry_cnt;
-    a.rnr_retry = d.rnr_retry;
+    a.timeout = timeout;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
     a.max_rd_atomic = rem.out_reads.clamp(1, OUT_READS) as u8;
     qp.modify(
         &a,

@@ -1,0 +1,1 @@
+../softrdma-ibverbs/version_map.rs
