@@ -14,7 +14,7 @@
 //!   in order, after the hole is filled).
 //! - **Requester**: every send record carries a transmission sequence
 //!   number. A SACK marks the records it covers held; a record not held
-//!   while [`DUP_THRESH`] packets sent after it were delivered is lost
+//!   while `DUP_THRESH` (3) packets sent after it were delivered is lost
 //!   (RACK-style, so a lost retransmission is found the same way) and
 //!   queued; queued PSNs go out before new packets, rebuilt from their
 //!   records, and nothing else is sent again. Missing READ responses (or
