@@ -22,22 +22,13 @@ cd "$(dirname "$0")/.."
 
 ROUNDS=${ROUNDS:-3}
 N=${N:-1000}
-WORK=$(mktemp -d /tmp/softrdma-cmrate.XXXXXX)
-log() { printf '%s\n' "$*" >&2; }
-command -v cmtime >/dev/null || { log "cmtime is missing (apt-get install rdmacm-utils)"; exit 1; }
-
-log "building the drop-in libraries and the cm_rate example (cargo build --release)"
-cargo build --release -q -p softrdma-ibverbs -p softrdma-rdmacm || exit 1
+BENCH=cmrate
+. bench/lib.sh
+need cmtime "apt-get install rdmacm-utils"
+build_dropin
+log "building the cm_rate example (cargo build --release)"
 cargo build --release -q -p softrdma --example cm_rate || exit 1
 T=${CARGO_TARGET_DIR:-target}/release
-ln -s "$(realpath "$T/libibverbs.so")" "$WORK/libibverbs.so.1"
-ln -s "$(realpath "$T/librdmacm.so")" "$WORK/librdmacm.so.1"
-
-SRV_PID=
-stop_server() { [ -n "$SRV_PID" ] && { kill "$SRV_PID" 2>/dev/null; wait "$SRV_PID" 2>/dev/null; SRV_PID=; }; }
-cleanup() { stop_server; if [ "${KEEP:-0}" = 1 ]; then log "raw outputs in $WORK"; else rm -rf "$WORK"; fi; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # cmtime's "connect" row: total ms from the first connect to the last
 # ESTABLISHED, for all N at once.

@@ -25,44 +25,10 @@ cd "$(dirname "$0")/.."
 
 ROUNDS=${ROUNDS:-5}
 N=${N:-5000}
-WORK=$(mktemp -d /tmp/softrdma-events.XXXXXX)
-PORT=$((20000 + RANDOM % 20000))
-log() { printf '%s\n' "$*" >&2; }
-
-if [ -z "${SOFTRDMA:-}" ] || [ -z "${LIBIBVERBS:-}" ]; then
-    log "building softrdma and libibverbs.so (cargo build --release)"
-    cargo build --release -q -p softrdma-cli -p softrdma-ibverbs || exit 1
-    SOFTRDMA=${SOFTRDMA:-${CARGO_TARGET_DIR:-target}/release/softrdma}
-    LIBIBVERBS=${LIBIBVERBS:-${CARGO_TARGET_DIR:-target}/release/libibverbs.so}
-fi
-for t in ib_send_lat ibv_rc_pingpong; do
-    command -v $t >/dev/null || { log "$t is missing (apt-get install perftest ibverbs-utils)"; exit 1; }
-done
-ln -s "$(realpath "$LIBIBVERBS")" "$WORK/libibverbs.so.1"
-
-SRV_PID=
-stop_server() { [ -n "$SRV_PID" ] && { kill "$SRV_PID" 2>/dev/null; wait "$SRV_PID" 2>/dev/null; SRV_PID=; }; }
-cleanup() { stop_server; if [ "${KEEP:-0}" = 1 ]; then log "raw outputs in $WORK"; else rm -rf "$WORK"; fi; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# pair NAME TRANSPORT "server command" "client command"
-pair() {
-    local name=$1 tr=$2
-    env -u SOFTRDMA_DEVICES SOFTRDMA_TRANSPORT="$tr" LD_LIBRARY_PATH="$WORK" \
-        taskset -c 0 timeout 90 sh -c "exec $3" >"$WORK/$name.srv" 2>&1 &
-    SRV_PID=$!
-    sleep 0.5
-    env -u SOFTRDMA_DEVICES SOFTRDMA_TRANSPORT="$tr" LD_LIBRARY_PATH="$WORK" \
-        taskset -c 1 timeout 60 sh -c "exec $4" >"$WORK/$name.out" 2>&1
-    sleep 0.2
-    stop_server
-}
-record() { [ -n "$2" ] && printf '%s\n' "$2" >>"$WORK/$1.vals"; }
-median() {
-    [ -s "$WORK/$1.vals" ] || { echo ""; return; }
-    sort -g "$WORK/$1.vals" | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else printf "%.4f\n", (v[NR/2]+v[NR/2+1])/2}'
-}
+BENCH=events
+. bench/lib.sh
+need ib_send_lat ibv_rc_pingpong "apt-get install perftest ibverbs-utils"
+build_dropin
 lat() { awk '$1 == 8 && NF >= 6 {print $5; exit}' "$1"; }          # t_typical
 iter() { awk '/usec\/iter/ {print $(NF-1); exit}' "$1"; }          # ibv_rc_pingpong
 
