@@ -4,85 +4,13 @@
 //! be positive, and `--check` must pass. Runs are serialised: each one
 //! already keeps two processes busy.
 
+mod common;
+
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `softrdma` with `args`, killing it after 90 s.
-fn softrdma(args: &[&str]) -> Run {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_softrdma"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start softrdma");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("softrdma {args:?} did not finish in 90 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Run {
-        code: status.code().unwrap_or(-1),
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
-}
-
-/// The rows of the result table: the numbers of each line after the
-/// heading that starts with " #bytes", up to the closing rule.
-fn rows(out: &str) -> (String, Vec<Vec<f64>>) {
-    let mut lines = out.lines();
-    let head = lines
-        .by_ref()
-        .find(|l| l.starts_with(" #bytes"))
-        .unwrap_or_else(|| panic!("no result table in:\n{out}"))
-        .to_string();
-    let mut v = Vec::new();
-    for l in lines {
-        if l.starts_with("---") {
-            break;
-        }
-        let nums: Vec<f64> = l
-            .split_whitespace()
-            .map(|w| {
-                w.parse()
-                    .unwrap_or_else(|_| panic!("not a number {w:?} in {l:?}"))
-            })
-            .collect();
-        v.push(nums);
-    }
-    (head, v)
-}
+use common::{one_at_a_time, perf_rows as rows, softrdma_bounded as softrdma};
 
 /// Runs a perf test and checks the table; returns the rows.
 fn perf(args: &[&str]) -> Vec<Vec<f64>> {
@@ -449,7 +377,7 @@ fn separate_server_and_client() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port().to_string()
     };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let mut server = Command::new(env!("CARGO_BIN_EXE_softrdma"))
         .args([
             "perf",

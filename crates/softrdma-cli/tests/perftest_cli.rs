@@ -5,61 +5,18 @@
 //! the value and what to do. Runs are serialised (each keeps two
 //! processes busy).
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+use common::{one_at_a_time, perf_rows as rows, softrdma_bounded, Run};
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `softrdma ARGS` (split on spaces), killing it after 90 s.
+/// Runs `softrdma ARGS` (split on spaces), one at a time, killing it
+/// after 90 s.
 fn run(line: &str) -> Run {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_softrdma"))
-        .args(line.split_whitespace())
-        .env_remove("SOFTRDMA_DEVICES")
-        .env_remove("SOFTRDMA_FAULT")
-        .env_remove("SOFTRDMA_TRANSPORT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start softrdma");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("softrdma {line} did not finish in 90 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Run {
-        code: status.code().unwrap_or(-1),
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
+    softrdma_bounded(&line.split_whitespace().collect::<Vec<_>>())
 }
 
 fn ok(line: &str) -> Run {
@@ -70,25 +27,6 @@ fn ok(line: &str) -> Run {
         r.stdout, r.stderr
     );
     r
-}
-
-/// The numbers of the result rows (after " #bytes", up to the rule).
-fn rows(out: &str) -> (String, Vec<Vec<f64>>) {
-    let mut lines = out.lines();
-    let head = lines
-        .by_ref()
-        .find(|l| l.starts_with(" #bytes"))
-        .unwrap_or_else(|| panic!("no result table in:\n{out}"))
-        .to_string();
-    let rows = lines
-        .take_while(|l| !l.starts_with("---"))
-        .map(|l| {
-            l.split_whitespace()
-                .map(|w| w.parse().unwrap_or_else(|_| panic!("{w:?} in {l:?}")))
-                .collect()
-        })
-        .collect();
-    (head, rows)
 }
 
 /// `--output` prints one number per size, perftest's `%lf`, and nothing else.
@@ -270,7 +208,7 @@ fn ud_default_size_is_clamped_to_the_mtu() {
 
 #[test]
 fn run_infinitely_prints_a_row_per_duration() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let mut child = Command::new(env!("CARGO_BIN_EXE_softrdma"))
         .args("perf write_bw --run_infinitely -D 0.3 -s 4096".split(' '))
         .env_remove("SOFTRDMA_DEVICES")

@@ -405,6 +405,34 @@ impl OdpCaps {
     pub const SRQ_RECV: u32 = 1 << 5;
 }
 
+/// A verbs object that its owner destroys once: explicitly, where the
+/// engine may refuse (EBUSY while others still use it) and the object
+/// comes back, or by a drop, which ignores that refusal (the engine then
+/// keeps the resource until its users go).
+trait Release: Sized {
+    /// Frees the engine side, in the one teardown order of the type.
+    fn release(&self) -> Result<()>;
+    /// Set once an explicit destroy succeeded, so that the drop after it
+    /// does nothing.
+    fn destroyed(&mut self) -> &mut bool;
+}
+
+fn destroy_or_return<T: Release>(mut obj: T) -> std::result::Result<(), (T, Error)> {
+    match obj.release() {
+        Ok(()) => {
+            *obj.destroyed() = true;
+            Ok(())
+        }
+        Err(e) => Err((obj, e)),
+    }
+}
+
+fn release_unless_destroyed<T: Release>(obj: &mut T) {
+    if !*obj.destroyed() {
+        let _ = obj.release();
+    }
+}
+
 /// A protection domain.
 pub struct Pd {
     ctx: Context,
@@ -421,10 +449,17 @@ impl fmt::Debug for Pd {
 
 impl Drop for Pd {
     fn drop(&mut self) {
-        if !self.destroyed {
-            // Still in use: the engine keeps the PD until its users go.
-            let _ = self.release();
-        }
+        release_unless_destroyed(self);
+    }
+}
+
+impl Release for Pd {
+    fn release(&self) -> Result<()> {
+        Pd::release(self)
+    }
+
+    fn destroyed(&mut self) -> &mut bool {
+        &mut self.destroyed
     }
 }
 
@@ -438,14 +473,8 @@ impl Pd {
     /// stays, and comes back with the error (EBUSY,
     /// [`VerbsError::Busy`](softrdma_engine::VerbsError::Busy)); dropping
     /// a PD instead ignores that error.
-    pub fn dealloc(mut self) -> std::result::Result<(), (Pd, Error)> {
-        match self.release() {
-            Ok(()) => {
-                self.destroyed = true;
-                Ok(())
-            }
-            Err(e) => Err((self, e)),
-        }
+    pub fn dealloc(self) -> std::result::Result<(), (Pd, Error)> {
+        destroy_or_return(self)
     }
 
     /// The context.
@@ -1103,10 +1132,17 @@ impl fmt::Debug for Cq {
 
 impl Drop for Cq {
     fn drop(&mut self) {
-        if !self.destroyed {
-            // Still in use: the engine keeps the CQ until its QPs go.
-            let _ = self.release();
-        }
+        release_unless_destroyed(self);
+    }
+}
+
+impl Release for Cq {
+    fn release(&self) -> Result<()> {
+        Cq::release(self)
+    }
+
+    fn destroyed(&mut self) -> &mut bool {
+        &mut self.destroyed
     }
 }
 
@@ -1126,14 +1162,8 @@ impl Cq {
     /// `ibv_destroy_cq`. While QPs still use the CQ it stays (bound to its
     /// channel), and comes back with the error (EBUSY); dropping a CQ
     /// instead ignores that error.
-    pub fn destroy(mut self) -> std::result::Result<(), (Cq, Error)> {
-        match self.release() {
-            Ok(()) => {
-                self.destroyed = true;
-                Ok(())
-            }
-            Err(e) => Err((self, e)),
-        }
+    pub fn destroy(self) -> std::result::Result<(), (Cq, Error)> {
+        destroy_or_return(self)
     }
 
     /// The engine handle (what completion channels report).
@@ -1505,9 +1535,17 @@ impl fmt::Debug for Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        if !self.destroyed {
-            let _ = self.release();
-        }
+        release_unless_destroyed(self);
+    }
+}
+
+impl Release for Qp {
+    fn release(&self) -> Result<()> {
+        Qp::release(self)
+    }
+
+    fn destroyed(&mut self) -> &mut bool {
+        &mut self.destroyed
     }
 }
 
@@ -1526,14 +1564,8 @@ impl Qp {
 
     /// `ibv_destroy_qp`: outstanding work is discarded without
     /// completions. On failure the QP comes back with the error.
-    pub fn destroy(mut self) -> std::result::Result<(), (Qp, Error)> {
-        match self.release() {
-            Ok(()) => {
-                self.destroyed = true;
-                Ok(())
-            }
-            Err(e) => Err((self, e)),
-        }
+    pub fn destroy(self) -> std::result::Result<(), (Qp, Error)> {
+        destroy_or_return(self)
     }
 
     /// The queue sizes the QP got (`ibv_qp_init_attr.cap` after
@@ -1860,10 +1892,17 @@ impl fmt::Debug for Srq {
 
 impl Drop for Srq {
     fn drop(&mut self) {
-        if !self.destroyed {
-            // Still in use: the engine keeps the SRQ until its QPs go.
-            let _ = self.release();
-        }
+        release_unless_destroyed(self);
+    }
+}
+
+impl Release for Srq {
+    fn release(&self) -> Result<()> {
+        Srq::release(self)
+    }
+
+    fn destroyed(&mut self) -> &mut bool {
+        &mut self.destroyed
     }
 }
 
@@ -1875,14 +1914,8 @@ impl Srq {
 
     /// `ibv_destroy_srq`. While QPs still use the SRQ it stays, and comes
     /// back with the error (EBUSY); dropping an SRQ ignores that error.
-    pub fn destroy(mut self) -> std::result::Result<(), (Srq, Error)> {
-        match self.release() {
-            Ok(()) => {
-                self.destroyed = true;
-                Ok(())
-            }
-            Err(e) => Err((self, e)),
-        }
+    pub fn destroy(self) -> std::result::Result<(), (Srq, Error)> {
+        destroy_or_return(self)
     }
 
     /// `ibv_post_srq_recv`.
@@ -1965,9 +1998,17 @@ impl fmt::Debug for Ah {
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        if !self.destroyed {
-            let _ = self.release();
-        }
+        release_unless_destroyed(self);
+    }
+}
+
+impl Release for Ah {
+    fn release(&self) -> Result<()> {
+        Ah::release(self)
+    }
+
+    fn destroyed(&mut self) -> &mut bool {
+        &mut self.destroyed
     }
 }
 
@@ -1978,14 +2019,8 @@ impl Ah {
     }
 
     /// `ibv_destroy_ah`; on failure the AH comes back with the error.
-    pub fn destroy(mut self) -> std::result::Result<(), (Ah, Error)> {
-        match self.release() {
-            Ok(()) => {
-                self.destroyed = true;
-                Ok(())
-            }
-            Err(e) => Err((self, e)),
-        }
+    pub fn destroy(self) -> std::result::Result<(), (Ah, Error)> {
+        destroy_or_return(self)
     }
 
     /// The engine handle, for [`UdDest::ah`](softrdma_engine::UdDest).

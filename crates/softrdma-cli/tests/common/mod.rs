@@ -4,10 +4,12 @@
 
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use softrdma_pcap::{CaptureReader, Frame, LinkType, PcapWriter};
 use softrdma_wire::{
@@ -36,6 +38,85 @@ pub fn softrdma(args: &[&str]) -> Run {
         stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     }
+}
+
+/// Serialises the runs of [`softrdma_bounded`] in one test binary: each
+/// `softrdma perf` already keeps two processes busy.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Holds the test binary's one run slot (see [`softrdma_bounded`]) for a
+/// test that starts its own `softrdma` processes.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `softrdma ARGS` without the caller's device settings
+/// (`SOFTRDMA_DEVICES`, `_FAULT`, `_TRANSPORT`), one at a time, killing it
+/// after 90 s.
+pub fn softrdma_bounded(args: &[&str]) -> Run {
+    let _one = one_at_a_time();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .args(args)
+        .env_remove("SOFTRDMA_DEVICES")
+        .env_remove("SOFTRDMA_FAULT")
+        .env_remove("SOFTRDMA_TRANSPORT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start softrdma");
+    let t_out = read_all(child.stdout.take().unwrap());
+    let t_err = read_all(child.stderr.take().unwrap());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("softrdma {args:?} did not finish in 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+/// Reads a child's pipe to the end on its own thread, so that neither
+/// pipe can fill and stall the child.
+fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+/// The rows of a perftest-style result table: the numbers of each line
+/// after the heading that starts with " #bytes", up to the closing rule.
+pub fn perf_rows(out: &str) -> (String, Vec<Vec<f64>>) {
+    let mut lines = out.lines();
+    let head = lines
+        .by_ref()
+        .find(|l| l.starts_with(" #bytes"))
+        .unwrap_or_else(|| panic!("no result table in:\n{out}"))
+        .to_string();
+    let rows = lines
+        .take_while(|l| !l.starts_with("---"))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|w| {
+                    w.parse()
+                        .unwrap_or_else(|_| panic!("not a number {w:?} in {l:?}"))
+                })
+                .collect()
+        })
+        .collect();
+    (head, rows)
 }
 
 pub fn decode(path: &Path) -> Run {
