@@ -12,6 +12,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::Error;
 use softrdma_core::FaultSpec;
@@ -62,7 +63,20 @@ pub struct DeviceConfig {
     /// loopback, where nothing marks packets; what is sent always carries
     /// the ECN codepoint the engine chose.
     pub ecn: bool,
+    /// How long a thread that waits on a completion channel polls before
+    /// it sleeps (SOFTRDMA_EVENT_SPIN_US; default [`EVENT_SPIN_DEFAULT`],
+    /// zero never polls). A completion that comes within it costs no
+    /// wake-up; the device shortens the poll on its own while completions
+    /// come later than that, so a program that waits long between events
+    /// soon stops paying it.
+    pub event_spin: Duration,
 }
+
+/// The default [`DeviceConfig::event_spin`]: 50 µs, the busy-poll time
+/// Linux's documentation suggests for `net.core.busy_read`, and longer
+/// than a same-host or loopback UDP round trip here (0.3–15 µs), shorter
+/// than one sleep and wake-up on a loaded VM (20–50 µs).
+pub const EVENT_SPIN_DEFAULT: Duration = Duration::from_micros(50);
 
 impl DeviceConfig {
     /// The default loopback device, with SOFTRDMA_CAPTURE/SOFTRDMA_FAULT applied.
@@ -76,6 +90,7 @@ impl DeviceConfig {
             transport: crate::shm::Transport::Auto,
             gso: true,
             ecn: false,
+            event_spin: EVENT_SPIN_DEFAULT,
         }
         .with_env()
     }
@@ -91,6 +106,7 @@ impl DeviceConfig {
             transport: crate::shm::Transport::Auto,
             gso: true,
             ecn: false,
+            event_spin: EVENT_SPIN_DEFAULT,
         }
     }
 
@@ -125,6 +141,13 @@ impl DeviceConfig {
         self
     }
 
+    /// Sets how long a completion-channel wait polls before it sleeps
+    /// (see [`DeviceConfig::event_spin`]).
+    pub fn event_spin(mut self, t: Duration) -> Self {
+        self.event_spin = t;
+        self
+    }
+
     /// Fixes the key seed (tests that want reproducible keys).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -133,14 +156,22 @@ impl DeviceConfig {
 
     /// Applies SOFTRDMA_CAPTURE (see [`capture_path`] for its `%p`, `%d`,
     /// `%a`) and SOFTRDMA_FAULT when set and not already
-    /// configured, SOFTRDMA_TRANSPORT, SOFTRDMA_GSO=0 (no GSO sends) and
-    /// SOFTRDMA_ECN=1 (received ECN marks read).
+    /// configured, SOFTRDMA_TRANSPORT, SOFTRDMA_GSO=0 (no GSO sends),
+    /// SOFTRDMA_ECN=1 (received ECN marks read) and SOFTRDMA_EVENT_SPIN_US.
     pub fn with_env(mut self) -> Self {
         if let Ok(v) = std::env::var("SOFTRDMA_ECN") {
             match v.as_str() {
                 "0" | "off" | "no" => self.ecn = false,
                 "1" | "on" | "yes" => self.ecn = true,
                 _ => eprintln!("softrdma: ignoring SOFTRDMA_ECN={v:?} (0 or 1)"),
+            }
+        }
+        if let Ok(v) = std::env::var("SOFTRDMA_EVENT_SPIN_US") {
+            match v.parse::<u64>() {
+                Ok(us) if us <= 1_000_000 => self.event_spin = Duration::from_micros(us),
+                _ => eprintln!(
+                    "softrdma: ignoring SOFTRDMA_EVENT_SPIN_US={v:?} (microseconds, 0 to 1000000)"
+                ),
             }
         }
         if let Ok(v) = std::env::var("SOFTRDMA_GSO") {
@@ -247,6 +278,7 @@ pub fn parse_device(entry: &str, source: &str) -> Result<DeviceConfig, Error> {
             transport: crate::shm::Transport::Auto,
             gso: true,
             ecn: false,
+            event_spin: EVENT_SPIN_DEFAULT,
         });
     }
     let sa = if let Ok(sa) = addr.parse::<SocketAddr>() {

@@ -277,6 +277,12 @@ pub(crate) struct Device {
     /// stays parked for `EVENTS_RECENT` after, while the program handles
     /// what woke it and comes back to wait (it would only contend with it).
     waiter_left: AtomicU64,
+    /// The longest a `wait_channel` polls before it sleeps, in ns
+    /// (`DeviceConfig::event_spin`), and how long the next one polls:
+    /// halved after each wait whose event came later than the longest
+    /// poll (or not at all), reset to it when one came within it.
+    spin_max: u64,
+    spin_next: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -499,6 +505,8 @@ impl Device {
             park: EventFd::new(true).map_err(io)?,
             park_long: AtomicBool::new(false),
             waiter_left: AtomicU64::new(0),
+            spin_max: cfg.event_spin.as_nanos().min(u64::MAX as u128) as u64,
+            spin_next: AtomicU64::new(cfg.event_spin.as_nanos().min(u64::MAX as u128) as u64),
             thread: Mutex::new(None),
         });
         let d = dev.clone();
@@ -760,9 +768,14 @@ impl Device {
     /// path of every event-driven message). The background thread stays
     /// off the sources while a thread waits here (`waiters`), so that
     /// one packet does not wake both.
+    ///
+    /// It polls first, for up to `spin_next`, without marking the rings
+    /// sleeping (so a same-host peer need not signal it either): a
+    /// completion that comes within that costs neither side a wake-up.
     pub fn wait_channel(&self, ch: &ChannelShared, timeout: Option<Duration>) -> bool {
         let start = self.now().0;
         let end = timeout.map_or(u64::MAX, |t| start.saturating_add(t.as_nanos() as u64));
+        let spin_end = start.saturating_add(self.spin_next.load(Ordering::Relaxed));
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let mut fds = Vec::with_capacity(8);
         let mut ready = Vec::with_capacity(8);
@@ -788,6 +801,11 @@ impl Device {
                     if signalled {
                         ch.fd.drain();
                     }
+                }
+                if now.0 < spin_end {
+                    drop(st);
+                    std::hint::spin_loop();
+                    continue;
                 }
                 let next = st.core.next_deadline().map_or(u64::MAX, |t| t.0);
                 let can_sleep = st.shm_mut().prepare_sleep();
@@ -816,11 +834,12 @@ impl Device {
                 self.wake.drain();
             }
         };
+        let now = self.now().0;
+        self.adapt_spin(got && now.saturating_sub(start) <= self.spin_max);
         // The program is back in verbs calls (it polls next): the
         // background thread, parked for at most ACTIVE_CHECK_MAX, checks on
         // it as on any poller, and is not woken for it — unless it parks
         // for longer.
-        let now = self.now().0;
         self.last_app_poll.store(now, Ordering::Release);
         self.waiter_left.store(now, Ordering::Release);
         // Nobody sleeps on the timers now: commands need not signal.
@@ -830,6 +849,18 @@ impl Device {
             self.park.signal();
         }
         got
+    }
+
+    /// After a `wait_channel`: the next one polls for as long as the
+    /// longest poll when this one's event came within it (polling would
+    /// have caught it), for half of this one's poll otherwise.
+    fn adapt_spin(&self, caught: bool) {
+        let next = if caught {
+            self.spin_max
+        } else {
+            self.spin_next.load(Ordering::Relaxed) / 2
+        };
+        self.spin_next.store(next, Ordering::Relaxed);
     }
 
     /// For a thread leaving `wait_channel`: marks the same-host rings
