@@ -551,8 +551,8 @@ pub struct ibv_device_attr {
 
 /// `struct ibv_device_attr_ex`: the classic attributes followed by
 /// capability blocks softrdma reports as all zero (no TSO, RSS, packet
-/// pacing, tag matching, CQ moderation or device memory) except odp_caps
-/// ([`ODP_CAPS_AT`]).
+/// pacing, tag matching or CQ moderation) except odp_caps
+/// ([`ODP_CAPS_AT`]) and max_dm_size ([`MAX_DM_SIZE_AT`]).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_device_attr_ex {
@@ -641,6 +641,9 @@ pub const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1;
 /// (offset 240 of the struct, after comp_mask and padding): general_caps
 /// (u64), then the RC, UC and UD operation bits (u32 each).
 pub const ODP_CAPS_AT: usize = 4;
+/// Where `max_dm_size` (u64) sits in [`ibv_device_attr_ex::_caps`]: at
+/// byte 376 of the struct (checked against Debian's header).
+pub const MAX_DM_SIZE_AT: usize = 376 - 236;
 
 pub const IBV_QP_STATE: c_int = 1;
 

@@ -131,6 +131,8 @@ const _: () = {
 /// dlid_path_bits.
 const WC_STANDARD_FLAGS: u64 = 0x7f;
 const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`: `parent_domain` is set.
+const CQ_INIT_ATTR_MASK_PD: u32 = 2;
 const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1;
 
 /// The `create_cq_ex` slot.
@@ -146,8 +148,19 @@ pub unsafe extern "C" fn create_cq_ex(
         }
         // SAFETY: readable attributes (the verb's contract).
         let a = unsafe { &*attr };
-        if a.comp_mask & !CQ_INIT_ATTR_MASK_FLAGS != 0 {
-            fail_with(VERB, libc::EOPNOTSUPP, "parent domains are not supported");
+        if a.comp_mask & !(CQ_INIT_ATTR_MASK_FLAGS | CQ_INIT_ATTR_MASK_PD) != 0 {
+            let why = format!("comp_mask {:#x} has unknown bits", a.comp_mask);
+            fail_with(VERB, libc::EINVAL, &why);
+            return null_mut();
+        }
+        // A CQ in a parent domain: it must be one (as mlx5 checks); its
+        // thread domain changes nothing here (docs/ibverbs.md).
+        if a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0
+            && (a.parent_domain.is_null()
+                // SAFETY: a live PD of this library when not NULL.
+                || unsafe { (*a.parent_domain.cast::<crate::objects::Pd>()).domain.is_none() })
+        {
+            fail_with(VERB, libc::EINVAL, "parent_domain is not a parent domain");
             return null_mut();
         }
         if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0

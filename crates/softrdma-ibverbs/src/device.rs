@@ -264,16 +264,16 @@ fn new_vctx(device: *mut ibv_device, async_fd: c_int) -> verbs_context {
         attach_counters_point_flow: n,
         create_counters: n,
         destroy_counters: n,
-        reg_dm_mr: n,
-        alloc_dm: n,
-        free_dm: n,
+        reg_dm_mr: crate::dm::reg_dm_mr as *mut c_void,
+        alloc_dm: crate::dm::alloc_dm as *mut c_void,
+        free_dm: crate::dm::free_dm as *mut c_void,
         modify_flow_action_esp: n,
         destroy_flow_action: n,
         create_flow_action_esp: n,
         modify_qp_rate_limit: n,
-        alloc_parent_domain: n,
-        dealloc_td: n,
-        alloc_td: n,
+        alloc_parent_domain: crate::domains::alloc_parent_domain as *mut c_void,
+        dealloc_td: crate::domains::dealloc_td as *mut c_void,
+        alloc_td: crate::domains::alloc_td as *mut c_void,
         modify_cq: n,
         post_srq_ops: n,
         destroy_rwq_ind_table: n,
@@ -424,6 +424,8 @@ unsafe extern "C" fn query_device_ex(
                 phys_port_cnt_ex: 1,
             };
             odp_caps(&mut ex, &c.dev.odp_caps());
+            ex._caps[MAX_DM_SIZE_AT..MAX_DM_SIZE_AT + 8]
+                .copy_from_slice(&crate::dm::MAX_DM_SIZE.to_ne_bytes());
             let n = attr_size.min(std::mem::size_of::<ibv_device_attr_ex>());
             ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
             ptr::copy_nonoverlapping(

@@ -18,7 +18,8 @@
 //!
 //! Modules: `abi` (the C structs, with layout asserts), `objects` (what
 //! stands behind the pointers handed out), `convert` (C ↔ softrdma types),
-//! `device` (device list, contexts, queries, async events), `verbs` (the
+//! `device` (device list, contexts, queries, async events), `dm` (device
+//! memory), `domains` (thread and parent domains), `verbs` (the
 //! object verbs and the data path), `strings` (names and rates), `stubs`
 //! (symbols that fail cleanly), `ffi` (panic guard, errno, fds), `rdmacm`
 //! (rdma_cm for the drop-in librdmacm.so.1, exported as
@@ -39,6 +40,8 @@ pub mod abi;
 mod convert;
 mod cq_ex;
 mod device;
+mod dm;
+mod domains;
 mod ffi;
 mod objects;
 mod qp_ex;

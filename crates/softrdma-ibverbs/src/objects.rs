@@ -65,11 +65,41 @@ pub struct Objects {
 }
 
 /// A protection domain: softrdma's, so regions registered in it are
-/// published for same-host peers.
+/// published for same-host peers. A parent domain
+/// (`ibv_alloc_parent_domain`) is a `Pd` too, as rdma-core hands it out
+/// where a PD goes: its `pd` is `None` and `domain` names the PD it was
+/// made from, which every verb given it uses ([`Pd::soft`]).
 #[repr(C)]
 pub struct Pd {
     pub ibv: ibv_pd,
     pub pd: Option<softrdma::Pd>,
+    pub domain: Option<crate::domains::ParentDomain>,
+    /// Parent domains made from this PD: it cannot be deallocated while
+    /// any exists (EBUSY, as the kernel refuses).
+    pub children: std::sync::atomic::AtomicU32,
+}
+
+impl Pd {
+    /// A plain PD around softrdma's.
+    pub fn new(ibv: ibv_pd, pd: softrdma::Pd) -> Self {
+        Pd {
+            ibv,
+            pd: Some(pd),
+            domain: None,
+            children: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// The softrdma PD a verb given this PD (or parent domain) works in,
+    /// or EINVAL when it was destroyed.
+    pub fn soft(&self, verb: &str) -> Result<&softrdma::Pd, std::ffi::c_int> {
+        match &self.domain {
+            // SAFETY: a parent domain's PD outlives it: deallocating the
+            // PD fails (EBUSY) while `children` counts the domain.
+            Some(d) => crate::verbs::live(verb, unsafe { &(*d.of).pd }),
+            None => crate::verbs::live(verb, &self.pd),
+        }
+    }
 }
 
 /// A memory region: softrdma's, whose drop withdraws it from same-host
@@ -78,6 +108,9 @@ pub struct Pd {
 pub struct Mr {
     pub ibv: ibv_mr,
     pub mr: Option<softrdma::Mr>,
+    /// The device memory a region over it (`ibv_reg_dm_mr`) keeps
+    /// mapped: the DM cannot be freed while such a region exists.
+    pub dm: Option<std::sync::Arc<crate::dm::DmBuf>>,
 }
 
 /// A completion queue.

@@ -17,7 +17,7 @@ use std::ffi::{c_int, c_void};
 use crate::abi::*;
 use crate::ffi::{fail, fail_with, guard};
 use crate::objects::{Mr, Pd};
-use crate::verbs::{access_flags, live};
+use crate::verbs::access_flags;
 
 const CHANGE_TRANSLATION: c_int = 1;
 const CHANGE_PD: c_int = 2;
@@ -67,7 +67,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             }
             // SAFETY: as above.
             let p = unsafe { &*pd.cast::<Pd>() };
-            match live("ibv_rereg_mr", &p.pd) {
+            match p.soft("ibv_rereg_mr") {
                 Ok(p) => Some(p),
                 Err(_) => return ERR_INPUT,
             }

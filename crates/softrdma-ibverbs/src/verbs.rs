@@ -51,13 +51,13 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         let c = unsafe { Ctx::from_ptr(context) };
         match c.dev.alloc_pd() {
             Ok(pd) => {
-                let p = objects::leak(Pd {
-                    ibv: ibv_pd {
+                let p = objects::leak(Pd::new(
+                    ibv_pd {
                         context,
                         handle: pd.handle().raw(),
                     },
-                    pd: Some(pd),
-                });
+                    pd,
+                ));
                 c.objects().pds.insert(p as usize);
                 p.cast()
             }
@@ -115,8 +115,25 @@ unsafe fn destroy<O, T>(
     })
 }
 
-/// EBUSY while MRs, QPs, SRQs or AHs still use it.
+/// EBUSY while MRs, QPs, SRQs, AHs or parent domains still use it. A
+/// parent domain is deallocated here too (`domains::dealloc_domain`).
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    // SAFETY: a live PD or parent domain of this library, or NULL (the
+    // verb's contract).
+    if !pd.is_null() && unsafe { (*pd.cast::<Pd>()).domain.is_some() } {
+        // SAFETY: as above, a parent domain.
+        return guard(libc::EIO, || unsafe {
+            crate::domains::dealloc_domain(pd.cast())
+        });
+    }
+    // SAFETY: as above.
+    if !pd.is_null() && unsafe { (*pd.cast::<Pd>()).children.load(Ordering::Acquire) } > 0 {
+        return fail_with(
+            "ibv_dealloc_pd",
+            libc::EBUSY,
+            "parent domains still use the PD",
+        );
+    }
     // SAFETY: `destroy`'s contract is the verb's (a live object or NULL);
     // the closures run inside it on that live object, the last once.
     unsafe {
@@ -204,7 +221,7 @@ unsafe fn reg_mr(
     // contract, which is `register`'s.
     unsafe {
         let p = &*pd.cast::<Pd>();
-        let Ok(softpd) = live("ibv_reg_mr", &p.pd) else {
+        let Ok(softpd) = p.soft("ibv_reg_mr") else {
             return null_mut();
         };
         match register(softpd, addr, len, iova, access) {
@@ -220,6 +237,7 @@ unsafe fn reg_mr(
                         rkey: mr.rkey().raw(),
                     },
                     mr: Some(mr),
+                    dm: None,
                 });
                 ctx_of(pd).objects().mrs.insert(m as usize);
                 m.cast()
@@ -618,7 +636,7 @@ pub unsafe extern "C" fn ibv_create_srq(
         // SAFETY: a live PD (a Pd object); init is readable.
         unsafe {
             let c = ctx_of(pd);
-            let Ok(p) = live("ibv_create_srq", &(*pd.cast::<Pd>()).pd) else {
+            let Ok(p) = (*pd.cast::<Pd>()).soft("ibv_create_srq") else {
                 return null_mut();
             };
             let a = (*init).attr;
@@ -757,7 +775,7 @@ unsafe fn new_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<softrdma::Qp, 
     // SAFETY: per the contract.
     let (p, scq, rcq) = unsafe {
         (
-            live(VERB, &(*pd.cast::<Pd>()).pd)?,
+            (*pd.cast::<Pd>()).soft(VERB)?,
             soft_cq(VERB, a.send_cq)?,
             soft_cq(VERB, a.recv_cq)?,
         )
@@ -950,7 +968,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
 unsafe fn create_ah(pd: *mut ibv_pd, a: &softrdma::AhAttr) -> *mut ibv_ah {
     // SAFETY: per the contract, a live Pd object.
     let p = unsafe { &*pd.cast::<Pd>() };
-    let Ok(soft) = live("ibv_create_ah", &p.pd) else {
+    let Ok(soft) = p.soft("ibv_create_ah") else {
         return null_mut();
     };
     match soft.create_ah_attr(*a) {

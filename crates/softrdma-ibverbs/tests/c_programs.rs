@@ -18,7 +18,10 @@
 //!   accesses (or ibv_advise_mr) resolve, data checked, a WRITE to an
 //!   unmapped page → REM_ACCESS_ERR, pinned registration of unmapped
 //!   memory → EFAULT;
-//! * `ibv_rc_pingpong`, and both programs, under valgrind's memcheck:
+//! * `tests/c/domains.c`: device memory (copies, a zero-based region an
+//!   RDMA WRITE fills, free refused while it exists), thread and parent
+//!   domains (used where a PD goes, EBUSY for what they use);
+//! * `ibv_rc_pingpong`, and the programs, under valgrind's memcheck:
 //!   no invalid reads or writes anywhere, this library included.
 
 mod common;
@@ -328,4 +331,42 @@ fn bad_counts_under_valgrind() {
         return;
     };
     assert_bad_counts(&o, "valgrind, udp");
+}
+
+/// The checks `tests/c/domains.c` makes: each must PASS.
+const DOMAINS_CHECKS: usize = 22;
+
+fn assert_domains(o: &Output, what: &str) {
+    let passed = o.stdout.lines().filter(|l| l.starts_with("PASS")).count();
+    assert!(
+        o.ok && passed == DOMAINS_CHECKS && !o.stdout.contains("FAIL"),
+        "domains ({what}) exit {:?}, {passed} of {DOMAINS_CHECKS} passed:\n{}\n{}",
+        o.code,
+        o.stdout,
+        o.stderr
+    );
+}
+
+#[test]
+fn domains_c_program() {
+    let _g = serial();
+    let Some(exe) = compile("domains") else {
+        return;
+    };
+    for transport in ["udp", "auto"] {
+        let o = run(
+            softrdma_cmd(&exe.to_string_lossy(), &[], Load::LibraryPath, transport),
+            Duration::from_secs(120),
+        );
+        assert_domains(&o, transport);
+    }
+}
+
+#[test]
+fn domains_under_valgrind() {
+    let _g = serial();
+    let Some(o) = under_valgrind("domains") else {
+        return;
+    };
+    assert_domains(&o, "valgrind, udp");
 }
