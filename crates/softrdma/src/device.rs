@@ -775,7 +775,9 @@ impl Device {
     pub fn wait_channel(&self, ch: &ChannelShared, timeout: Option<Duration>) -> bool {
         let start = self.now().0;
         let end = timeout.map_or(u64::MAX, |t| start.saturating_add(t.as_nanos() as u64));
-        let spin_end = start.saturating_add(self.spin_next.load(Ordering::Relaxed));
+        let spin_end = start
+            .saturating_add(self.spin_next.load(Ordering::Relaxed))
+            .min(end);
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let mut fds = Vec::with_capacity(8);
         let mut ready = Vec::with_capacity(8);
