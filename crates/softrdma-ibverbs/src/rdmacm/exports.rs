@@ -13,7 +13,7 @@ use softrdma::rdma_cm::ConnParam;
 
 use super::abi::*;
 use super::events::{self, Channel, EventData, Param};
-use super::{addr, complete, contexts, ctx_for, new_id, port_space, registry, Id};
+use super::{addr, complete, contexts, ctx_for, new_id, port_space, registry, set_device, Id};
 use crate::abi::*;
 use crate::ffi::{self, guard};
 use crate::objects::{self, Ctx};
@@ -278,7 +278,7 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_bind_addr(
 fn bind(id: &mut Id, mut a: std::net::SocketAddr) -> R {
     if !a.ip().is_unspecified() {
         let ctx = ctx_for(Some(a.ip())).ok_or(libc::ENODEV)?;
-        id.c.verbs = ctx.as_ibv();
+        set_device(id, ctx);
         a.set_ip(ctx.dev.addr().ip());
     }
     if a.port() == 0 {
@@ -318,7 +318,7 @@ unsafe fn resolve_addr(id: &mut Id, src: *const libc::sockaddr, dst: *const libc
         Some(c) => c,
         None => {
             let c = ctx_for(None).ok_or(libc::ENODEV)?;
-            id.c.verbs = c.as_ibv();
+            set_device(id, c);
             c
         }
     };

@@ -193,6 +193,15 @@ pub fn ctx_at(a: usize) -> &'static Ctx {
     unsafe { &*(a as *const Ctx) }
 }
 
+/// Puts `id` on device `ctx`: its `verbs`, and its `pd` the device's
+/// default PD, as librdmacm sets both once an id has a device (UCX's
+/// rdmacm transport creates its QPs in `id->pd`). NULL when that PD
+/// cannot be made; `rdma_create_qp` then reports why.
+pub fn set_device(id: &mut Id, ctx: &'static Ctx) {
+    id.c.verbs = ctx.as_ibv();
+    id.c.pd = qp::default_pd(ctx).unwrap_or(std::ptr::null_mut());
+}
+
 /// The device for a local address: the one with that IP; the first (the
 /// default device) for a wildcard, or for a loopback address no device
 /// has, as the kernel's rdma_cm binds a loopback address to the first
@@ -366,7 +375,7 @@ fn request(ctx: &'static Ctx, conn: ConnId, req: &Request) {
     let id = new_id(l.c.channel, l.c.context, l.c.ps, l.c.qp_type);
     // SAFETY: just made.
     let idr = unsafe { &mut *id };
-    idr.c.verbs = ctx.as_ibv();
+    set_device(idr, ctx);
     addr::set_route(&mut idr.c.route, Some(local), src);
     // The event's depths are the receiver's: what the requester keeps
     // outstanding is what we must accept, and the other way round.
@@ -424,7 +433,7 @@ fn ud_request(ctx: &'static Ctx, conn: ConnId, port: u16, private_data: &[u8]) {
     let id = new_id(l.c.channel, l.c.context, l.c.ps, l.c.qp_type);
     // SAFETY: just made.
     let idr = unsafe { &mut *id };
-    idr.c.verbs = ctx.as_ibv();
+    set_device(idr, ctx);
     let local = SocketAddr::new(ctx.dev.addr().ip(), port);
     addr::set_route(&mut idr.c.route, Some(local), src);
     idr.state().conn = Some(conn);

@@ -38,7 +38,7 @@ fn last_errno() -> c_int {
 }
 
 /// The device's default PD (librdmacm's per-device PD), made once.
-fn default_pd(ctx: &'static Ctx) -> Result<*mut ibv_pd, c_int> {
+pub(super) fn default_pd(ctx: &'static Ctx) -> Result<*mut ibv_pd, c_int> {
     static PDS: OnceLock<Mutex<HashMap<usize, usize>>> = OnceLock::new();
     let mut pds = PDS
         .get_or_init(Default::default)

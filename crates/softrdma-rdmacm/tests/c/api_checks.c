@@ -134,6 +134,9 @@ int main(int argc, char **argv)
     ev = NULL;
     check(rdma_get_cm_event(ch, &ev) == 0 && ev && ev->event == 0 && ev->status == 0 && ev->id == id,
           "ADDR_RESOLVED for the id");
+    /* With a device, the id has librdmacm's per-device PD (id->pd, at byte
+     * 400 of struct rdma_cm_id): UCX's rdmacm transport makes QPs in it. */
+    check(*(void **)((char *)id + 400) != NULL, "a resolved id has the device's PD");
     check(rdma_ack_cm_event(ev) == 0, "ack");
     check(!readable(ch->fd), "fd not readable once taken");
 
