@@ -1,7 +1,10 @@
 //! Which devices exist and how they are set up, from code or environment.
 //!
-//! `SOFTRDMA_DEVICES` lists devices as `name=address[:port]`, comma
-//! separated, e.g. `srx0=192.168.1.10,srx1=[fd00::2]:4791`. Without it there
+//! `SOFTRDMA_DEVICES` lists devices as `name=address[:port][@xdp:IFACE]`,
+//! comma separated, e.g. `srx0=192.168.1.10,srx1=[fd00::2]:4791`;
+//! `@xdp:IFACE` puts the device on an AF_XDP socket on interface IFACE
+//! instead of a UDP socket, `@xdp-or-udp:IFACE` the same but falling back
+//! to UDP when AF_XDP cannot start (docs/xdp.md). Without it there
 //! is one device, `srx0`, on loopback: it binds UDP port 4791 on the first
 //! free address of 127.0.0.1, 127.0.0.2, … 127.0.0.254, so every process on a
 //! host gets its own address (its GID) with no configuration.
@@ -32,6 +35,59 @@ pub enum Bind {
         /// UDP port to bind.
         port: u16,
     },
+}
+
+/// Which network port a device sends and receives through.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Net {
+    /// A UDP socket (the kernel's stack).
+    #[default]
+    Udp,
+    /// An AF_XDP socket on an interface (docs/xdp.md).
+    Xdp(XdpConfig),
+}
+
+/// Which XDP attach modes the AF_XDP port tries (SOFTRDMA_XDP_MODE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpAttach {
+    /// Native (driver) XDP, and generic (SKB) XDP when the driver refuses.
+    Auto,
+    /// Native XDP only.
+    Native,
+    /// Generic XDP only.
+    Generic,
+}
+
+/// The AF_XDP port of a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdpConfig {
+    /// The interface (its address must be the device's).
+    pub iface: String,
+    /// The receive queue the socket binds (0 unless `IFACE/QUEUE`).
+    pub queue: u32,
+    /// Fall back to the UDP port, saying why, when AF_XDP cannot start.
+    pub fallback_udp: bool,
+    /// Attach modes to try (SOFTRDMA_XDP_MODE=auto|native|generic).
+    pub attach: XdpAttach,
+    /// Busy-poll mode (SOFTRDMA_XDP_POLL=busy): the socket asks the kernel
+    /// to busy-poll the queue from its system calls, and every send kicks
+    /// the kernel; the default, wake-up mode, makes a system call only
+    /// when the kernel's need-wakeup flag asks for one.
+    pub busy_poll: bool,
+}
+
+impl XdpConfig {
+    /// AF_XDP on queue 0 of `iface`, native XDP if the driver has it,
+    /// wake-up mode, no fallback.
+    pub fn new(iface: impl Into<String>) -> Self {
+        XdpConfig {
+            iface: iface.into(),
+            queue: 0,
+            fallback_udp: false,
+            attach: XdpAttach::Auto,
+            busy_poll: false,
+        }
+    }
 }
 
 /// How to open one device.
@@ -70,6 +126,8 @@ pub struct DeviceConfig {
     /// come later than that, so a program that waits long between events
     /// soon stops paying it.
     pub event_spin: Duration,
+    /// The network port: UDP, or AF_XDP on an interface.
+    pub net: Net,
 }
 
 /// The default [`DeviceConfig::event_spin`]: 50 µs, the busy-poll time
@@ -91,6 +149,7 @@ impl DeviceConfig {
             gso: true,
             ecn: false,
             event_spin: EVENT_SPIN_DEFAULT,
+            net: Net::Udp,
         }
         .with_env()
     }
@@ -107,6 +166,7 @@ impl DeviceConfig {
             gso: true,
             ecn: false,
             event_spin: EVENT_SPIN_DEFAULT,
+            net: Net::Udp,
         }
     }
 
@@ -148,6 +208,12 @@ impl DeviceConfig {
         self
     }
 
+    /// Sends and receives through an AF_XDP socket (docs/xdp.md).
+    pub fn xdp(mut self, x: XdpConfig) -> Self {
+        self.net = Net::Xdp(x);
+        self
+    }
+
     /// Fixes the key seed (tests that want reproducible keys).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -159,6 +225,25 @@ impl DeviceConfig {
     /// configured, SOFTRDMA_TRANSPORT, SOFTRDMA_GSO=0 (no GSO sends),
     /// SOFTRDMA_ECN=1 (received ECN marks read) and SOFTRDMA_EVENT_SPIN_US.
     pub fn with_env(mut self) -> Self {
+        if let Net::Xdp(x) = &mut self.net {
+            if let Ok(v) = std::env::var("SOFTRDMA_XDP_MODE") {
+                match v.as_str() {
+                    "auto" => x.attach = XdpAttach::Auto,
+                    "native" | "drv" => x.attach = XdpAttach::Native,
+                    "generic" | "skb" => x.attach = XdpAttach::Generic,
+                    _ => eprintln!(
+                        "softrdma: ignoring SOFTRDMA_XDP_MODE={v:?} (auto, native or generic)"
+                    ),
+                }
+            }
+            if let Ok(v) = std::env::var("SOFTRDMA_XDP_POLL") {
+                match v.as_str() {
+                    "busy" => x.busy_poll = true,
+                    "wakeup" | "wake-up" => x.busy_poll = false,
+                    _ => eprintln!("softrdma: ignoring SOFTRDMA_XDP_POLL={v:?} (wakeup or busy)"),
+                }
+            }
+        }
         if let Ok(v) = std::env::var("SOFTRDMA_ECN") {
             match v.as_str() {
                 "0" | "off" | "no" => self.ecn = false,
@@ -267,7 +352,15 @@ pub fn parse_device(entry: &str, source: &str) -> Result<DeviceConfig, Error> {
             "{source} {entry:?} has an empty name"
         )));
     }
-    let addr = addr.trim();
+    let (addr, net) = match addr.split_once('@') {
+        None => (addr.trim(), Net::Udp),
+        Some((a, port)) => (a.trim(), parse_net(port.trim(), entry, source)?),
+    };
+    if addr == "auto" && net != Net::Udp {
+        return Err(Error::Config(format!(
+            "{source} {entry:?}: an AF_XDP device needs its interface's address, not \"auto\""
+        )));
+    }
     if addr == "auto" {
         return Ok(DeviceConfig {
             name: name.into(),
@@ -279,6 +372,7 @@ pub fn parse_device(entry: &str, source: &str) -> Result<DeviceConfig, Error> {
             gso: true,
             ecn: false,
             event_spin: EVENT_SPIN_DEFAULT,
+            net: Net::Udp,
         });
     }
     let sa = if let Ok(sa) = addr.parse::<SocketAddr>() {
@@ -296,7 +390,43 @@ pub fn parse_device(entry: &str, source: &str) -> Result<DeviceConfig, Error> {
             sa.ip()
         )));
     }
-    Ok(DeviceConfig::new(name, sa))
+    let mut d = DeviceConfig::new(name, sa);
+    d.net = net;
+    Ok(d)
+}
+
+/// Parses the port part after `@`: `xdp:IFACE[/QUEUE]` or
+/// `xdp-or-udp:IFACE[/QUEUE]`.
+fn parse_net(spec: &str, entry: &str, source: &str) -> Result<Net, Error> {
+    let bad = |why: &str| {
+        Error::Config(format!(
+            "{source} {entry:?}: {why} (the port is @xdp:IFACE, @xdp:IFACE/QUEUE or \
+             @xdp-or-udp:IFACE for AF_XDP with a fallback to UDP)"
+        ))
+    };
+    let (kind, iface) = spec
+        .split_once(':')
+        .ok_or_else(|| bad(&format!("{spec:?} names no interface")))?;
+    let fallback_udp = match kind {
+        "xdp" => false,
+        "xdp-or-udp" => true,
+        k => return Err(bad(&format!("{k:?} is not a port kind"))),
+    };
+    let (iface, queue) = match iface.split_once('/') {
+        None => (iface, 0),
+        Some((i, q)) => (
+            i,
+            q.parse()
+                .map_err(|_| bad(&format!("queue {q:?} is not a number")))?,
+        ),
+    };
+    if iface.is_empty() || iface.len() > 15 || iface.contains(['/', ' ', ',']) {
+        return Err(bad(&format!("{iface:?} is not an interface name")));
+    }
+    let mut x = XdpConfig::new(iface);
+    x.queue = queue;
+    x.fallback_udp = fallback_udp;
+    Ok(Net::Xdp(x))
 }
 
 /// Parses a SOFTRDMA_DEVICES value.
@@ -352,6 +482,9 @@ pub fn select(list: &[DeviceConfig], name: &str) -> Result<DeviceConfig, Error> 
 
 /// `name (address)` of a configured device.
 pub fn describe(d: &DeviceConfig) -> String {
+    if let (Net::Xdp(x), Bind::Addr(a)) = (&d.net, &d.bind) {
+        return format!("{} ({a} over AF_XDP on {})", d.name, x.iface);
+    }
     match &d.bind {
         Bind::Addr(a) => format!("{} ({a})", d.name),
         Bind::AutoLoopback { port } => {
@@ -406,6 +539,32 @@ mod tests {
         assert!(e.contains("--device names device \"srx0\" twice"), "{e}");
         let e = parse_device("srx0", "--device").unwrap_err().to_string();
         assert!(e.contains("--device \"srx0\" is not name=address"), "{e}");
+    }
+
+    #[test]
+    fn parses_xdp_ports() {
+        let v = parse_devices("a=10.1.0.1@xdp:veth0,b=[fd00::1]:4791@xdp-or-udp:eth1/3").unwrap();
+        let want = XdpConfig::new("veth0");
+        assert_eq!(v[0].net, Net::Xdp(want));
+        assert_eq!(v[0].bind, Bind::Addr("10.1.0.1:4791".parse().unwrap()));
+        let Net::Xdp(x) = &v[1].net else {
+            panic!("{:?}", v[1].net)
+        };
+        assert_eq!(
+            (x.iface.as_str(), x.queue, x.fallback_udp),
+            ("eth1", 3, true)
+        );
+        assert!(describe(&v[0]).contains("over AF_XDP on veth0"));
+        for (bad, what) in [
+            ("a=10.1.0.1@xdp", "names no interface"),
+            ("a=10.1.0.1@dpdk:eth0", "not a port kind"),
+            ("a=10.1.0.1@xdp:", "not an interface name"),
+            ("a=10.1.0.1@xdp:eth0/x", "not a number"),
+            ("a=auto@xdp:eth0", "needs its interface's address"),
+        ] {
+            let e = parse_devices(bad).unwrap_err().to_string();
+            assert!(e.contains(what), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -37,12 +37,13 @@ use softrdma_engine::{
 };
 use softrdma_pcap::SharedPcapWriter;
 
-use crate::config::{auto_loopback_candidates, Bind, DeviceConfig};
+use crate::config::{auto_loopback_candidates, Bind, DeviceConfig, Net};
 use crate::shm::ShmHub;
 pub(crate) use crate::shm_port::SharedRegion;
 use crate::shm_port::{Routed, ShmPort};
 use crate::sys::{self, EventFd};
 use crate::udp_port::{bind_socket, UdpPort};
+use crate::xdp_port::{NetPort, XdpPort};
 use crate::Error;
 
 /// The background thread leaves the device to an application that polled this recently.
@@ -396,7 +397,36 @@ impl Device {
         }
         let gso = cfg.gso && sys::gso_available(&sock);
         let addr = sock.local_addr().map_err(|e| Error::Io(e.to_string()))?;
-        let link_mtu = sys::link_mtu(addr.ip());
+        // AF_XDP when configured (the UDP socket stays bound, keeping the
+        // address this device's on this host, and receives nothing: the
+        // XDP program takes the port's packets before the kernel's stack).
+        let xdp = match &cfg.net {
+            Net::Udp => None,
+            Net::Xdp(x) => match XdpPort::open(addr, x) {
+                Ok(p) => {
+                    eprintln!(
+                        "softrdma: device {}: AF_XDP on {} queue {} ({})",
+                        cfg.name,
+                        x.iface,
+                        x.queue,
+                        p.mode()
+                    );
+                    Some((p, x.iface.clone()))
+                }
+                Err(e) if x.fallback_udp => {
+                    eprintln!(
+                        "softrdma: device {}: {e}; falling back to the UDP port",
+                        cfg.name
+                    );
+                    None
+                }
+                Err(e) => return Err(Error::Io(format!("device {}: {e}", cfg.name))),
+            },
+        };
+        let link_mtu = match &xdp {
+            Some((_, iface)) => crate::xdp_port::link_mtu(iface),
+            None => sys::link_mtu(addr.ip()),
+        };
         let active_mtu = active_mtu_for(link_mtu);
         let mut ec = EngineConfig::new(addr);
         ec.remote_port = addr.port();
@@ -453,10 +483,19 @@ impl Device {
                 ShmHub::udp_only(addr, wake.as_raw_fd())
             }
         };
-        let sock_fd = sock.as_raw_fd();
+        let (sock_fd, net) = match xdp {
+            Some((mut p, _)) => {
+                p.reserve = Some(sock);
+                (p.fd(), NetPort::Xdp(Box::new(p)))
+            }
+            None => (
+                sock.as_raw_fd(),
+                NetPort::Udp(UdpPort::new(sock, addr, gso)),
+            ),
+        };
         let routed = Routed {
             shm: ShmPort::new(shm),
-            udp: UdpPort::new(sock, addr, gso),
+            udp: net,
         };
         // Engine instant zero in wall-clock time, for capture timestamps.
         let epoch = std::time::SystemTime::now()

@@ -35,6 +35,9 @@ mod fence;
 pub mod rdma_cm;
 mod shm_port;
 mod udp_port;
+mod xdp_port;
+mod xdp_prog;
+mod xsk;
 /// The atomics `fence.rs` is written against (loom's in its model check).
 mod fence_atomic {
     pub use std::sync::atomic::{AtomicU32, Ordering};

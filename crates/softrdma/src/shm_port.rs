@@ -246,10 +246,10 @@ impl PeerMemory for ShmPort {
 }
 
 /// The device's port: same-host destinations over shared memory (when
-/// linked), the rest over UDP.
+/// linked), the rest over UDP or AF_XDP.
 pub(crate) struct Routed {
     pub shm: ShmPort,
-    pub udp: crate::udp_port::UdpPort,
+    pub udp: crate::xdp_port::NetPort,
 }
 
 impl Port for Routed {
@@ -278,11 +278,11 @@ impl Port for Routed {
     }
 
     fn has_fast(&self) -> bool {
-        self.shm.has_fast()
+        self.shm.has_fast() || self.udp.has_fast()
     }
 
     fn fast_pending(&self) -> bool {
-        self.shm.fast_pending()
+        self.shm.fast_pending() || self.udp.fast_pending()
     }
 
     fn maintain(&mut self) {
