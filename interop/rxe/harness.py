@@ -589,6 +589,13 @@ class Guest:
 CANARY_PORT = 4790
 CANARY_WAIT = 30  # seconds for a canary to show up (tcpdump starved of CPU)
 
+# SRX_INTEROP_HOST_PORT=xdp puts the host's device on an AF_XDP socket on
+# br0 (docs/xdp.md) instead of a UDP socket. tcpdump on br0 would not see
+# the frames the XDP program takes, so the capture is then made on tap0,
+# the bridge's port to the guest, which carries every frame both ways.
+HOST_PORT = os.environ.get("SRX_INTEROP_HOST_PORT", "udp")
+CAPTURE_IFACE = "tap0" if HOST_PORT == "xdp" else "br0"
+
 
 class Capture:
     def __init__(self, ns: Netns, path: Path):
@@ -598,7 +605,7 @@ class Capture:
         path.unlink(missing_ok=True)
         # -Z root: Debian's tcpdump would drop to user tcpdump before opening the file.
         self.proc = spawn(
-            ns.exec(["tcpdump", "-i", "br0", "-n", "-s", "2048", "-U", "--immediate-mode", "-B", "16384",
+            ns.exec(["tcpdump", "-i", CAPTURE_IFACE, "-n", "-s", "2048", "-U", "--immediate-mode", "-B", "16384",
                      "-Z", "root",
                      "-w", str(path), f"udp port 4791 or udp dst port {CANARY_PORT}"]),
             stdout=subprocess.DEVNULL, stderr=open(self.err, "wb"))
@@ -865,7 +872,7 @@ def build_cases(tools):
 
 def host_env():
     env = dict(os.environ)
-    env["SOFTRDMA_DEVICES"] = f"srx0={HOST_IP}"
+    env["SOFTRDMA_DEVICES"] = f"srx0={HOST_IP}" + ("@xdp:br0" if HOST_PORT == "xdp" else "")
     env["SOFTRDMA_TRANSPORT"] = "udp"  # the peer is another host: no same-host path
     env.pop("SOFTRDMA_FAULT", None)
     env.pop("SOFTRDMA_CAPTURE", None)

@@ -171,8 +171,10 @@ pub fn emit_frame(
 
 /// Whether the checksums of an IP packet ([`IpUdp::ip_packet`]) hold: the
 /// IPv4 header's, and the UDP checksum where one is present (always for
-/// IPv6; zero means none for IPv4). For receivers that see raw frames,
-/// which no kernel has checked.
+/// IPv6; zero means none for IPv4), complete or left to offload (the
+/// pseudo-header's sum alone: what veth and generic XDP deliver from a
+/// local sender; the ICRC covers the payload either way). For receivers
+/// that see raw frames, which no kernel has checked.
 pub fn checksums_valid(ip_packet: &[u8]) -> bool {
     let Ok(p) = parse_ip(ip_packet) else {
         return false;
@@ -193,7 +195,9 @@ pub fn checksums_valid(ip_packet: &[u8]) -> bool {
         return ip_packet[0] >> 4 == 4;
     }
     let sum = pseudo + udp.len() as u32 + 17;
-    checksum_fold(checksum_add(sum, udp)) == 0
+    // A sender that left the checksum to offload (veth and generic XDP hand
+    // such frames over unfinished) stored only the pseudo-header's sum.
+    checksum_fold(checksum_add(sum, udp)) == 0 || stored == !checksum_fold(sum)
 }
 
 /// Builds an IPv4/IPv6 + UDP packet around `udp_payload` (no link header).
@@ -360,6 +364,14 @@ mod tests {
             let p = parse_ip(ip).unwrap();
             assert_eq!((p.src, p.dst, p.udp_payload), (s, d, &payload[..]));
             assert!(checksums_valid(p.ip_packet));
+            if s.is_ipv6() {
+                // Left to offload: the pseudo-header's sum alone.
+                let mut g = ip.to_vec();
+                let mut sum = checksum_add(0, &g[8..40]) + (UDP_LEN + payload.len()) as u32 + 17;
+                sum = (sum & 0xFFFF) + (sum >> 16);
+                put16(&mut g[46..48], !checksum_fold(sum));
+                assert!(checksums_valid(&g), "a partial checksum passes");
+            }
             // Every bit of the IPv6 packet is covered (the UDP checksum and
             // its pseudo-header); for IPv4, the header (the UDP checksum is 0).
             let covered = if s.is_ipv6() { ip.len() } else { 20 };

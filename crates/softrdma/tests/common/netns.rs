@@ -127,6 +127,19 @@ impl Netns {
         ns
     }
 
+    /// The unique tag of this set (`<pid>-<n>`).
+    #[allow(dead_code)]
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The names [`Netns::veth`] gives its two ends.
+    #[allow(dead_code)]
+    pub fn veth_names(&self) -> (String, String) {
+        let t = self.tag.replace('-', "");
+        (format!("sr{t}a"), format!("sr{t}b"))
+    }
+
     /// A command run inside namespace `i`.
     pub fn exec(&self, i: usize, prog: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("ip");
@@ -138,8 +151,7 @@ impl Netns {
     /// `addr_a`/`addr_b` (with prefix length) inside the namespaces only.
     pub fn veth(&self, a: usize, b: usize, mtu: u32, addr_a: &str, addr_b: &str) {
         // Interface names have at most 15 characters: "sr<pid><n>a".
-        let t = self.tag.replace('-', "");
-        let (va, vb) = (format!("sr{t}a"), format!("sr{t}b"));
+        let (va, vb) = self.veth_names();
         let mtu = mtu.to_string();
         ip(&[
             "link",
