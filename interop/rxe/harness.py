@@ -13,6 +13,8 @@ Environment (all optional):
                       (default ~/.cache/softrdma-interop)
   SRX_INTEROP_OUT     results, logs and captures (default target/interop-rxe)
   SRX_INTEROP_KERNEL  kernel package version, e.g. 6.1.0-57-amd64
+  SRX_INTEROP_HOST_PORT  udp (default) or xdp: the host device's port
+                      (xdp: AF_XDP on br0, docs/xdp.md; captured on tap0)
   SRX_INTEROP_ONLY    regular expression: run only matching case ids
   SRX_INTEROP_ITERS   iterations of latency tests (default 200)
   SRX_INTEROP_BW_ITERS iterations of bandwidth tests (default 500)

@@ -229,11 +229,16 @@ impl Port for XdpPort {
                 queued = 0;
                 self.reap();
             }
-            let (Some(addr), true) = (self.tx_free.pop(), self.xsk.tx_free() > 0) else {
+            if self.xsk.tx_free() == 0 {
+                self.counters.send_errors += 1;
+                continue;
+            }
+            let Some(addr) = self.tx_free.pop() else {
                 self.counters.send_errors += 1;
                 continue;
             };
             let Some(buf) = self.xsk.frame_mut(addr) else {
+                // Not one of ours (cannot happen): dropped from the pool.
                 self.counters.send_errors += 1;
                 continue;
             };
@@ -290,6 +295,31 @@ impl Port for XdpPort {
 
     fn counters(&self, c: &mut PortCounters) {
         c.send_errors += self.counters.send_errors;
+    }
+}
+
+impl Drop for XdpPort {
+    /// Says what the kernel dropped, if anything: frames lost before the
+    /// port saw them (the engine only sees their absence).
+    fn drop(&mut self) {
+        let Some(st) = self.xsk.statistics() else {
+            return;
+        };
+        let lost = st.rx_dropped + st.rx_ring_full + st.rx_fill_ring_empty_descs;
+        if lost + st.rx_invalid_descs + st.tx_invalid_descs + self.rx_dropped > 0 {
+            eprintln!(
+                "softrdma: AF_XDP port {}: the kernel dropped {} received frames (receive ring \
+                 full {}, no fill buffer {}), invalid descriptors rx {} tx {}; {} frames not \
+                 for this device or malformed",
+                self.addr,
+                st.rx_dropped,
+                st.rx_ring_full,
+                st.rx_fill_ring_empty_descs,
+                st.rx_invalid_descs,
+                st.tx_invalid_descs,
+                self.rx_dropped
+            );
+        }
     }
 }
 

@@ -561,6 +561,26 @@ impl Xsk {
         }
     }
 
+    /// The kernel's counters of the socket (XDP_STATISTICS): frames it
+    /// dropped (no room: receive ring full or no fill buffer) and bad
+    /// descriptors; `None` if the kernel does not say.
+    pub fn statistics(&self) -> Option<libc::xdp_statistics> {
+        // SAFETY: all-zero is a valid xdp_statistics.
+        let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: `st` is writable for `len` bytes.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                (&mut st as *mut libc::xdp_statistics).cast(),
+                &mut len,
+            )
+        };
+        (r == 0).then_some(st)
+    }
+
     /// Takes the send frames the kernel is done with, appending them to `out`.
     pub fn completions(&mut self, out: &mut Vec<u64>) {
         let n = self.comp.ready();

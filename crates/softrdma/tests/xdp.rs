@@ -14,7 +14,8 @@
 //! iproute2 (and a kernel with AF_XDP); skipped, saying why, otherwise, and
 //! under SOFTRDMA_STRICT_TESTS (CI) that fails instead. As in netns.rs, the
 //! cases run in parallel threads from one test that counts the cases that
-//! ran to the end.
+//! ran to the end. One case runs generic XDP and busy-poll mode against
+//! native XDP and wake-up mode.
 
 mod common;
 
@@ -32,7 +33,8 @@ fn xdp_cases_all_run() {
     if let Some(why) = netns_unavailable() {
         return skip("xdp", &why);
     }
-    let cases: [(&str, fn()); 6] = [
+    let cases: [(&str, fn()); 7] = [
+        ("generic_xdp_and_busy_poll", generic_xdp_and_busy_poll),
         (
             "every_operation_both_ends_on_af_xdp",
             every_operation_both_ends_on_af_xdp,
@@ -215,6 +217,42 @@ fn every_operation_both_ends_on_af_xdp() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    RAN.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The other modes: the requester on generic (SKB) XDP in busy-poll mode,
+/// the responder on native XDP in wake-up mode.
+fn generic_xdp_and_busy_poll() {
+    let dir = TempDir::new("xdp-modes");
+    let (ns, va, vb, a, b) = hosts("xdpg", false);
+    let mut responder = ns.self_command(1, "peer", "responder");
+    responder
+        .env("SOFTRDMA_DEVICES", dev(&b, Some(&vb)))
+        .env(CM_ENV, format!("listen:{}", cm_addr(&b)))
+        .env(EXPECT_MTU_ENV, "1024");
+    let mut requester = ns.self_command(0, "peer", "requester");
+    requester
+        .env("SOFTRDMA_DEVICES", dev(&a, Some(&va)))
+        .env("SOFTRDMA_XDP_MODE", "generic")
+        .env("SOFTRDMA_XDP_POLL", "busy")
+        .env(CM_ENV, format!("connect:{}", cm_addr(&b)))
+        .env(EXPECT_MTU_ENV, "1024")
+        .env(PLAN_ENV, "small");
+    let mut responder = Peer::spawn("responder (netns b)", responder, &dir);
+    let mut requester = Peer::spawn("requester (netns a)", requester, &dir);
+    expect_all_success(
+        &mut [&mut requester, &mut responder],
+        Duration::from_secs(300),
+    );
+    let (req, resp) = (requester.log(), responder.log());
+    assert!(
+        req.contains(&format!(
+            "AF_XDP on {va} queue 0 (generic XDP, copy mode, busy-poll)"
+        )),
+        "{req}"
+    );
+    assert!(resp.contains("(native XDP, copy mode, wake-up)"), "{resp}");
+    assert!(req.contains(" cases in "), "{req}");
     RAN.fetch_add(1, Ordering::SeqCst);
 }
 
