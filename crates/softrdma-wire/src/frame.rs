@@ -109,17 +109,20 @@ pub fn emit_frame(
     let hdr = frame_header_len(v6);
     let udp_len = UDP_LEN + payload_len;
     let ip_len = if v6 { 40 } else { 20 };
-    let (limit, header) = if v6 {
-        (usize::from(u16::MAX), "UDP")
-    } else {
-        (usize::from(u16::MAX) - ip_len, "IPv4")
-    };
-    if udp_len > limit {
+    if udp_len > usize::from(u16::MAX) {
         return Err(Error::BadLength {
-            header,
+            header: "UDP",
             field: "length",
             value: udp_len,
-            have: limit,
+            have: usize::from(u16::MAX),
+        });
+    }
+    if !v6 && ip_len + udp_len > usize::from(u16::MAX) {
+        return Err(Error::BadLength {
+            header: "IPv4",
+            field: "total length",
+            value: ip_len + udp_len,
+            have: usize::from(u16::MAX),
         });
     }
     check("frame", frame, hdr + payload_len)?;
