@@ -21,6 +21,11 @@
 //! * `tests/c/domains.c`: device memory (copies, a zero-based region an
 //!   RDMA WRITE fills, free refused while it exists), thread and parent
 //!   domains (used where a PD goes, EBUSY for what they use);
+//! * `tests/c/mw.c`: memory windows — the device's window caps, types 1
+//!   and 2 bound with `ibv_bind_mw`, an IBV_WR_BIND_MW work request and
+//!   `ibv_wr_bind_mw`, WRITEs through a window (data checked; outside it
+//!   REM_ACCESS_ERR), IBV_WR_LOCAL_INV, SEND with invalidate, dealloc,
+//!   and IBV_WC_MW_BIND_ERR for a region without MW_BIND;
 //! * `ibv_rc_pingpong`, and the programs, under valgrind's memcheck:
 //!   no invalid reads or writes anywhere, this library included.
 
@@ -302,6 +307,31 @@ fn odp_c_program() {
         assert!(
             o.ok && passed == 13 && !o.stdout.contains("FAIL"),
             "odp ({transport}) exit {:?}, {passed} passed:\n{}\n{}",
+            o.code,
+            o.stdout,
+            o.stderr
+        );
+    }
+}
+
+/// The checks `tests/c/mw.c` makes.
+const MW_CHECKS: usize = 21;
+
+#[test]
+fn mw_c_program() {
+    let _g = serial();
+    let Some(exe) = compile("mw") else {
+        return;
+    };
+    for transport in ["udp", "auto"] {
+        let o = run(
+            softrdma_cmd(&exe.to_string_lossy(), &[], Load::LibraryPath, transport),
+            Duration::from_secs(120),
+        );
+        let passed = o.stdout.lines().filter(|l| l.starts_with("PASS")).count();
+        assert!(
+            o.ok && passed == MW_CHECKS && !o.stdout.contains("FAIL"),
+            "mw ({transport}) exit {:?}, {passed} passed:\n{}\n{}",
             o.code,
             o.stdout,
             o.stderr
