@@ -26,6 +26,12 @@
 //!   `ibv_wr_bind_mw`, WRITEs through a window (data checked; outside it
 //!   REM_ACCESS_ERR), IBV_WR_LOCAL_INV, SEND with invalidate, dealloc,
 //!   and IBV_WC_MW_BIND_ERR for a region without MW_BIND;
+//! * `tests/c/ibv_mw_pingpong.c`: memory windows between two processes
+//!   (server binds, client WRITEs through the window and invalidates it
+//!   with a SEND with invalidate, or the server unbinds a type-1 window;
+//!   then a WRITE through the dead rkey gets REM_ACCESS_ERR), both types,
+//!   over UDP and shared memory; the same program runs against rxe in
+//!   interop/rxe;
 //! * `ibv_rc_pingpong`, and the programs, under valgrind's memcheck:
 //!   no invalid reads or writes anywhere, this library included.
 
@@ -336,6 +342,38 @@ fn mw_c_program() {
             o.stdout,
             o.stderr
         );
+    }
+}
+
+#[test]
+fn mw_pingpong_two_processes() {
+    let _g = serial();
+    let Some(exe) = compile("ibv_mw_pingpong") else {
+        return;
+    };
+    let exe = exe.to_string_lossy().into_owned();
+    let mut port = 18731u16;
+    for transport in ["udp", "auto"] {
+        for t in ["1", "2"] {
+            port += 1;
+            let p = port.to_string();
+            let args = ["-p", &p, "-n", "5", "-s", "8192", "-c", "-t", t];
+            let (s, c) = pair(&exe, &args, port, transport, Duration::from_secs(120));
+            assert_both_ok(&format!("ibv_mw_pingpong -t {t} ({transport})"), &s, &c);
+            for want in [
+                "PASS binds",
+                "PASS data_through_window",
+                "PASS dead_window_wrote_nothing",
+            ] {
+                assert!(s.stdout.contains(want), "{want} missing:\n{}", s.stdout);
+            }
+            assert!(
+                c.stdout
+                    .contains("PASS write_through_dead_window_rem_access_err"),
+                "{}",
+                c.stdout
+            );
+        }
     }
 }
 
