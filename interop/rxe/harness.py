@@ -970,6 +970,11 @@ def guest_command(case, gidx, port):
                 else f"rdma_client -s {HOST_IP} -p {port}")
     if case.tool.startswith("ibv_"):
         extra = "".join(f" {x}" for x in case.extra)
+        if case.tool == "ibv_mw_pingpong":
+            # rxe passes the kernel's wc_flags through: its "with
+            # invalidate" is IB_WC_WITH_INVALIDATE (1 << 2), which
+            # libibverbs numbers IBV_WC_IP_CSUM_OK (docs/interop.md).
+            extra += " -k"
         return (f"{case.tool} -d rxe0 -g {gidx} -p {port} -n {ITERS} -s {case.size} -c"
                 f"{extra}{client}")
     args, _ = perftest_args(case.tool, case.size, case.extra, lossy(case))

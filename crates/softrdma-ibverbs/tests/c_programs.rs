@@ -213,6 +213,23 @@ fn verbs_checks_under_valgrind() {
     );
 }
 
+/// `tests/c/mw.c` under memcheck: the window verbs read only what the
+/// program gave them (`ibv_mw_bind`, the WR's bind_mw member, the MR).
+#[test]
+fn mw_under_valgrind() {
+    let _g = serial();
+    let Some(o) = under_valgrind("mw") else {
+        return;
+    };
+    let passed = o.stdout.lines().filter(|l| l.starts_with("PASS")).count();
+    assert!(
+        o.ok && passed == MW_CHECKS,
+        "valgrind mw: exit {:?}, {passed} passed:\n{}",
+        o.code,
+        o.text()
+    );
+}
+
 /// Every check `tests/c/bad_counts.c` makes, by name: each must PASS.
 const BAD_COUNTS: &[&str] = &[
     "small_qp_caps",

@@ -234,6 +234,11 @@ int main(int argc, char **argv)
 {
 	const char *devname = NULL, *server = NULL;
 	int port = 18515, gidx = 0, iters = 10, check = 0, type = 2, c, i, n;
+	/* -k: the receive's "with invalidate" flag is the kernel's
+	 * IB_WC_WITH_INVALIDATE (1 << 2), as rxe reports it (its provider
+	 * passes the kernel's flags through; libibverbs' IBV_WC_WITH_INV is
+	 * 1 << 3, and 1 << 2 is IBV_WC_IP_CSUM_OK). */
+	unsigned int with_inv = IBV_WC_WITH_INV;
 	size_t size = 4096;
 	struct ibv_device **list;
 	struct ibv_context *ctx = NULL;
@@ -246,7 +251,7 @@ int main(int argc, char **argv)
 	char *buf, *ref, line[128];
 	int fd;
 
-	while ((c = getopt(argc, argv, "d:g:p:n:s:ct:")) != -1) {
+	while ((c = getopt(argc, argv, "d:g:p:n:s:ct:k")) != -1) {
 		switch (c) {
 		case 'd': devname = optarg; break;
 		case 'g': gidx = atoi(optarg); break;
@@ -255,9 +260,10 @@ int main(int argc, char **argv)
 		case 's': size = strtoul(optarg, NULL, 0); break;
 		case 'c': check = 1; break;
 		case 't': type = atoi(optarg); break;
+		case 'k': with_inv = 1 << 2; break;
 		default:
 			fprintf(stderr, "usage: %s [-d dev] [-g gid index] [-p port] [-n rounds] "
-				"[-s size] [-c] [-t 1|2] [server]\n", argv[0]);
+				"[-s size] [-c] [-t 1|2] [-k] [server]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -319,7 +325,7 @@ int main(int argc, char **argv)
 		struct ibv_mw *mw = ibv_alloc_mw(pd, type == 1 ? IBV_MW_TYPE_1
 							      : IBV_MW_TYPE_2);
 		uint32_t rkey = 0;
-		int r, ok_bind = 1, ok_inv = 1, ok_data = 1;
+		int r, ok, ok_bind = 1, ok_inv = 1, ok_data = 1;
 
 		if (!mw)
 			DIE("ibv_alloc_mw type %d", type);
@@ -364,19 +370,30 @@ int main(int argc, char **argv)
 			send_line(fd, line);
 			wc = poll_one(cq); /* the client's SEND (with invalidate) */
 			if (type == 2)
-				ok_inv &= wc.status == IBV_WC_SUCCESS &&
-					  (wc.wc_flags & IBV_WC_WITH_INV) &&
-					  wc.invalidated_rkey == rkey;
+				ok = wc.status == IBV_WC_SUCCESS &&
+				     (wc.wc_flags & with_inv) &&
+				     wc.invalidated_rkey == rkey;
 			else
-				ok_inv &= wc.status == IBV_WC_SUCCESS &&
-					  !(wc.wc_flags & IBV_WC_WITH_INV);
+				ok = wc.status == IBV_WC_SUCCESS &&
+				     !(wc.wc_flags & with_inv);
+			if (!ok)
+				printf("round %d: receive status %d opcode %d flags %#x "
+				       "invalidated_rkey %#x (window %#x)\n",
+				       r, wc.status, wc.opcode, wc.wc_flags,
+				       wc.invalidated_rkey, rkey);
+			ok_inv &= ok;
 			fill(ref, size, r);
 			if (check)
 				ok_data &= !memcmp(buf, ref, size);
 			if (type == 1) {
-				/* Unbind: a zero-length bind. */
-				struct ibv_mw_bind b = { .wr_id = 4,
-							 .send_flags = IBV_SEND_SIGNALED };
+				/* Unbind: a zero-length bind. It names the region
+				 * (as rdma-core's own test does): rxe's provider
+				 * reads bind_info.mr->lkey even for length 0, and
+				 * crashes on NULL. */
+				struct ibv_mw_bind b = {
+					.wr_id = 4, .send_flags = IBV_SEND_SIGNALED,
+					.bind_info = { .mr = mr, .addr = (uintptr_t)buf },
+				};
 				if (ibv_bind_mw(qp, mw, &b))
 					DIE("ibv_bind_mw (unbind)");
 				wc = poll_one(cq);
