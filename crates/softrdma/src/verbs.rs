@@ -873,10 +873,18 @@ impl fmt::Debug for Mw {
 
 impl Drop for Mw {
     fn drop(&mut self) {
-        if !self.destroyed {
-            let h = self.handle;
-            let _ = self.ctx.dev.with_engine(|e, _| e.dealloc_mw(h));
-        }
+        release_unless_destroyed(self);
+    }
+}
+
+impl Release for Mw {
+    fn release(&self) -> Result<()> {
+        let h = self.handle;
+        Ok(self.ctx.dev.with_engine(|e, _| e.dealloc_mw(h))?)
+    }
+
+    fn destroyed(&mut self) -> &mut bool {
+        &mut self.destroyed
     }
 }
 
@@ -909,11 +917,11 @@ impl Mw {
             .is_some_and(|(_, b)| b)
     }
 
-    /// `ibv_dealloc_mw`: its rkeys reach nothing from now on.
-    pub fn dealloc(mut self) -> Result<()> {
-        self.destroyed = true;
-        let h = self.handle;
-        Ok(self.ctx.dev.with_engine(|e, _| e.dealloc_mw(h))?)
+    /// `ibv_dealloc_mw`: its rkeys reach nothing from now on. (The device
+    /// never refuses it; a failure hands the window back with the error,
+    /// as every destroy does.)
+    pub fn dealloc(self) -> std::result::Result<(), (Mw, Error)> {
+        destroy_or_return(self)
     }
 }
 
