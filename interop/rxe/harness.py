@@ -51,6 +51,9 @@ GUEST_BINS = [
     "ib_send_lat", "ib_write_lat", "ib_write_bw", "ib_read_lat", "ib_read_bw",
     "ib_atomic_lat", "rping", "udaddy", "rdma_server", "rdma_client", "ucmatose",
 ]
+# Built here from the repository (against the system's libibverbs) for
+# both sides: memory windows, which no Debian tool exercises.
+MW_PINGPONG_SRC = REPO / "crates/softrdma-ibverbs/tests/c/ibv_mw_pingpong.c"
 RXE_PROVIDER = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"
 RXE_DRIVER_FILE = "/etc/libibverbs.d/rxe.driver"
 LIBGCC_S = "/lib/x86_64-linux-gnu/libgcc_s.so.1"
@@ -209,7 +212,21 @@ def ldd_deps(path: str):
     return deps
 
 
+def build_mw_pingpong(cache: Path) -> Path:
+    """ibv_mw_pingpong, compiled against the system's libibverbs (the guest
+    runs it on rxe, the host on the drop-in through LD_LIBRARY_PATH)."""
+    exe = cache / "ibv_mw_pingpong"
+    src = MW_PINGPONG_SRC
+    if not exe.exists() or exe.stat().st_mtime_ns < src.stat().st_mtime_ns:
+        r = subprocess.run(["cc", "-O2", "-Wall", "-o", str(exe), str(src), "-libverbs"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise Fail(f"cc {src.name} failed (libibverbs-dev needed):\n{r.stderr}")
+    return exe
+
+
 def ensure_initramfs(cache: Path, kdir: Path) -> Path:
+    mw_pingpong = build_mw_pingpong(cache)
     bins = []
     for b in GUEST_BINS:
         p = shutil.which(b)
@@ -221,7 +238,7 @@ def ensure_initramfs(cache: Path, kdir: Path) -> Path:
     if not busybox:
         raise Fail("busybox not found (package busybox-static)")
     files = set()
-    for p in bins + [RXE_PROVIDER]:
+    for p in bins + [RXE_PROVIDER, str(mw_pingpong)]:
         if not Path(p).exists():
             raise Fail(f"{p} missing (package ibverbs-providers)")
         files.add(p)
@@ -261,8 +278,9 @@ def ensure_initramfs(cache: Path, kdir: Path) -> Path:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(os.path.realpath(src), dst)  # follow links: real bytes
 
-        for f in sorted(files):
+        for f in sorted(files - {str(mw_pingpong)}):
             place(f)
+        shutil.copy(mw_pingpong, root / "usr/bin/ibv_mw_pingpong")
         place(RXE_DRIVER_FILE)
         shutil.copy(busybox, root / "bin/busybox")
         for applet in out_of([busybox, "--list"]).split():
@@ -836,6 +854,13 @@ def build_cases(tools):
             for server in ["guest", "host"]:
                 cases.append(Case(f"dropin-{tool[4:]}-{size}-{server}srv", tool, server,
                                   "dropin", size))
+    # Memory windows (both types): the guest or the host binds, the other
+    # WRITEs through the window and invalidates it (SEND with invalidate
+    # for type 2, an unbind for type 1), then gets REM_ACCESS_ERR.
+    for t in ["1", "2"]:
+        for server in ["guest", "host"]:
+            cases.append(Case(f"dropin-mw_pingpong-type{t}-4096-{server}srv", "ibv_mw_pingpong",
+                              server, "dropin", 4096, ["-t", t]))
     # softrdma perf against a guest perftest: its exchange is its own line
     # protocol, so it cannot pair with perftest (see docs/interop.md).
     cases.append(Case("cli-write_lat-512-guestsrv", "ib_write_lat", "guest", "cli", 512))
@@ -905,8 +930,9 @@ def host_command(case, tools, port, gidx_unused=None):
             side = [] if case.server == "host" else ["-s", GUEST_IP]
             return pre + ["ucmatose"] + side + ucmatose_args(case, port)
         if case.tool.startswith("ibv_"):
-            a = [case.tool, "-d", "srx0", "-g", "0", "-p", str(port), "-n", str(ITERS),
-                 "-s", str(case.size), "-c"]
+            tool = str(tools["mw_pingpong"]) if case.tool == "ibv_mw_pingpong" else case.tool
+            a = [tool, "-d", "srx0", "-g", "0", "-p", str(port), "-n", str(ITERS),
+                 "-s", str(case.size), "-c"] + case.extra
         else:
             a = [case.tool, "-d", "srx0", "-x", "0", "-p", str(port)]
             a += perftest_args(case.tool, case.size, case.extra, lossy(case))[0]
@@ -952,8 +978,14 @@ def guest_command(case, gidx, port):
         return (f"rdma_server -p {port}" if case.server == "guest"
                 else f"rdma_client -s {HOST_IP} -p {port}")
     if case.tool.startswith("ibv_"):
+        extra = "".join(f" {x}" for x in case.extra)
+        if case.tool == "ibv_mw_pingpong":
+            # rxe passes the kernel's wc_flags through: its "with
+            # invalidate" is IB_WC_WITH_INVALIDATE (1 << 2), which
+            # libibverbs numbers IBV_WC_IP_CSUM_OK (docs/interop.md).
+            extra += " -k"
         return (f"{case.tool} -d rxe0 -g {gidx} -p {port} -n {ITERS} -s {case.size} -c"
-                f"{client}")
+                f"{extra}{client}")
     args, _ = perftest_args(case.tool, case.size, case.extra, lossy(case))
     if case.tool in ("ib_read_lat", "ib_read_bw", "ib_atomic_lat"):
         # perftest sets max_rd_atomic to the out_reads the peer advertised:
@@ -1308,6 +1340,7 @@ def main():
         kdir = ensure_kernel(cache)
         initrd = ensure_initramfs(cache, kdir)
         tools = build_host_tools()
+        tools["mw_pingpong"] = build_mw_pingpong(cache)
         cases = build_cases(tools)
         ns.up()
         guest = Guest(ns, kdir, initrd, out)

@@ -30,6 +30,9 @@ command -v ibv_rc_pingpong >/dev/null || need+=(ibverbs-utils)
 command -v ib_write_lat >/dev/null || need+=(perftest)
 command -v rping >/dev/null || need+=(rdmacm-utils)
 [ -e /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so ] || need+=(ibverbs-providers)
+# ibv_mw_pingpong (memory windows) is compiled here for both sides.
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+command -v cc >/dev/null || need+=(gcc)
 dpkg -s rdma-core >/dev/null 2>&1 || need+=(rdma-core)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "interop/rxe: installing ${need[*]}"

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sim::scenario::{Scenario, DCQCN, FABRIC, SAME_HOST, SELECTIVE_REPEAT};
+use sim::scenario::{Scenario, DCQCN, FABRIC, MEMORY_WINDOWS, SAME_HOST, SELECTIVE_REPEAT};
 use sim::{run_seed, Core, Summary};
 
 fn replay_cmd(seed: u64) -> String {
@@ -76,6 +76,8 @@ struct Totals {
     ooo_held: u64,
     cnp_sent: u64,
     ce_marks: u64,
+    mw_binds: u64,
+    mw_ops: u64,
 }
 
 impl Totals {
@@ -102,6 +104,8 @@ impl Totals {
         self.ooo_held += s.ooo_held;
         self.cnp_sent += s.cnp_sent;
         self.ce_marks += s.ce_marks;
+        self.mw_binds += s.mw_binds;
+        self.mw_ops += s.mw_ops;
     }
 }
 
@@ -158,7 +162,7 @@ fn run_range_named(seeds: std::ops::Range<u64>, context: &str) -> Totals {
     println!(
         "seeds {seeds:?}: {} passed in {:.1?}: {} WRs, {} send and {} receive completions, {} packets \
          ({} corrupted), {} RETRY_EXC_ERR on cut paths, {} excused by the wire under loss, {} after \
-         the peer failed, {} invalid WRs failed as they must, {} SQD drains, {} ms virtual{}{}",
+         the peer failed, {} invalid WRs failed as they must, {} SQD drains, {} ms virtual{}{}{}",
         totals.seeds,
         t0.elapsed(),
         totals.ops,
@@ -172,6 +176,14 @@ fn run_range_named(seeds: std::ops::Range<u64>, context: &str) -> Totals {
         totals.poisoned,
         totals.drains,
         totals.virtual_ms,
+        if totals.mw_binds > 0 {
+            format!(
+                "; {} memory-window binds, {} WRs through windows",
+                totals.mw_binds, totals.mw_ops
+            )
+        } else {
+            String::new()
+        },
         if totals.direct > 0 {
             format!(
                 "; {} WRs executed directly on the same host, {} of them checked at their completion",
@@ -326,6 +338,39 @@ fn dcqcn_fabric_0000_0499() {
 #[test]
 fn dcqcn_selective_repeat_0000_0249() {
     run_selective_repeat(DCQCN..DCQCN + 250, " with DCQCN and selective repeat");
+}
+
+/// Runs seeds `MEMORY_WINDOWS + k`: binds through the send queues (a
+/// type-2 window per connected QP over its peer's area, type-1 rebinds
+/// and unbinds between the requesters' WRs) and a share of the one-sided
+/// WRs through the windows' rkeys, under the same oracle; the block must
+/// really have bound windows and used them.
+fn run_memory_windows(ks: std::ops::Range<u64>, context: &str) -> Totals {
+    let t = run_range_named(MEMORY_WINDOWS + ks.start..MEMORY_WINDOWS + ks.end, context);
+    assert!(
+        t.mw_binds > t.seeds && t.mw_ops > t.seeds,
+        "memory-window seeds completed {} binds and posted {} WRs through windows in {} seeds",
+        t.mw_binds,
+        t.mw_ops,
+        t.seeds
+    );
+    t
+}
+
+#[test]
+fn memory_windows_0000_0249() {
+    run_memory_windows(0..250, " with memory windows");
+}
+
+/// On one host: the regions' own rkeys go direct, the windows' through
+/// the target's engine, side by side on the same QPs.
+#[test]
+fn memory_windows_same_host_0000_0099() {
+    let t = run_memory_windows(
+        SAME_HOST..SAME_HOST + 100,
+        " with memory windows on one host",
+    );
+    assert!(t.direct > 0, "no WR went direct beside the windows");
 }
 
 /// Seeds beyond the fixed blocks above that once failed, each with what it

@@ -7,7 +7,7 @@
 //! must happen next. A driver (UDP sockets, shared memory, the simulator)
 //! only moves bytes and time.
 
-use crate::handle::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHandle};
+use crate::handle::{AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -32,7 +32,7 @@ use crate::resources::{
 use crate::rules::{self, PostSendError};
 use crate::time::Instant;
 use crate::timers::Timer;
-use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{MwType, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 mod fastpath;
 mod grant;
@@ -278,7 +278,7 @@ impl Engine {
                 handle: pd.raw(),
             }),
             Some(&users) if users > 0 => Err(VerbsError::Busy(format!(
-                "protection domain {pd} still has {users} MRs, QPs, SRQs or AHs"
+                "protection domain {pd} still has {users} MRs, MWs, QPs, SRQs or AHs"
             ))),
             Some(_) => {
                 self.res.pds.remove(&pd);
@@ -344,6 +344,19 @@ impl Engine {
             handle: lkey.raw(),
         })?;
         let (old_pd, rkey) = (mr.pd, mr.rkey);
+        let windows = self
+            .res
+            .mws
+            .values()
+            .filter(|w| w.bound.is_some_and(|(k, _)| k == lkey))
+            .count();
+        if windows > 0 {
+            // IBTA ch. 11 (reregister memory region): refused while memory
+            // windows are bound to the region.
+            return Err(VerbsError::Busy(format!(
+                "rereg_mr: {windows} memory windows are bound to the region"
+            )));
+        }
         let new_pd = pd.unwrap_or(old_pd);
         self.res.check_pd(new_pd)?;
         let access = access.unwrap_or(mr.access);
@@ -378,6 +391,15 @@ impl Engine {
             handle: lkey.raw(),
         })?;
         self.res.rkeys.remove(&mr.rkey);
+        // Windows bound to it reach nothing from now on (as on mlx5, the
+        // deregistration is not refused): they are unbound, type 2 ones
+        // free, so a later region with a recycled lkey is not reached.
+        for w in self.res.mws.values_mut() {
+            if w.bound.is_some_and(|(k, _)| k == lkey) {
+                w.bound = None;
+                w.qp = None;
+            }
+        }
         self.res.retire_key(mr.lkey.raw());
         self.res.retire_key(mr.rkey.raw());
         self.res.pd_ref(mr.pd, -1);
@@ -386,6 +408,52 @@ impl Engine {
             ResourceChange::MrDeregistered { rkey: mr.rkey },
         );
         Ok(())
+    }
+
+    // ----- memory windows -----
+
+    /// `ibv_alloc_mw`: an unbound window of `mw_type` in `pd`, and its
+    /// first rkey (a random 24-bit index from the CSPRNG, which is also the
+    /// window's handle, and a random key byte). A type-1 window is valid
+    /// from now on, but reaches nothing until a bind gives it a range; a
+    /// type-2 window is free until a bind work request binds it.
+    pub fn alloc_mw(&mut self, pd: PdHandle, mw_type: MwType) -> Result<(MwHandle, Rkey)> {
+        self.res.check_pd(pd)?;
+        let (index, key) = self.res.new_mw_index();
+        let h = MwHandle::from_raw(index);
+        let rkey = Rkey::from_raw(index << 8 | u32::from(key));
+        self.res.mws.insert(
+            h,
+            crate::resources::Mw {
+                pd,
+                mw_type,
+                rkey,
+                qp: None,
+                bound: None,
+            },
+        );
+        self.res.pd_ref(pd, 1);
+        Ok((h, rkey))
+    }
+
+    /// `ibv_dealloc_mw`: the window and every rkey it had are gone; a
+    /// request that names one fails with a remote access error.
+    pub fn dealloc_mw(&mut self, mw: MwHandle) -> Result<()> {
+        let w = self.res.mws.remove(&mw).ok_or(VerbsError::NotFound {
+            kind: "memory window",
+            handle: mw.raw(),
+        })?;
+        self.res.retire_mw_index(mw.raw());
+        self.res.pd_ref(w.pd, -1);
+        Ok(())
+    }
+
+    /// A window's rkey now, and whether it is bound (reaches any bytes).
+    pub fn mw_info(&self, mw: MwHandle) -> Option<(Rkey, bool)> {
+        self.res
+            .mws
+            .get(&mw)
+            .map(|w| (w.rkey, w.bound.is_some_and(|(_, b)| b.len > 0)))
     }
 
     /// The next change to a QP or a region (modified, destroyed,
@@ -815,6 +883,14 @@ impl Engine {
         })?;
         self.res.retire_qpn(qpn.raw());
         self.res.pd_ref(qp.pd, -1);
+        // Type-2 windows bound through it are invalidated with it (IBTA
+        // ch. 10: they belong to the QP).
+        for w in self.res.mws.values_mut() {
+            if w.qp == Some(qpn) {
+                w.bound = None;
+                w.qp = None;
+            }
+        }
         push_change(&mut self.changes, ResourceChange::QpDestroyed { qpn });
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.res.cqs.get_mut(&cq) {
@@ -1603,6 +1679,8 @@ fn check_mr_access(access: AccessFlags) -> Result<()> {
         | AccessFlags::REMOTE_WRITE.bits()
         | AccessFlags::REMOTE_READ.bits()
         | AccessFlags::REMOTE_ATOMIC.bits()
+        // Memory windows may be bound to the region (rules::check_bind).
+        | AccessFlags::MW_BIND.bits()
         // The memory behind the region pages on demand
         // (RegionMemory::resolve); the rules are the same.
         | AccessFlags::ON_DEMAND.bits();

@@ -13,7 +13,8 @@
 //! | [`AhHandle`] | an address handle | [`crate::Engine::create_ah`] |
 //! | [`Qpn`] | a queue pair (its 24-bit number, also a wire value) | [`crate::Engine::create_qp`], packets, peers |
 //! | [`Lkey`] | a memory region, for local access | [`crate::Engine::reg_mr`] |
-//! | [`Rkey`] | a memory region, for remote access (a wire value) | [`crate::Engine::reg_mr`], peers |
+//! | [`Rkey`] | a memory region or window, for remote access (a wire value) | [`crate::Engine::reg_mr`], [`crate::Engine::alloc_mw`], peers |
+//! | [`MwHandle`] | a memory window | [`crate::Engine::alloc_mw`] |
 //!
 //! There is no `From<u32>` for any of them, so a bare number cannot slip in
 //! silently. A number that legitimately arrives from outside — in a packet,
@@ -124,8 +125,14 @@ handle!(
     Lkey
 );
 handle!(
-    /// The remote key of a memory region, as RDMA requests from peers carry it.
+    /// The remote key of a memory region or window, as RDMA requests from
+    /// peers carry it.
     Rkey
+);
+handle!(
+    /// A memory window ([`crate::Engine::alloc_mw`]): the 24-bit index its
+    /// rkeys share (the rkey is `index << 8 | key`).
+    MwHandle
 );
 
 #[cfg(test)]

@@ -244,8 +244,34 @@ impl Qp {
                 return None;
             }
         }
+        // Memory-window binds and local invalidations run when they are the
+        // head of the send queue — every WQE before them completed, so
+        // completions stay in order and no request posted before a bind
+        // meets the window it sets — and take no PSN.
+        while self.req.next == 0 {
+            let Some(op) = self.req.sq.front().map(|w| w.op) else {
+                break;
+            };
+            if !op.is_local() {
+                break;
+            }
+            if !rules::requester_may_start(self.state) {
+                return None;
+            }
+            match self.execute_local(res, &op) {
+                Ok(()) => self.complete_head(res, WcStatus::Success),
+                Err(status) => {
+                    self.fail_head(res, status);
+                    return None;
+                }
+            }
+        }
         let idx = self.req.next;
         let view = self.req.sq.get(idx)?.view();
+        if view.op.is_local() {
+            // Waits until it is the head.
+            return None;
+        }
         if self.sr() && self.req.psn.distance_from(self.comp.una) >= softrdma_wire::sack::MAX_BITS {
             // No further than a SACK can describe.
             return None;
@@ -291,6 +317,21 @@ impl Qp {
         match self.qp_type {
             QpType::Ud => self.send_ud(res, ctx),
             _ => self.send_connected(res, ctx, idx),
+        }
+    }
+
+    /// A bind (IBV_WC_MW_BIND_ERR when refused) or a local invalidation
+    /// (IBV_WC_LOC_QP_OP_ERR when refused, as rxe reports it), by the
+    /// rules of [`rules::check_bind`] and [`rules::check_invalidate`].
+    fn execute_local(&self, res: &mut Resources, op: &SendOp) -> Result<(), WcStatus> {
+        match *op {
+            SendOp::BindMw { mw, rkey, bind } => res
+                .bind_mw(self.pd, self.qpn, mw, rkey, &bind)
+                .map_err(|_| WcStatus::MwBindErr),
+            SendOp::LocalInv { rkey } => res
+                .invalidate_mw(self.pd, self.qpn, rkey, false)
+                .map_err(|_| WcStatus::LocQpOpErr),
+            _ => Ok(()),
         }
     }
 

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use crate::fasthash::{KeyMap, KeySet};
-use crate::handle::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHandle};
+use crate::handle::{AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -15,8 +15,8 @@ use crate::error::{Result, VerbsError};
 use crate::memory::RegionMemory;
 use crate::qp_attr::{AccessFlags, AhAttr};
 use crate::rng::{Purpose, SecretRng};
-use crate::rules::{self, RegionView};
-use crate::wr::{Sge, WcStatus, WorkCompletion};
+use crate::rules::{self, KeyTarget, RegionView, WindowBound, WindowView};
+use crate::wr::{MwType, Sge, WcStatus, WorkCompletion};
 
 /// A change to a QP or a region that a driver publishing them to peers
 /// must follow ([`crate::Engine::poll_change`]): the engine's rules answer
@@ -90,6 +90,31 @@ impl Mr {
             access: self.access,
             iova: self.iova,
             len: self.len,
+        }
+    }
+}
+
+/// A memory window: its index is its [`MwHandle`] and the upper 24 bits
+/// of every rkey it has.
+pub(crate) struct Mw {
+    pub pd: PdHandle,
+    pub mw_type: MwType,
+    /// Its rkey now: `index << 8 | key`.
+    pub rkey: Rkey,
+    /// Type 2: the QP it was bound through, while bound.
+    pub qp: Option<Qpn>,
+    /// While bound: the region (lkey) and what the bind gave.
+    pub bound: Option<(Lkey, WindowBound)>,
+}
+
+impl Mw {
+    /// The window as the rules see it.
+    pub fn view(&self) -> WindowView {
+        WindowView {
+            pd: self.pd,
+            mw_type: self.mw_type,
+            qp: self.qp,
+            bound: self.bound.map(|(_, b)| b),
         }
     }
 }
@@ -207,6 +232,8 @@ pub(crate) struct Resources {
     pub pds: KeyMap<PdHandle, u32>, // pd -> users
     pub mrs: KeyMap<Lkey, Mr>,
     pub rkeys: KeyMap<Rkey, Lkey>,
+    /// Memory windows by index (the upper 24 bits of their rkeys).
+    pub mws: KeyMap<MwHandle, Mw>,
     pub cqs: KeyMap<CqHandle, Cq>,
     pub srqs: KeyMap<SrqHandle, Srq>,
     pub ahs: KeyMap<AhHandle, Ah>,
@@ -221,6 +248,8 @@ pub(crate) struct Resources {
     next_handle: u32,
     key_quarantine: Quarantine,
     qpn_quarantine: Quarantine,
+    /// Window indexes recently freed.
+    mw_quarantine: Quarantine,
 }
 
 /// Why a local scatter/gather access failed.
@@ -233,6 +262,7 @@ impl Resources {
             pds: KeyMap::default(),
             mrs: KeyMap::default(),
             rkeys: KeyMap::default(),
+            mws: KeyMap::default(),
             cqs: KeyMap::default(),
             srqs: KeyMap::default(),
             ahs: KeyMap::default(),
@@ -244,6 +274,7 @@ impl Resources {
             next_handle: 1,
             key_quarantine: Quarantine::new(KEY_QUARANTINE),
             qpn_quarantine: Quarantine::new(QPN_QUARANTINE),
+            mw_quarantine: Quarantine::new(QPN_QUARANTINE),
         }
     }
 
@@ -263,10 +294,113 @@ impl Resources {
                 && !self.mrs.contains_key(&Lkey::from_raw(k))
                 && !self.rkeys.contains_key(&Rkey::from_raw(k))
                 && !self.key_quarantine.contains(k)
+                && !self.mws.contains_key(&MwHandle::from_raw(k >> 8))
+                && !self.mw_quarantine.contains(k >> 8)
             {
                 return k;
             }
         }
+    }
+
+    /// A fresh random window index (24 bits, not 0) from the CSPRNG: no
+    /// window has it, no region's rkey starts with it (so an rkey names a
+    /// region or a window, never both, whatever key byte a bind gives the
+    /// window), and it was not freed recently. Returns the index and a
+    /// random first key byte.
+    pub fn new_mw_index(&mut self) -> (u32, u8) {
+        loop {
+            let r = self.key_rng.next_u32();
+            let index = r >> 8;
+            if index != 0
+                && !self.mws.contains_key(&MwHandle::from_raw(index))
+                && !self.mw_quarantine.contains(index)
+                && !self.rkeys.keys().any(|k| k.raw() >> 8 == index)
+            {
+                return (index, r as u8);
+            }
+        }
+    }
+
+    pub fn retire_mw_index(&mut self, index: u32) {
+        self.mw_quarantine.retire(index);
+    }
+
+    /// The window whose rkey is exactly `rkey`.
+    pub fn mw_by_rkey(&self, rkey: Rkey) -> Option<&Mw> {
+        self.mws
+            .get(&MwHandle::from_raw(rkey.raw() >> 8))
+            .filter(|w| w.rkey == rkey)
+    }
+
+    /// Executes a bind of window `mw` to the new `rkey` and `bind`, posted
+    /// on the QP `qpn` of PD `qp_pd`, after [`rules::check_bind`].
+    pub fn bind_mw(
+        &mut self,
+        qp_pd: PdHandle,
+        qpn: Qpn,
+        mw: MwHandle,
+        rkey: Rkey,
+        bind: &crate::wr::MwBind,
+    ) -> core::result::Result<(), rules::BindDenied> {
+        let window = self.mws.get(&mw).map(Mw::view);
+        let region = match bind.mr {
+            Some(k) if bind.length > 0 => self.mrs.get(&k).map(Mr::view),
+            _ => None,
+        };
+        let index_ok = rkey.raw() >> 8 == mw.raw();
+        rules::check_bind(window.as_ref(), qp_pd, index_ok, bind, region.as_ref())?;
+        let w = self.mws.get_mut(&mw).ok_or(rules::BindDenied::NoWindow)?;
+        w.rkey = rkey;
+        match bind.mr {
+            Some(lkey) if bind.length > 0 => {
+                w.bound = Some((
+                    lkey,
+                    WindowBound {
+                        access: bind.access,
+                        addr: bind.addr,
+                        len: bind.length,
+                    },
+                ));
+                w.qp = (w.mw_type == MwType::Two).then_some(qpn);
+            }
+            _ => {
+                w.bound = None;
+                w.qp = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Invalidates the window whose rkey is `rkey`, through the QP `qpn`
+    /// of PD `qp_pd`, after [`rules::check_invalidate`] (`remote`: a SEND
+    /// with invalidate). The window keeps its rkey, free for a new bind.
+    pub fn invalidate_mw(
+        &mut self,
+        qp_pd: PdHandle,
+        qpn: Qpn,
+        rkey: Rkey,
+        remote: bool,
+    ) -> core::result::Result<(), rules::InvalidateDenied> {
+        let window = self.mw_by_rkey(rkey).map(Mw::view);
+        rules::check_invalidate(window.as_ref(), qp_pd, qpn, remote)?;
+        if let Some(w) = self.mws.get_mut(&MwHandle::from_raw(rkey.raw() >> 8)) {
+            w.bound = None;
+            w.qp = None;
+        }
+        Ok(())
+    }
+
+    /// What an rkey names for the rules ([`rules::check_remote_key`]):
+    /// the region with that rkey, or the window with exactly that rkey
+    /// and the region it is bound to.
+    pub fn key_target(&self, rkey: Rkey) -> Option<(KeyTarget, &Mr)> {
+        if let Some(mr) = self.mr_by_rkey(rkey) {
+            return Some((KeyTarget::Region(mr.view()), mr));
+        }
+        let w = self.mw_by_rkey(rkey)?;
+        let (lkey, _) = w.bound?;
+        let mr = self.mrs.get(&lkey)?;
+        Some((KeyTarget::Window(w.view(), Some(mr.view())), mr))
     }
 
     pub fn retire_key(&mut self, k: u32) {
@@ -311,22 +445,6 @@ impl Resources {
     pub fn mr_by_rkey(&self, rkey: Rkey) -> Option<&Mr> {
         let lkey = self.rkeys.get(&rkey)?;
         self.mrs.get(lkey)
-    }
-
-    /// Finds the region behind a remote key for `[va, va + len)` with `access`,
-    /// in protection domain `pd` ([`rules::check_region`]; the QP's own
-    /// rights and the zero-length rule are [`rules::check_remote`]'s).
-    pub fn remote_mr(
-        &self,
-        rkey: Rkey,
-        pd: PdHandle,
-        va: u64,
-        len: u64,
-        access: AccessFlags,
-    ) -> Option<(&Mr, usize)> {
-        let mr = self.mr_by_rkey(rkey)?;
-        let off = rules::check_region(Some(&mr.view()), pd, access, va, len).ok()?;
-        Some((mr, off as usize))
     }
 
     /// The region and offset of a local SGE that passes

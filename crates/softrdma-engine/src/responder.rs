@@ -238,9 +238,10 @@ impl Qp {
     }
 
     /// The remote access check of a request on this QP
-    /// ([`rules::check_remote`]: this QP's rights and PD, then the region
-    /// the rkey names): the region and the offset of `va` in it, or `None`
-    /// for a zero-length access (which needs no region).
+    /// ([`rules::check_remote_key`]: this QP's rights and PD, then the
+    /// region or the window the rkey names): the region and the offset of
+    /// `va` in it, or `None` for a zero-length access (which needs no
+    /// region).
     fn remote_target<'r>(
         &self,
         res: &'r Resources,
@@ -250,10 +251,19 @@ impl Qp {
         need: AccessFlags,
     ) -> Result<Option<(&'r Mr, usize)>, RemoteDenied> {
         let mut found = None;
-        let off = rules::check_remote(self.attr.qp_access_flags, self.pd, need, va, len, || {
-            found = res.mr_by_rkey(rkey);
-            found.map(Mr::view)
-        })?;
+        let off = rules::check_remote_key(
+            self.attr.qp_access_flags,
+            self.pd,
+            self.qpn,
+            need,
+            va,
+            len,
+            || {
+                let (t, mr) = res.key_target(rkey)?;
+                found = Some(mr);
+                Some(t)
+            },
+        )?;
         Ok(found.map(|mr| (mr, off as usize)))
     }
 
@@ -333,6 +343,19 @@ impl Qp {
                 }
                 let offset = offset + pkt.payload.len() as u64;
                 if pos.ends_message() {
+                    if let Headers::Ieth(k) = pkt.headers {
+                        // SEND with invalidate: the window goes before the
+                        // receive completes (IBTA ch. 9); a refused one
+                        // completes the receive in error and NAKs (rxe:
+                        // responder class J).
+                        let rkey = Rkey::from_raw(k);
+                        if res.invalidate_mw(self.pd, self.qpn, rkey, true).is_err() {
+                            let wc =
+                                self.recv_completion(&wqe, WcStatus::RemInvReqErr, WcOpcode::Recv);
+                            res.complete(self.recv_cq, wc);
+                            return Err(self.local_fail(res, NakCode::InvalidRequest, None));
+                        }
+                    }
                     let mut wc = self.recv_completion(&wqe, WcStatus::Success, WcOpcode::Recv);
                     wc.byte_len = offset as u32;
                     wc.solicited = pkt.bth.solicited;
@@ -790,14 +813,15 @@ impl Qp {
                     };
                     let off = payload_offset(&headers);
                     let (psn, rkey, va) = (job.psn, job.rkey, job.va);
-                    // Look the region up again for every packet: it may have been
-                    // deregistered since the request, and then must not be touched.
+                    // Look the region (or window) up again for every packet: it
+                    // may have been deregistered or invalidated since the
+                    // request, and then must not be touched.
                     let region = if seg == 0 {
                         None
                     } else {
                         let access = rules::request_access(OpKind::ReadRequest);
-                        match res.remote_mr(rkey, self.pd, va, seg, access) {
-                            Some((mr, o)) if mr.mem.resolve(o, seg as usize, false) => {
+                        match self.remote_target(res, rkey, va, seg, access) {
+                            Ok(Some((mr, o))) if mr.mem.resolve(o, seg as usize, false) => {
                                 Some((mr.mem.clone(), o))
                             }
                             // Not found, or a page that cannot be resolved.

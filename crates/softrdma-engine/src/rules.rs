@@ -16,11 +16,11 @@
 //! from either, the function's comment says so. `docs/engine.md` ("Rules")
 //! lists every function with its callers.
 
-use crate::handle::PdHandle;
+use crate::handle::{PdHandle, Qpn};
 use softrdma_wire::OpKind;
 
 use crate::qp_attr::{AccessFlags, QpCap, QpState, QpType};
-use crate::wr::{SendFlags, SendOp, SendWr, Sge, WcStatus};
+use crate::wr::{MwBind, MwType, SendFlags, SendOp, SendWr, Sge, WcStatus};
 
 /// Largest message a WQE may carry (2^31 bytes, as on real HCAs).
 pub const MAX_MSG_SIZE: u64 = 1 << 31;
@@ -54,9 +54,11 @@ pub const fn remote_access(op: &SendOp) -> AccessFlags {
         SendOp::Write { .. } | SendOp::WriteWithImm { .. } => AccessFlags::REMOTE_WRITE,
         SendOp::Read { .. } => AccessFlags::REMOTE_READ,
         SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => AccessFlags::REMOTE_ATOMIC,
-        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
-            AccessFlags::empty()
-        }
+        SendOp::Send
+        | SendOp::SendWithImm { .. }
+        | SendOp::SendWithInv { .. }
+        | SendOp::BindMw { .. }
+        | SendOp::LocalInv { .. } => AccessFlags::empty(),
     }
 }
 
@@ -93,7 +95,10 @@ pub const fn local_access(op: &SendOp) -> AccessFlags {
 /// operations each transport service supports; `ibv_post_send(3)`): RC has
 /// every one; UC has SEND (with or without immediate) and RDMA WRITE (with
 /// or without immediate) — no READ, no atomics, no SEND with invalidate;
-/// UD has SEND with or without immediate only. Anything else is EINVAL at
+/// UD has SEND with or without immediate only. Memory-window binds and
+/// local invalidations ([`SendOp::is_local`]) go through the send queue of
+/// RC and UC QPs (IBTA ch. 10: a type-2 window is bound to a connected
+/// QP; rxe and mlx5 take them on RC and UC). Anything else is EINVAL at
 /// post time.
 #[inline]
 pub const fn op_allowed(qp_type: QpType, op: &SendOp) -> bool {
@@ -105,6 +110,8 @@ pub const fn op_allowed(qp_type: QpType, op: &SendOp) -> bool {
                 | SendOp::SendWithImm { .. }
                 | SendOp::Write { .. }
                 | SendOp::WriteWithImm { .. }
+                | SendOp::BindMw { .. }
+                | SendOp::LocalInv { .. }
         ),
         QpType::Ud => matches!(op, SendOp::Send | SendOp::SendWithImm { .. }),
     }
@@ -234,6 +241,9 @@ pub enum RemoteDenied {
     RegionAccess,
     /// `[va, va + len)` is not inside the region (overflow included).
     Range,
+    /// A type-2 window reached through another QP than the one it was
+    /// bound through.
+    WindowQp,
 }
 
 /// The region half of the remote access check (IBTA ch. 9, R_Key checks):
@@ -284,6 +294,265 @@ pub fn check_remote(
         return Ok(0);
     }
     check_region(region().as_ref(), qp_pd, need, va, len)
+}
+
+// ----- memory windows -----
+
+/// A memory window as the rules see it: its protection domain and type,
+/// the QP a type-2 window was bound through, and what the bind gave it
+/// (`None` while unbound: a type-2 window that is free, a type-1 window
+/// never bound or unbound with a zero-length bind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowView {
+    pub pd: PdHandle,
+    pub mw_type: MwType,
+    pub qp: Option<Qpn>,
+    pub bound: Option<WindowBound>,
+}
+
+/// A bound window: the remote rights `access` (ZERO_BASED among them for a
+/// window addressed from 0), over `len` bytes at virtual address `addr` of
+/// its region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowBound {
+    pub access: AccessFlags,
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// What an rkey names, for [`check_remote_key`]: a region, or a window
+/// and the region it is bound to (`None` when that region is gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyTarget {
+    Region(RegionView),
+    Window(WindowView, Option<RegionView>),
+}
+
+/// The access bits a bind may give a window: the remote rights,
+/// ZERO_BASED, and LOCAL_WRITE (which means nothing for a window and is
+/// ignored, as rxe and mlx5 ignore it).
+pub const WINDOW_ACCESS: AccessFlags = AccessFlags::from_bits_retain(
+    AccessFlags::LOCAL_WRITE.bits()
+        | AccessFlags::REMOTE_WRITE.bits()
+        | AccessFlags::REMOTE_READ.bits()
+        | AccessFlags::REMOTE_ATOMIC.bits()
+        | AccessFlags::ZERO_BASED.bits(),
+);
+
+/// Why a bind fails. Every reason completes the bind WR with
+/// IBV_WC_MW_BIND_ERR and moves the QP to the error state (IBTA ch. 10,
+/// the bind errors; rxe does the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BindDenied {
+    /// No such window.
+    NoWindow,
+    /// The new rkey's index (its upper 24 bits) is not the window's.
+    OtherIndex,
+    /// Access bits outside [`WINDOW_ACCESS`].
+    Access,
+    /// A type-1 window cannot be zero-based (IBTA o10-36.2.2).
+    Type1ZeroBased,
+    /// A type-2 window is bound only while free: invalidate it first
+    /// (o10-37.2.30).
+    Type2NotFree,
+    /// A type-2 window binds only through a QP of its own PD (C10-72).
+    Type2Pd,
+    /// A type-2 window is not unbound by a bind: zero length or no region
+    /// (o10-37.2.40; invalidate it instead).
+    Type2Unbind,
+    /// The lkey names no region.
+    NoRegion,
+    /// The region is in another PD than the window.
+    RegionPd,
+    /// The region was not registered with IBV_ACCESS_MW_BIND (C10-73).
+    RegionNoBind,
+    /// A writable window (REMOTE_WRITE or REMOTE_ATOMIC) over a region
+    /// without LOCAL_WRITE (C10-74).
+    NeedsLocalWrite,
+    /// The window is not inside the region (C10-75), overflow included.
+    Range,
+}
+
+/// The bind rule (IBTA ch. 10, bind memory window; the rules rxe checks,
+/// in its order): `window` is the window as it is now, `qp_pd` the PD of
+/// the QP the bind WR was posted to, `index_ok` whether the new rkey keeps
+/// the window's index, `region` the region the bind's lkey names (looked
+/// up only for a non-zero length). A zero-length bind of a type-1 window
+/// unbinds it whatever region it names.
+#[inline]
+pub fn check_bind(
+    window: Option<&WindowView>,
+    qp_pd: PdHandle,
+    index_ok: bool,
+    bind: &MwBind,
+    region: Option<&RegionView>,
+) -> Result<(), BindDenied> {
+    let w = window.ok_or(BindDenied::NoWindow)?;
+    if !index_ok {
+        return Err(BindDenied::OtherIndex);
+    }
+    if !WINDOW_ACCESS.contains(bind.access) {
+        return Err(BindDenied::Access);
+    }
+    match w.mw_type {
+        MwType::One => {
+            if bind.access.contains(AccessFlags::ZERO_BASED) {
+                return Err(BindDenied::Type1ZeroBased);
+            }
+        }
+        MwType::Two => {
+            if w.bound.is_some() {
+                return Err(BindDenied::Type2NotFree);
+            }
+            if w.pd != qp_pd {
+                return Err(BindDenied::Type2Pd);
+            }
+            if bind.mr.is_none() || bind.length == 0 {
+                return Err(BindDenied::Type2Unbind);
+            }
+        }
+    }
+    if bind.length == 0 {
+        return Ok(());
+    }
+    let r = region.ok_or(BindDenied::NoRegion)?;
+    if r.pd != w.pd {
+        return Err(BindDenied::RegionPd);
+    }
+    if !r.access.contains(AccessFlags::MW_BIND) {
+        return Err(BindDenied::RegionNoBind);
+    }
+    if bind
+        .access
+        .intersects(AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_ATOMIC))
+        && !r.access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(BindDenied::NeedsLocalWrite);
+    }
+    range_offset(r.iova, r.len, bind.addr, bind.length)
+        .map(|_| ())
+        .ok_or(BindDenied::Range)
+}
+
+/// The window half of the remote access check (IBTA ch. 9 and 10, R_Key
+/// checks of a window; rxe's lookup makes the same ones): the window is
+/// bound, in the target QP's PD `qp_pd`, a type-2 window was bound through
+/// this QP (`qpn`), it grants `need`, and `[va, va + len)` — from the
+/// window's start when it is zero-based — lies inside it; then the region
+/// it is bound to is still there, in the window's PD, and holds that range
+/// (a region re-registered or deregistered under a window fails here).
+/// Returns the offset of the range in the region.
+#[inline]
+pub fn check_window(
+    window: &WindowView,
+    region: Option<&RegionView>,
+    qp_pd: PdHandle,
+    qpn: Qpn,
+    need: AccessFlags,
+    va: u64,
+    len: u64,
+) -> Result<u64, RemoteDenied> {
+    let b = window.bound.ok_or(RemoteDenied::NoRegion)?;
+    if b.len == 0 {
+        return Err(RemoteDenied::NoRegion);
+    }
+    if window.pd != qp_pd {
+        return Err(RemoteDenied::Pd);
+    }
+    if window.mw_type == MwType::Two && window.qp != Some(qpn) {
+        return Err(RemoteDenied::WindowQp);
+    }
+    if !b.access.contains(need) {
+        return Err(RemoteDenied::RegionAccess);
+    }
+    let abs = if b.access.contains(AccessFlags::ZERO_BASED) {
+        b.addr.checked_add(va).ok_or(RemoteDenied::Range)?
+    } else {
+        va
+    };
+    range_offset(b.addr, b.len, abs, len).ok_or(RemoteDenied::Range)?;
+    let r = region.ok_or(RemoteDenied::NoRegion)?;
+    if r.pd != window.pd {
+        return Err(RemoteDenied::Pd);
+    }
+    range_offset(r.iova, r.len, abs, len).ok_or(RemoteDenied::Range)
+}
+
+/// [`check_remote`] for an rkey that may name a window as well as a
+/// region: the target QP's rights, the zero-length rule, then
+/// [`check_region`] or [`check_window`]. The responder makes every remote
+/// access check through this (the direct path takes regions only: a
+/// window's rkey is never published to peers, so its WRs go to the
+/// engine). `qpn` is the target QP (a type-2 window answers only its own).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn check_remote_key(
+    qp_access: AccessFlags,
+    qp_pd: PdHandle,
+    qpn: Qpn,
+    need: AccessFlags,
+    va: u64,
+    len: u64,
+    target: impl FnOnce() -> Option<KeyTarget>,
+) -> Result<u64, RemoteDenied> {
+    if !qp_access.contains(need) {
+        return Err(RemoteDenied::QpAccess);
+    }
+    if len == 0 {
+        return Ok(0);
+    }
+    match target() {
+        None => Err(RemoteDenied::NoRegion),
+        Some(KeyTarget::Region(r)) => check_region(Some(&r), qp_pd, need, va, len),
+        Some(KeyTarget::Window(w, r)) => check_window(&w, r.as_ref(), qp_pd, qpn, need, va, len),
+    }
+}
+
+/// Why an invalidation fails: locally (IBV_WR_LOCAL_INV) the WR completes
+/// with IBV_WC_LOC_QP_OP_ERR, remotely (SEND with invalidate) the receive
+/// completes with IBV_WC_REM_INV_REQ_ERR and the sender gets an invalid
+/// request NAK (rxe's statuses; IBTA ch. 9, responder class J).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InvalidateDenied {
+    /// The rkey names no window (softrdma has no fast-registration
+    /// regions, the only regions invalidation applies to).
+    NotWindow,
+    /// A type-1 window is not invalidated by work requests (o10-37.2.26):
+    /// it is unbound with a zero-length bind.
+    Type1,
+    /// The window is not bound.
+    NotBound,
+    /// The window is in another PD than the QP.
+    Pd,
+    /// A remote invalidation arrived on another QP than the one the
+    /// window was bound through.
+    OtherQp,
+}
+
+/// The invalidation rule: `window` is what the rkey named (`None`: no
+/// window has exactly this rkey), `qp_pd`/`qpn` the QP the invalidation
+/// came through, `remote` true for a SEND with invalidate.
+#[inline]
+pub fn check_invalidate(
+    window: Option<&WindowView>,
+    qp_pd: PdHandle,
+    qpn: Qpn,
+    remote: bool,
+) -> Result<(), InvalidateDenied> {
+    let w = window.ok_or(InvalidateDenied::NotWindow)?;
+    if w.mw_type == MwType::One {
+        return Err(InvalidateDenied::Type1);
+    }
+    if w.bound.is_none() {
+        return Err(InvalidateDenied::NotBound);
+    }
+    if w.pd != qp_pd {
+        return Err(InvalidateDenied::Pd);
+    }
+    if remote && w.qp != Some(qpn) {
+        return Err(InvalidateDenied::OtherQp);
+    }
+    Ok(())
 }
 
 // ----- atomics -----
@@ -602,6 +871,127 @@ mod tests {
                 rkey: Rkey::from_raw(0)
             }
         ));
+    }
+
+    #[test]
+    fn window_rules() {
+        let pd = PdHandle::from_raw(1);
+        let q = Qpn::from_raw(0x42);
+        let w = AccessFlags::REMOTE_WRITE;
+        let r = RegionView {
+            pd,
+            access: AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
+            iova: 0x1000,
+            len: 0x1000,
+        };
+        let mut win = WindowView {
+            pd,
+            mw_type: MwType::Two,
+            qp: Some(q),
+            bound: Some(WindowBound {
+                access: w,
+                addr: 0x1100,
+                len: 0x100,
+            }),
+        };
+        assert_eq!(
+            check_window(&win, Some(&r), pd, q, w, 0x1100, 0x100),
+            Ok(0x100)
+        );
+        assert_eq!(
+            check_window(&win, Some(&r), pd, Qpn::from_raw(7), w, 0x1100, 8),
+            Err(RemoteDenied::WindowQp)
+        );
+        assert_eq!(
+            check_window(&win, Some(&r), pd, q, AccessFlags::REMOTE_READ, 0x1100, 8),
+            Err(RemoteDenied::RegionAccess)
+        );
+        assert_eq!(
+            check_window(&win, Some(&r), pd, q, w, 0x10FF, 8),
+            Err(RemoteDenied::Range)
+        );
+        assert_eq!(
+            check_window(&win, Some(&r), pd, q, w, u64::MAX, 8),
+            Err(RemoteDenied::Range)
+        );
+        assert_eq!(
+            check_window(&win, None, pd, q, w, 0x1100, 8),
+            Err(RemoteDenied::NoRegion)
+        );
+        assert_eq!(
+            check_window(&win, Some(&r), PdHandle::from_raw(2), q, w, 0x1100, 8),
+            Err(RemoteDenied::Pd)
+        );
+        // Zero-based: from the window's start; an offset that overflows is outside.
+        win.bound = Some(WindowBound {
+            access: w | AccessFlags::ZERO_BASED,
+            addr: 0x1100,
+            len: 0x100,
+        });
+        assert_eq!(check_window(&win, Some(&r), pd, q, w, 0xF8, 8), Ok(0x1F8));
+        assert_eq!(
+            check_window(&win, Some(&r), pd, q, w, u64::MAX - 4, 8),
+            Err(RemoteDenied::Range)
+        );
+        // The bind rule.
+        let bind = MwBind {
+            mr: Some(crate::handle::Lkey::from_raw(9)),
+            addr: 0x1000,
+            length: 0x1000,
+            access: w,
+        };
+        let free = WindowView { bound: None, ..win };
+        assert_eq!(check_bind(Some(&free), pd, true, &bind, Some(&r)), Ok(()));
+        assert_eq!(
+            check_bind(Some(&win), pd, true, &bind, Some(&r)),
+            Err(BindDenied::Type2NotFree)
+        );
+        assert_eq!(
+            check_bind(Some(&free), pd, false, &bind, Some(&r)),
+            Err(BindDenied::OtherIndex)
+        );
+        let long = MwBind {
+            length: 0x1001,
+            ..bind
+        };
+        assert_eq!(
+            check_bind(Some(&free), pd, true, &long, Some(&r)),
+            Err(BindDenied::Range)
+        );
+        let ro = RegionView {
+            access: AccessFlags::MW_BIND,
+            ..r
+        };
+        assert_eq!(
+            check_bind(Some(&free), pd, true, &bind, Some(&ro)),
+            Err(BindDenied::NeedsLocalWrite)
+        );
+        // The invalidation rule.
+        assert_eq!(check_invalidate(Some(&win), pd, q, true), Ok(()));
+        assert_eq!(
+            check_invalidate(Some(&win), pd, Qpn::from_raw(7), true),
+            Err(InvalidateDenied::OtherQp)
+        );
+        assert_eq!(
+            check_invalidate(Some(&win), pd, Qpn::from_raw(7), false),
+            Ok(())
+        );
+        assert_eq!(
+            check_invalidate(Some(&free), pd, q, false),
+            Err(InvalidateDenied::NotBound)
+        );
+        let one = WindowView {
+            mw_type: MwType::One,
+            ..win
+        };
+        assert_eq!(
+            check_invalidate(Some(&one), pd, q, false),
+            Err(InvalidateDenied::Type1)
+        );
+        assert_eq!(
+            check_invalidate(None, pd, q, false),
+            Err(InvalidateDenied::NotWindow)
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@
 
 use core::fmt;
 
-use crate::handle::{AhHandle, Lkey, Qpn, Rkey};
-use crate::qp_attr::Gid;
+use crate::handle::{AhHandle, Lkey, MwHandle, Qpn, Rkey};
+use crate::qp_attr::{AccessFlags, Gid};
 
 /// One scatter/gather element: `length` bytes at virtual address `addr` of
 /// the region with local key `lkey`.
@@ -71,6 +71,54 @@ pub enum SendOp {
         rkey: Rkey,
         add: u64,
     },
+    /// Binds memory window `mw` (`IBV_WR_BIND_MW`): from the WR's turn in
+    /// the send queue on, the window's rkey is `rkey` (its index, the upper
+    /// 24 bits, must be the window's; the low 8 bits are the consumer's
+    /// key) and it reaches what `bind` says. A type-1 window with a
+    /// zero-length bind is unbound.
+    BindMw {
+        mw: MwHandle,
+        rkey: Rkey,
+        bind: MwBind,
+    },
+    /// Invalidates the type-2 window of `rkey` (`IBV_WR_LOCAL_INV`).
+    LocalInv {
+        rkey: Rkey,
+    },
+}
+
+/// The type of a memory window (`enum ibv_mw_type`): type 1 is bound with
+/// `ibv_bind_mw` and belongs to its PD; type 2 (2B) is bound by a work
+/// request and then belongs to the QP that bound it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum MwType {
+    One = 1,
+    Two = 2,
+}
+
+impl MwType {
+    /// The type for `enum ibv_mw_type`'s value, if it is one.
+    pub const fn from_ibv(v: u32) -> Option<MwType> {
+        match v {
+            1 => Some(MwType::One),
+            2 => Some(MwType::Two),
+            _ => None,
+        }
+    }
+}
+
+/// What a bind gives a window (`struct ibv_mw_bind_info`): `length` bytes
+/// at virtual address `addr` of the region whose lkey is `mr`, with the
+/// remote rights of `access` (IBV_ACCESS_REMOTE_READ, _WRITE, _ATOMIC, and
+/// ZERO_BASED for a type-2 window addressed from 0). `mr: None` with
+/// `length` 0 unbinds a type-1 window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MwBind {
+    pub mr: Option<Lkey>,
+    pub addr: u64,
+    pub length: u64,
+    pub access: AccessFlags,
 }
 
 impl SendOp {
@@ -84,7 +132,15 @@ impl SendOp {
             SendOp::Read { .. } => WcOpcode::RdmaRead,
             SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::BindMw { .. } => WcOpcode::BindMw,
+            SendOp::LocalInv { .. } => WcOpcode::LocalInv,
         }
+    }
+
+    /// Memory-window binds and local invalidations: work the HCA does
+    /// itself when the WR's turn comes, with no packet.
+    pub const fn is_local(&self) -> bool {
+        matches!(self, SendOp::BindMw { .. } | SendOp::LocalInv { .. })
     }
 
     /// READ and atomics: the operations that use responder resources and
@@ -112,6 +168,8 @@ impl SendOp {
             SendOp::Read { .. } => "RDMA_READ",
             SendOp::CompareSwap { .. } => "ATOMIC_CMP_AND_SWP",
             SendOp::FetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+            SendOp::BindMw { .. } => "BIND_MW",
+            SendOp::LocalInv { .. } => "LOCAL_INV",
         }
     }
 }
@@ -166,6 +224,7 @@ pub enum WcStatus {
     LocQpOpErr = 2,
     LocProtErr = 4,
     WrFlushErr = 5,
+    MwBindErr = 6,
     BadRespErr = 7,
     LocAccessErr = 8,
     RemInvReqErr = 9,
@@ -187,6 +246,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => "local QP operation error",
             WcStatus::LocProtErr => "local protection error",
             WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory window bind error",
             WcStatus::BadRespErr => "bad response error",
             WcStatus::LocAccessErr => "local access error",
             WcStatus::RemInvReqErr => "remote invalid request error",
@@ -221,6 +281,8 @@ pub enum WcOpcode {
     RdmaRead = 2,
     CompSwap = 3,
     FetchAdd = 4,
+    BindMw = 5,
+    LocalInv = 6,
     Recv = 128,
     RecvRdmaWithImm = 129,
 }

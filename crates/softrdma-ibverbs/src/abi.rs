@@ -40,6 +40,9 @@ impl ibv_gid {
 
 pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
 pub type ReqNotifyCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
+pub type AllocMwFn = unsafe extern "C" fn(*mut ibv_pd, c_uint) -> *mut ibv_mw;
+pub type BindMwFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int;
+pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
 pub type PostSendFn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
 pub type PostRecvFn =
@@ -64,9 +67,9 @@ pub struct ibv_device {
 }
 
 /// `struct ibv_context_ops`: the slots the header's inline functions call.
-/// Only `poll_cq`, `req_notify_cq`, `post_srq_recv`, `post_send`,
-/// `post_recv` (and the memory-window slots, left empty) are live; the
-/// `_compat_*` slots exist for layout only.
+/// Only `alloc_mw`, `bind_mw`, `dealloc_mw`, `poll_cq`, `req_notify_cq`,
+/// `post_srq_recv`, `post_send` and `post_recv` are live; the `_compat_*`
+/// slots exist for layout only.
 #[repr(C)]
 pub struct ibv_context_ops {
     pub _compat_query_device: *mut c_void,
@@ -76,9 +79,9 @@ pub struct ibv_context_ops {
     pub _compat_reg_mr: *mut c_void,
     pub _compat_rereg_mr: *mut c_void,
     pub _compat_dereg_mr: *mut c_void,
-    pub alloc_mw: *mut c_void,
-    pub bind_mw: *mut c_void,
-    pub dealloc_mw: *mut c_void,
+    pub alloc_mw: Option<AllocMwFn>,
+    pub bind_mw: Option<BindMwFn>,
+    pub dealloc_mw: Option<DeallocMwFn>,
     pub _compat_create_cq: *mut c_void,
     pub poll_cq: Option<PollCqFn>,
     pub req_notify_cq: Option<ReqNotifyCqFn>,
@@ -186,6 +189,26 @@ pub struct ibv_mr {
     pub handle: u32,
     pub lkey: u32,
     pub rkey: u32,
+}
+
+/// `struct ibv_mw`: `handle` is the engine's window handle (its index).
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`.
+    pub type_: c_uint,
+}
+
+/// `struct ibv_mw_bind` (the argument of `ibv_bind_mw`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: c_uint,
+    pub bind_info: ibv_mw_bind_info,
 }
 
 /// `struct ibv_comp_channel`.
@@ -610,6 +633,11 @@ pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 pub const IBV_ATOMIC_HCA: c_uint = 1;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
 pub const IBV_DEVICE_SRQ_RESIZE: c_uint = 1 << 13;
+pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
+
+pub const IBV_MW_TYPE_1: c_uint = 1;
+pub const IBV_MW_TYPE_2: c_uint = 2;
 
 pub const IBV_WR_RDMA_WRITE: c_uint = 0;
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
@@ -618,6 +646,8 @@ pub const IBV_WR_SEND_WITH_IMM: c_uint = 3;
 pub const IBV_WR_RDMA_READ: c_uint = 4;
 pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_uint = 5;
 pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_uint = 6;
+pub const IBV_WR_LOCAL_INV: c_uint = 7;
+pub const IBV_WR_BIND_MW: c_uint = 8;
 pub const IBV_WR_SEND_WITH_INV: c_uint = 9;
 
 pub const IBV_SEND_INLINE: c_uint = 8;
@@ -812,6 +842,16 @@ layout!(
 layout!(ibv_send_wr_ud, 16, ah = 0, remote_qpn = 8, remote_qkey = 12);
 layout!(ibv_send_wr_wr, 32);
 layout!(ibv_send_wr_bind_mw, 48, mw = 0, rkey = 8, bind_info = 16);
+layout!(
+    ibv_mw,
+    32,
+    context = 0,
+    pd = 8,
+    rkey = 16,
+    handle = 20,
+    type_ = 24
+);
+layout!(ibv_mw_bind, 48, wr_id = 0, send_flags = 8, bind_info = 16);
 layout!(ibv_send_wr_ext, 48);
 layout!(
     ibv_send_wr,

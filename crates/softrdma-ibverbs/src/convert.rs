@@ -10,8 +10,9 @@
 use std::ffi::{c_int, c_uint};
 
 use softrdma::{
-    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Lkey, Mtu, NetworkHdr, PortAttr, Psn,
-    QpAttr, QpCap, QpState, Qpn, Rkey, SendFlags, SendOp, Sge, WcFlags, WorkCompletion,
+    AccessFlags, AhAttr, AttrMask, DeviceAttr, Event, Gid, Lkey, Mtu, MwHandle, NetworkHdr,
+    PortAttr, Psn, QpAttr, QpCap, QpState, Qpn, Rkey, SendFlags, SendOp, Sge, WcFlags,
+    WorkCompletion,
 };
 
 use crate::abi::*;
@@ -65,7 +66,26 @@ pub fn send_op(wr: &ibv_send_wr) -> Result<SendOp, &'static str> {
             rkey: Rkey::from_raw(atomic.rkey),
             add: atomic.compare_add,
         },
-        _ => return Err("opcode not supported (LOCAL_INV, BIND_MW, TSO, ATOMIC_WRITE, driver)"),
+        IBV_WR_LOCAL_INV => SendOp::LocalInv {
+            rkey: Rkey::from_raw(wr.imm_data),
+        },
+        IBV_WR_BIND_MW => {
+            // SAFETY: the union's members are plain integers and pointers.
+            let b = unsafe { wr.ext.bind_mw };
+            if b.mw.is_null() {
+                return Err("BIND_MW without a window");
+            }
+            // SAFETY: a live MW and MR of this library (the contract of
+            // ibv_post_send); the window's handle is checked by the engine.
+            unsafe {
+                SendOp::BindMw {
+                    mw: MwHandle::from_raw((*b.mw.cast::<ibv_mw>()).handle),
+                    rkey: Rkey::from_raw(b.rkey),
+                    bind: crate::mw::bind_of(&b.bind_info),
+                }
+            }
+        }
+        _ => return Err("opcode not supported (TSO, ATOMIC_WRITE, driver)"),
     })
 }
 
@@ -287,7 +307,12 @@ pub fn device_attr(d: &DeviceAttr) -> ibv_device_attr {
         hw_ver: d.hw_ver,
         max_qp: clamp(d.max_qp),
         max_qp_wr: clamp(d.max_qp_wr),
-        device_cap_flags: IBV_DEVICE_RC_RNR_NAK_GEN,
+        device_cap_flags: IBV_DEVICE_RC_RNR_NAK_GEN
+            | if d.max_mw > 0 {
+                IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B
+            } else {
+                0
+            },
         max_sge: clamp(d.max_sge),
         max_sge_rd: clamp(d.max_sge),
         max_cq: clamp(d.max_cq),
@@ -302,7 +327,7 @@ pub fn device_attr(d: &DeviceAttr) -> ibv_device_attr {
         atomic_cap: if d.atomic_cap != 0 { IBV_ATOMIC_HCA } else { 0 },
         max_ee: 0,
         max_rdd: 0,
-        max_mw: 0,
+        max_mw: clamp(d.max_mw),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

@@ -43,6 +43,7 @@ mod device;
 mod dm;
 mod domains;
 mod ffi;
+mod mw;
 mod objects;
 mod qp_ex;
 mod rdmacm;

@@ -60,6 +60,7 @@ pub struct Objects {
     pub srqs: HashMap<u32, usize>,
     pub pds: HashSet<usize>,
     pub mrs: HashSet<usize>,
+    pub mws: HashSet<usize>,
     pub ahs: HashSet<usize>,
     pub chans: HashSet<usize>,
 }
@@ -111,6 +112,13 @@ pub struct Mr {
     /// The device memory a region over it (`ibv_reg_dm_mr`) keeps
     /// mapped: the DM cannot be freed while such a region exists.
     pub dm: Option<std::sync::Arc<crate::dm::DmBuf>>,
+}
+
+/// A memory window: softrdma's, deallocated on drop.
+#[repr(C)]
+pub struct Mw {
+    pub ibv: ibv_mw,
+    pub mw: Option<softrdma::Mw>,
 }
 
 /// A completion queue.
@@ -195,7 +203,7 @@ impl Ctx {
     }
 
     /// At `ibv_close_device`: destroys the softrdma objects the program
-    /// left open, users before what they use (QPs, then SRQs, AHs, MRs,
+    /// left open, users before what they use (QPs, then SRQs, AHs, MWs, MRs,
     /// CQs, channels, PDs), so that the device closes with its context.
     /// The C structs stay allocated: a program that still uses one gets
     /// EINVAL, not freed memory.
@@ -217,6 +225,9 @@ impl Ctx {
             }
             for &a in &o.ahs {
                 (*(a as *mut Ah)).ah = None;
+            }
+            for &a in &o.mws {
+                (*(a as *mut Mw)).mw = None;
             }
             for &a in &o.mrs {
                 (*(a as *mut Mr)).mr = None;

@@ -174,6 +174,8 @@ const WITH_SEND_WITH_IMM: u64 = 1 << 3;
 const WITH_RDMA_READ: u64 = 1 << 4;
 const WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
 const WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+const WITH_LOCAL_INV: u64 = 1 << 7;
+const WITH_BIND_MW: u64 = 1 << 8;
 const WITH_SEND_WITH_INV: u64 = 1 << 9;
 
 /// The operations each QP type offers through the builder.
@@ -188,8 +190,17 @@ fn ops_for(qp_type: c_uint) -> u64 {
                 | WITH_ATOMIC_CMP_AND_SWP
                 | WITH_ATOMIC_FETCH_AND_ADD
                 | WITH_SEND_WITH_INV
+                | WITH_LOCAL_INV
+                | WITH_BIND_MW
         }
-        IBV_QPT_UC => WITH_RDMA_WRITE | WITH_RDMA_WRITE_WITH_IMM | WITH_SEND | WITH_SEND_WITH_IMM,
+        IBV_QPT_UC => {
+            WITH_RDMA_WRITE
+                | WITH_RDMA_WRITE_WITH_IMM
+                | WITH_SEND
+                | WITH_SEND_WITH_IMM
+                | WITH_LOCAL_INV
+                | WITH_BIND_MW
+        }
         IBV_QPT_UD => WITH_SEND | WITH_SEND_WITH_IMM,
         _ => 0,
     }
@@ -242,7 +253,7 @@ const _: () = {
 /// The `create_qp_ex` slot: `ibv_create_qp_ex` with a comp_mask beyond
 /// IBV_QP_INIT_ATTR_PD. Takes a PD (XRC is not offered), no create flags
 /// (EOPNOTSUPP, as on rxe), no TSO (the device has none), and send ops
-/// among those of the QP type (EOPNOTSUPP otherwise, e.g. memory windows).
+/// among those of the QP type (EOPNOTSUPP otherwise, e.g. TSO).
 pub unsafe extern "C" fn create_qp_ex(
     context: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
@@ -540,8 +551,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(qp: QpX, rkey: u32, addr: u64, add: u64
     })
 }
 
-/// Operations the QP can never be created for (memory windows, TSO,
-/// atomic write): `ibv_wr_complete` fails with EOPNOTSUPP.
+/// Operations the QP can never be created for (TSO, atomic write): `ibv_wr_complete` fails with EOPNOTSUPP.
 unsafe fn unsupported(qp: QpX) {
     // SAFETY: the builder's contract: a live extended QP.
     unsafe {
@@ -551,14 +561,31 @@ unsafe fn unsupported(qp: QpX) {
     }
 }
 
-unsafe extern "C" fn wr_bind_mw(qp: QpX, _mw: *mut c_void, _rkey: u32, _info: *const c_void) {
-    // SAFETY: as wr_send.
-    guard((), || unsafe { unsupported(qp) })
+unsafe extern "C" fn wr_bind_mw(qp: QpX, mw: *mut c_void, rkey: u32, info: *const c_void) {
+    // SAFETY: as wr_send; `info` is NULL or a readable ibv_mw_bind_info.
+    guard((), || unsafe {
+        if info.is_null() || mw.is_null() {
+            with_builder(qp, |b| {
+                b.error.get_or_insert(libc::EINVAL);
+            });
+            return;
+        }
+        let bind_info = *info.cast::<ibv_mw_bind_info>();
+        begin(qp, IBV_WR_BIND_MW, WITH_BIND_MW, |w| {
+            w.ext.bind_mw = ibv_send_wr_bind_mw {
+                mw,
+                rkey,
+                bind_info,
+            }
+        })
+    })
 }
 
-unsafe extern "C" fn wr_local_inv(qp: QpX, _rkey: u32) {
+unsafe extern "C" fn wr_local_inv(qp: QpX, rkey: u32) {
     // SAFETY: as wr_send.
-    guard((), || unsafe { unsupported(qp) })
+    guard((), || unsafe {
+        begin(qp, IBV_WR_LOCAL_INV, WITH_LOCAL_INV, |w| w.imm_data = rkey)
+    })
 }
 
 unsafe extern "C" fn wr_send_tso(qp: QpX, _hdr: *mut c_void, _sz: u16, _mss: u16) {

@@ -153,17 +153,14 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 // ----- memory regions -----
 
 /// The engine's access flags for a program's: hints a soft device can
-/// ignore (`IBV_ACCESS_OPTIONAL_RANGE`, e.g. RELAXED_ORDERING; HUGETLB,
-/// MW_BIND) are dropped, and ZERO_BASED (true in the second value) is a
-/// choice of virtual address, not a right.
+/// ignore (`IBV_ACCESS_OPTIONAL_RANGE`, e.g. RELAXED_ORDERING; HUGETLB)
+/// are dropped, MW_BIND is kept (memory windows bind only to regions that
+/// have it), and ZERO_BASED (true in the second value) is a choice of
+/// virtual address, not a right.
 pub(crate) fn access_flags(access: c_int) -> (AccessFlags, bool) {
     let bits = access as u32;
     let zero_based = bits & IBV_ACCESS_ZERO_BASED != 0;
-    let rights = bits
-        & !(IBV_ACCESS_OPTIONAL_RANGE
-            | IBV_ACCESS_HUGETLB
-            | IBV_ACCESS_MW_BIND
-            | IBV_ACCESS_ZERO_BASED);
+    let rights = bits & !(IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_HUGETLB | IBV_ACCESS_ZERO_BASED);
     (AccessFlags::from_bits_retain(rights), zero_based)
 }
 
@@ -849,7 +846,7 @@ pub unsafe extern "C" fn ibv_create_qp(
 ///
 /// # Safety
 /// `qp` is a live QP of this library.
-unsafe fn soft_qp<'a>(verb: &str, qp: *mut ibv_qp) -> Result<&'a softrdma::Qp, c_int> {
+pub(crate) unsafe fn soft_qp<'a>(verb: &str, qp: *mut ibv_qp) -> Result<&'a softrdma::Qp, c_int> {
     // SAFETY: per the contract, a live Qp object; only its `qp` field is
     // borrowed.
     live(verb, unsafe { &*ptr::addr_of!((*qp.cast::<Qp>()).qp) })
@@ -1259,16 +1256,21 @@ unsafe fn post_one_with(
 ) -> Result<(), c_int> {
     const VERB: &str = "ibv_post_send";
     let op = send_op_checked(w)?;
-    // SAFETY: per the contract; the count is checked first.
-    unsafe {
-        sges_into(
-            VERB,
-            w.sg_list,
-            w.num_sge,
-            ("max_send_sge", q.cap.max_send_sge),
-            buf,
-        )
-    }?;
+    if op.is_local() {
+        // A bind or local invalidation has no SGEs: its list is ignored.
+        buf.clear();
+    } else {
+        // SAFETY: per the contract; the count is checked first.
+        unsafe {
+            sges_into(
+                VERB,
+                w.sg_list,
+                w.num_sge,
+                ("max_send_sge", q.cap.max_send_sge),
+                buf,
+            )
+        }?;
+    }
     let flags = convert::send_flags(w.send_flags);
     let inline_op = flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic();
     if inline_op {

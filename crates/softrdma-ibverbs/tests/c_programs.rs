@@ -21,6 +21,17 @@
 //! * `tests/c/domains.c`: device memory (copies, a zero-based region an
 //!   RDMA WRITE fills, free refused while it exists), thread and parent
 //!   domains (used where a PD goes, EBUSY for what they use);
+//! * `tests/c/mw.c`: memory windows — the device's window caps, types 1
+//!   and 2 bound with `ibv_bind_mw`, an IBV_WR_BIND_MW work request and
+//!   `ibv_wr_bind_mw`, WRITEs through a window (data checked; outside it
+//!   REM_ACCESS_ERR), IBV_WR_LOCAL_INV, SEND with invalidate, dealloc,
+//!   and IBV_WC_MW_BIND_ERR for a region without MW_BIND;
+//! * `tests/c/ibv_mw_pingpong.c`: memory windows between two processes
+//!   (server binds, client WRITEs through the window and invalidates it
+//!   with a SEND with invalidate, or the server unbinds a type-1 window;
+//!   then a WRITE through the dead rkey gets REM_ACCESS_ERR), both types,
+//!   over UDP and shared memory; the same program runs against rxe in
+//!   interop/rxe;
 //! * `ibv_rc_pingpong`, and the programs, under valgrind's memcheck:
 //!   no invalid reads or writes anywhere, this library included.
 
@@ -202,6 +213,23 @@ fn verbs_checks_under_valgrind() {
     );
 }
 
+/// `tests/c/mw.c` under memcheck: the window verbs read only what the
+/// program gave them (`ibv_mw_bind`, the WR's bind_mw member, the MR).
+#[test]
+fn mw_under_valgrind() {
+    let _g = serial();
+    let Some(o) = under_valgrind("mw") else {
+        return;
+    };
+    let passed = o.stdout.lines().filter(|l| l.starts_with("PASS")).count();
+    assert!(
+        o.ok && passed == MW_CHECKS,
+        "valgrind mw: exit {:?}, {passed} passed:\n{}",
+        o.code,
+        o.text()
+    );
+}
+
 /// Every check `tests/c/bad_counts.c` makes, by name: each must PASS.
 const BAD_COUNTS: &[&str] = &[
     "small_qp_caps",
@@ -306,6 +334,63 @@ fn odp_c_program() {
             o.stdout,
             o.stderr
         );
+    }
+}
+
+/// The checks `tests/c/mw.c` makes.
+const MW_CHECKS: usize = 21;
+
+#[test]
+fn mw_c_program() {
+    let _g = serial();
+    let Some(exe) = compile("mw") else {
+        return;
+    };
+    for transport in ["udp", "auto"] {
+        let o = run(
+            softrdma_cmd(&exe.to_string_lossy(), &[], Load::LibraryPath, transport),
+            Duration::from_secs(120),
+        );
+        let passed = o.stdout.lines().filter(|l| l.starts_with("PASS")).count();
+        assert!(
+            o.ok && passed == MW_CHECKS && !o.stdout.contains("FAIL"),
+            "mw ({transport}) exit {:?}, {passed} passed:\n{}\n{}",
+            o.code,
+            o.stdout,
+            o.stderr
+        );
+    }
+}
+
+#[test]
+fn mw_pingpong_two_processes() {
+    let _g = serial();
+    let Some(exe) = compile("ibv_mw_pingpong") else {
+        return;
+    };
+    let exe = exe.to_string_lossy().into_owned();
+    let mut port = 18731u16;
+    for transport in ["udp", "auto"] {
+        for t in ["1", "2"] {
+            port += 1;
+            let p = port.to_string();
+            let args = ["-p", &p, "-n", "5", "-s", "8192", "-c", "-t", t];
+            let (s, c) = pair(&exe, &args, port, transport, Duration::from_secs(120));
+            assert_both_ok(&format!("ibv_mw_pingpong -t {t} ({transport})"), &s, &c);
+            for want in [
+                "PASS binds",
+                "PASS data_through_window",
+                "PASS dead_window_wrote_nothing",
+            ] {
+                assert!(s.stdout.contains(want), "{want} missing:\n{}", s.stdout);
+            }
+            assert!(
+                c.stdout
+                    .contains("PASS write_through_dead_window_rem_access_err"),
+                "{}",
+                c.stdout
+            );
+        }
     }
 }
 

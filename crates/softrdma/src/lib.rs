@@ -67,18 +67,18 @@ pub use softrdma_core::{FaultSpec, FaultSpecError};
 pub use softrdma_engine::RegionMemory;
 pub use softrdma_engine::{
     errno, AccessFlags, AhAttr, AttrMask, Counters, Ece, Event, Gid, GidParseError, ModifyQpError,
-    Mtu, NetworkHdr, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge,
-    SrqInit, UdDest, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
+    Mtu, MwBind, MwType, NetworkHdr, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendOp,
+    SendWr, Sge, SrqInit, UdDest, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
 };
 /// Typed handles of the engine's objects: what [`Pd::handle`], [`Cq::handle`],
 /// [`Qp::qpn`], [`Mr::lkey`], [`Mr::rkey`] and friends return, and what
 /// [`Sge`], [`SendOp`] and [`WorkCompletion`] hold (`.raw()` gives the number).
-pub use softrdma_engine::{AhHandle, CqHandle, Lkey, PdHandle, Qpn, Rkey, SrqHandle};
+pub use softrdma_engine::{AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle};
 /// Packet sequence numbers (24 bits), as [`QpAttr`]'s `sq_psn` and `rq_psn` hold them.
 pub use softrdma_wire::Psn;
 pub use verbs::{
-    Ah, CompChannel, ConnectOptions, Context, Cq, DeviceAttr, Mr, OdpCaps, Pd, PortAttr, Qp,
-    QpBuilder, QpEndpoint, RemoteRegion, Srq,
+    next_rkey, Ah, CompChannel, ConnectOptions, Context, Cq, DeviceAttr, Mr, Mw, OdpCaps, Pd,
+    PortAttr, Qp, QpBuilder, QpEndpoint, RemoteRegion, Srq,
 };
 
 /// Errors of the softrdma API.

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use softrdma_engine::{
     AccessFlags, AhAttr, AhHandle, AttrMask, Counters, CqHandle, Ece, Engine, Event, Gid, Lkey,
-    Mtu, PdHandle, QpAttr, QpCap, QpInit, QpState, QpType, Qpn, RecvWr, RegionMemory, Rkey, SendWr,
-    Sge, SrqHandle, SrqInit, WorkCompletion,
+    Mtu, MwBind, MwHandle, MwType, PdHandle, QpAttr, QpCap, QpInit, QpState, QpType, Qpn, RecvWr,
+    RegionMemory, Rkey, SendFlags, SendOp, SendWr, Sge, SrqHandle, SrqInit, WorkCompletion,
 };
 use softrdma_wire::Psn;
 
@@ -79,6 +79,9 @@ pub struct DeviceAttr {
     pub phys_port_cnt: u8,
     /// IBV_ATOMIC_HCA (1): atomics are atomic with respect to this device.
     pub atomic_cap: u32,
+    /// Memory windows the device holds; both types are offered (type 1,
+    /// and type 2 in its 2B form: bound to a QP).
+    pub max_mw: u32,
 }
 
 /// Port attributes, as `ibv_query_port` reports them (fields named as in
@@ -203,6 +206,7 @@ impl Context {
             max_inline_data: l.max_inline_data,
             phys_port_cnt: 1,
             atomic_cap: 1,
+            max_mw: 1 << 16,
         }
     }
 
@@ -485,6 +489,21 @@ impl Pd {
     /// The engine handle.
     pub fn handle(&self) -> PdHandle {
         self.handle
+    }
+
+    /// `ibv_alloc_mw`: a memory window of `mw_type` in this PD, unbound.
+    /// Bind it with [`Qp::bind_mw`] (either type) or a
+    /// [`SendOp::BindMw`] work request; its rkey then reaches the range
+    /// the bind gave, with the bind's rights, and nothing else.
+    pub fn alloc_mw(&self, mw_type: MwType) -> Result<Mw> {
+        let pd = self.handle;
+        let (handle, _) = self.ctx.dev.with_engine(|e, _| e.alloc_mw(pd, mw_type))?;
+        Ok(Mw {
+            ctx: self.ctx.clone(),
+            handle,
+            mw_type,
+            destroyed: false,
+        })
     }
 
     /// Allocates `len` zeroed bytes and registers them (the region owns its memory).
@@ -826,6 +845,83 @@ impl Drop for Mr {
         // mapping then reaches nothing, whatever it does.
         let _ = self.ctx.dev.with_engine(|e, _| e.dereg_mr(k));
         self.adopted = None;
+    }
+}
+
+/// `ibv_inc_rkey`: the same window index (upper 24 bits) with the next
+/// key byte — the rkey a bind gives a window whose rkey is `rkey`.
+pub const fn next_rkey(rkey: Rkey) -> Rkey {
+    let r = rkey.raw();
+    Rkey::from_raw((r & !0xff) | (r.wrapping_add(1) & 0xff))
+}
+
+/// A memory window (`ibv_alloc_mw`): a remote key for part of a region,
+/// with rights of its own, that the owner binds, moves and invalidates
+/// without touching the region. Deallocated on drop.
+pub struct Mw {
+    ctx: Context,
+    handle: MwHandle,
+    mw_type: MwType,
+    destroyed: bool,
+}
+
+impl fmt::Debug for Mw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Mw({:#x} {:?})", self.handle, self.mw_type)
+    }
+}
+
+impl Drop for Mw {
+    fn drop(&mut self) {
+        release_unless_destroyed(self);
+    }
+}
+
+impl Release for Mw {
+    fn release(&self) -> Result<()> {
+        let h = self.handle;
+        Ok(self.ctx.dev.with_engine(|e, _| e.dealloc_mw(h))?)
+    }
+
+    fn destroyed(&mut self) -> &mut bool {
+        &mut self.destroyed
+    }
+}
+
+impl Mw {
+    /// The engine handle (the window's 24-bit index).
+    pub fn handle(&self) -> MwHandle {
+        self.handle
+    }
+
+    /// Type 1 or 2.
+    pub fn mw_type(&self) -> MwType {
+        self.mw_type
+    }
+
+    /// The window's rkey now (the last bind's, once one has executed).
+    pub fn rkey(&self) -> Rkey {
+        let h = self.handle;
+        self.ctx
+            .dev
+            .with_engine(|e, _| e.mw_info(h))
+            .map_or(Rkey::default(), |(k, _)| k)
+    }
+
+    /// Whether a bind gave it a range (type 2: and it was not invalidated since).
+    pub fn is_bound(&self) -> bool {
+        let h = self.handle;
+        self.ctx
+            .dev
+            .with_engine(|e, _| e.mw_info(h))
+            .is_some_and(|(_, b)| b)
+    }
+
+    /// `ibv_dealloc_mw`: its rkeys reach nothing from now on. (The device
+    /// never refuses it; a failure hands the window back with the error,
+    /// as every destroy does.)
+    pub fn dealloc(self) -> std::result::Result<(), (Mw, Error)> {
+        destroy_or_return(self)
     }
 }
 
@@ -1853,6 +1949,34 @@ impl Qp {
             .ctx
             .dev
             .post(q, |e, now| e.post_send_inline(now, q, wr, data))?)
+    }
+
+    /// `ibv_bind_mw`: posts a bind of `mw` to what `bind` says (`length`
+    /// bytes at `addr` of the region whose lkey is `mr`, with the remote
+    /// rights of `access`; `mr: None` and `length` 0 unbind a type-1
+    /// window), with the next key byte ([`next_rkey`] of [`Mw::rkey`]),
+    /// and returns that rkey. The bind executes in its turn in the send
+    /// queue and completes with
+    /// [`WcOpcode::BindMw`](softrdma_engine::WcOpcode::BindMw) (signaled
+    /// when `flags` says so), or with IBV_WC_MW_BIND_ERR when the rules
+    /// refuse it; a type-2 window then belongs to this QP. rdma-core's
+    /// `ibv_bind_mw` takes type 1 only; here a type-2 window is bound the
+    /// same way (the work request rdma-core posts with IBV_WR_BIND_MW).
+    pub fn bind_mw(&self, mw: &Mw, wr_id: u64, flags: SendFlags, bind: MwBind) -> Result<Rkey> {
+        let rkey = next_rkey(mw.rkey());
+        let wr = SendWr {
+            wr_id,
+            op: SendOp::BindMw {
+                mw: mw.handle,
+                rkey,
+                bind,
+            },
+            sg_list: Vec::new(),
+            flags,
+            ud: None,
+        };
+        self.post_send(&wr)?;
+        Ok(rkey)
     }
 
     /// `ibv_post_recv` (one WR).

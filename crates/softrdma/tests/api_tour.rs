@@ -10,9 +10,9 @@ use std::time::Duration;
 use softrdma::cm::{self, ConnInfo};
 use softrdma::rdma_cm::{CmEvent, ConnId, ConnParam, PortSpace};
 use softrdma::{
-    AccessFlags, CompChannel, ConnectOptions, Context, Cq, DeviceConfig, Event, FaultSpec, Mr, Qp,
-    QpState, QpType, RecvWr, RemoteRegion, SendOp, SendWr, UdDest, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion, GRH_LEN,
+    AccessFlags, CompChannel, ConnectOptions, Context, Cq, DeviceConfig, Event, FaultSpec, Mr, Mw,
+    MwBind, MwType, Pd, Qp, QpState, QpType, RecvWr, RemoteRegion, SendFlags, SendOp, SendWr,
+    UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
 };
 
 type Result<T> = softrdma::Result<T>;
@@ -350,6 +350,73 @@ fn tour_receives_before_connect() {
         0,
         "the receive was there first"
     );
+}
+
+// doc: windows
+/// Lends a peer 4 KiB of `mr` (registered with MW_BIND) through a memory
+/// window it may only write: the region's own rkey never leaves.
+fn lend_window(pd: &Pd, qp: &Qp, cq: &Cq, mr: &Mr) -> Result<(Mw, RemoteRegion)> {
+    let mw = pd.alloc_mw(MwType::Two)?;
+    let bind = MwBind {
+        mr: Some(mr.lkey()),
+        addr: mr.addr() + 4096,
+        length: 4096,
+        access: AccessFlags::REMOTE_WRITE,
+    };
+    // Runs in its turn in qp's send queue; the window then belongs to qp.
+    let rkey = qp.bind_mw(&mw, 1, SendFlags::SIGNALED, bind)?;
+    let wc = cq.wait_ok(Duration::from_secs(10))?;
+    assert_eq!(wc.opcode, WcOpcode::BindMw);
+    let lent = RemoteRegion {
+        addr: bind.addr,
+        rkey,
+        len: 4096,
+    };
+    Ok((mw, lent))
+}
+
+/// Takes the window back: the peer's WRITEs through it now fail with
+/// REM_ACCESS_ERR. (The peer can hand it back itself with a SEND with
+/// invalidate, `SendOp::SendWithInv { invalidate_rkey }`.)
+fn take_back(qp: &Qp, cq: &Cq, lent: &RemoteRegion) -> Result<()> {
+    let inv = SendOp::LocalInv { rkey: lent.rkey };
+    qp.post_send(&SendWr::new(2, inv, vec![]))?;
+    let wc = cq.wait_ok(Duration::from_secs(10))?;
+    assert_eq!(wc.opcode, WcOpcode::LocalInv);
+    Ok(())
+}
+// doc: end
+
+#[test]
+fn tour_memory_windows() {
+    let a = Context::open_with(&common::udp_loopback()).unwrap();
+    let b = Context::open_with(&common::udp_loopback()).unwrap();
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let ma = pa.alloc_mr(8192, all).unwrap();
+    let mb = pb.alloc_mr(8192, all | AccessFlags::MW_BIND).unwrap();
+    let qa = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
+    let qb = pb.create_qp(QpType::Rc, &cb, &cb).build().unwrap();
+    qa.connect(&qb.endpoint(), &ConnectOptions::default())
+        .unwrap();
+    qb.connect(&qa.endpoint(), &ConnectOptions::default())
+        .unwrap();
+    let (_mw, lent) = lend_window(&pb, &qb, &cb, &mb).unwrap();
+    ma.write(0, b"lent").unwrap();
+    let write = SendOp::Write {
+        remote_addr: lent.at(100),
+        rkey: lent.rkey,
+    };
+    qa.post_send(&SendWr::new(3, write, vec![ma.sge(0, 4)]))
+        .unwrap();
+    ca.wait_ok(Duration::from_secs(10)).unwrap();
+    assert_eq!(read(&mb, 4096 + 100, 4), b"lent");
+    take_back(&qb, &cb, &lent).unwrap();
+    qa.post_send(&SendWr::new(4, write, vec![ma.sge(0, 4)]))
+        .unwrap();
+    let wc = ca.wait(1, Duration::from_secs(10)).unwrap()[0];
+    assert_eq!(wc.status, WcStatus::RemAccessErr);
 }
 
 /// Each ```rust block of docs/api.md appears in this file.

@@ -110,6 +110,8 @@ enum Op {
     Read,
     Cas,
     Faa,
+    /// A memory-window bind (no packet; completes with IBV_WC_BIND_MW).
+    Bind,
 }
 
 impl Op {
@@ -126,6 +128,7 @@ impl Op {
             Op::Read => WcOpcode::RdmaRead,
             Op::Cas => WcOpcode::CompSwap,
             Op::Faa => WcOpcode::FetchAdd,
+            Op::Bind => WcOpcode::BindMw,
         }
     }
 }
@@ -284,9 +287,32 @@ struct QpH {
     recv_flushed: bool,
     /// When the QP last went back from SQD to RTS (work waits while in SQD).
     resumed_at: Instant,
+    /// Memory windows: the type-2 window over the area the peer works in
+    /// (bound through this QP by its first WR), its rkey, and whether the
+    /// bind completed (only then does the peer use it).
+    win: Option<(MwHandle, Rkey, WinState)>,
+    /// Memory windows: this QP's own type-1 window that `Op::Bind` WRs
+    /// rebind over its local area (and unbind), with its next rkey.
+    scratch: Option<(MwHandle, Rkey)>,
     /// In SQD: the last PSN of the WQEs started before the drain; nothing
     /// after it may be transmitted until the QP is back in RTS.
     sqd: Option<Psn>,
+}
+
+/// `ibv_inc_rkey`: the same window index, the next key byte.
+fn next_rkey(r: Rkey) -> Rkey {
+    Rkey::from_raw((r.raw() & !0xff) | (r.raw().wrapping_add(1) & 0xff))
+}
+
+/// Where a QP's type-2 window stands (memory-window scenarios).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WinState {
+    /// The bind is still to be posted.
+    Unposted,
+    /// The bind WR with this id is posted.
+    Posted(u64),
+    /// The bind completed: the peer may use the window.
+    Bound,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -380,6 +406,10 @@ pub struct Summary {
     pub ooo_held: u64,
     /// CNPs the nodes sent (DCQCN's notification point).
     pub cnp_sent: u64,
+    /// Memory windows: binds that completed successfully, and WRITEs,
+    /// READs and atomics posted through a window's rkey.
+    pub mw_binds: u64,
+    pub mw_ops: u64,
 }
 
 pub struct World<N: HarnessNode> {
@@ -594,8 +624,14 @@ impl<N: HarnessNode> World<N> {
             // Unaligned local base; remote base 8-aligned for atomics.
             let lbase = 0x1000_0000_0000 * (n as u64 + 1) + 0x123;
             let rbase = 0x2000_0000_0000 * (n as u64 + 1) + 0x1000;
+            // Windows bind only to regions registered for it.
+            let bind = if sc.mw {
+                AccessFlags::MW_BIND
+            } else {
+                AccessFlags::empty()
+            };
             let lkeys = e
-                .reg_mr(pd, lbase, AccessFlags::LOCAL_WRITE, lmem.clone())
+                .reg_mr(pd, lbase, AccessFlags::LOCAL_WRITE | bind, lmem.clone())
                 .map_err(|e| e.to_string())?;
             let rkeys = e
                 .reg_mr(
@@ -604,7 +640,8 @@ impl<N: HarnessNode> World<N> {
                     AccessFlags::LOCAL_WRITE
                         | AccessFlags::REMOTE_WRITE
                         | AccessFlags::REMOTE_READ
-                        | AccessFlags::REMOTE_ATOMIC,
+                        | AccessFlags::REMOTE_ATOMIC
+                        | bind,
                     rmem.clone(),
                 )
                 .map_err(|e| e.to_string())?;
@@ -782,6 +819,8 @@ impl<N: HarnessNode> World<N> {
                 sqd: None,
                 recv_flushed: false,
                 resumed_at: Instant::ZERO,
+                win: None,
+                scratch: None,
             });
         }
         // Pair up connected QPs and bring them up.
@@ -799,6 +838,24 @@ impl<N: HarnessNode> World<N> {
                 let psn = if i % 2 == 0 { c.psn_a } else { c.psn_b };
                 self.qps[i].oracle = Some(Oracle::new(Psn::new(psn), now));
                 self.qps[i].first_psn = Psn::new(psn);
+            }
+        }
+        if sc.mw {
+            for i in 0..self.qps.len() {
+                let q = &self.qps[i];
+                if q.conn.is_none() {
+                    continue;
+                }
+                let (node, requester) = (q.node, q.ops_left > 0);
+                let pd = self.nodes[node].pd;
+                let e = self.net.nodes[node].engine_mut();
+                let (h, k) = e.alloc_mw(pd, MwType::Two).map_err(|e| e.to_string())?;
+                self.qps[i].win = Some((h, next_rkey(k), WinState::Unposted));
+                if requester {
+                    let e = self.net.nodes[node].engine_mut();
+                    let (h, k) = e.alloc_mw(pd, MwType::One).map_err(|e| e.to_string())?;
+                    self.qps[i].scratch = Some((h, k));
+                }
             }
         }
         if sc.poison.is_some() {
@@ -1111,6 +1168,9 @@ impl<N: HarnessNode> World<N> {
         if self.qps[qi].poison_at == Some(self.qps[qi].posted_count) {
             return self.post_poison(qi);
         }
+        if self.qps[qi].scratch.is_some() && self.rng.chance(0.05) {
+            return self.post_scratch_bind(qi);
+        }
         let rc = self.qps[qi].qp_type == QpType::Rc;
         let ci = self.qps[qi].conn.unwrap();
         let send_max = u64::from(self.sc.conns[ci].send_max);
@@ -1198,7 +1258,14 @@ impl<N: HarnessNode> World<N> {
         let peer = self.qps[qi].peer.unwrap();
         let peer_node = self.qps[peer].node;
         let r = &self.nodes[peer_node].r;
-        let (rbase, rkey) = (r.base + self.qps[qi].r_off, r.keys.rkey);
+        let (rbase, mut rkey) = (r.base + self.qps[qi].r_off, r.keys.rkey);
+        // Through the peer QP's window (over exactly this area) once bound.
+        if let Some((_, k, WinState::Bound)) = self.qps[peer].win {
+            if !matches!(op, Op::Send | Op::SendImm) && self.rng.chance(0.4) {
+                rkey = k;
+                self.summary.mw_ops += 1;
+            }
+        }
         let imm = (op == Op::SendImm || op == Op::WriteImm).then_some(id as u32);
         let q = &mut self.qps[qi];
         let roff = match op {
@@ -1279,6 +1346,7 @@ impl<N: HarnessNode> World<N> {
                     add,
                 }
             }
+            Op::Bind => unreachable!("binds are posted by post_bind"),
         };
         if rc && op.writes_remote() {
             q.mirror[roff as usize..(roff + len) as usize].copy_from_slice(&data);
@@ -1375,6 +1443,100 @@ impl<N: HarnessNode> World<N> {
                 w.direct = true;
             }
         }
+        Ok(true)
+    }
+
+    /// Posts a bind WR (`Op::Bind`: no packet, IBV_WC_BIND_MW, byte_len 0)
+    /// on `qi`, as one of its WRs.
+    fn post_bind(&mut self, qi: usize, sop: SendOp, signaled: bool) -> Check<u64> {
+        let now = self.net.now;
+        let q = &mut self.qps[qi];
+        let wr_id = q.next_wr_id;
+        q.next_wr_id += 1;
+        q.sq.push_back(Wr {
+            wr_id,
+            op: Op::Bind,
+            len: 0,
+            signaled,
+            local: Vec::new(),
+            owns_local: false,
+            roff: 0,
+            expect: Expect::None,
+            msg: None,
+            posted_at: now,
+            poison: None,
+            direct: false,
+        });
+        let (node, qpn) = (q.node, q.qpn);
+        let flags = if signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags(0)
+        };
+        let wr = SendWr {
+            wr_id,
+            op: sop,
+            sg_list: Vec::new(),
+            flags,
+            ud: None,
+        };
+        self.log(|| format!("post q{qi} wr {wr_id:#x} {}", sop.name()));
+        let direct = self
+            .submit(node, qpn, &wr)
+            .map_err(|e| format!("q{qi}: post_send BIND_MW failed: {e}"))?;
+        ensure!(!direct, "q{qi}: a bind went direct");
+        Ok(wr_id)
+    }
+
+    /// Binds `qi`'s type-2 window over the area its peer works in, with
+    /// every remote right: its first WR.
+    fn post_window_bind(&mut self, qi: usize) -> Check {
+        let q = &self.qps[qi];
+        let Some((mw, rkey, WinState::Unposted)) = q.win else {
+            return Ok(());
+        };
+        let peer = q.peer.unwrap();
+        let r = &self.nodes[q.node].r;
+        let bind = MwBind {
+            mr: Some(r.keys.lkey),
+            addr: r.base + self.qps[peer].r_off,
+            length: self.qps[peer].r_size,
+            access: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        };
+        let wr_id = self.post_bind(qi, SendOp::BindMw { mw, rkey, bind }, true)?;
+        self.qps[qi].win = Some((mw, rkey, WinState::Posted(wr_id)));
+        Ok(())
+    }
+
+    /// Rebinds `qi`'s own type-1 window over a page of its local area (or,
+    /// one time in three, unbinds it), with the next key: a WR with no
+    /// packet between the others, completing in order.
+    fn post_scratch_bind(&mut self, qi: usize) -> Check<bool> {
+        let q = &self.qps[qi];
+        let Some((mw, cur)) = q.scratch else {
+            return Ok(false);
+        };
+        let l = &self.nodes[q.node].l;
+        let bind = if self.rng.chance(0.33) {
+            MwBind::default()
+        } else {
+            MwBind {
+                mr: Some(l.keys.lkey),
+                addr: l.base + q.l_off + 4096 * self.rng.below(16),
+                length: 4096,
+                access: AccessFlags::REMOTE_READ,
+            }
+        };
+        let rkey = next_rkey(cur);
+        let signaled = self.signaled(qi);
+        self.post_bind(qi, SendOp::BindMw { mw, rkey, bind }, signaled)?;
+        let q = &mut self.qps[qi];
+        q.scratch = Some((mw, rkey));
+        q.ops_left -= 1;
+        q.posted_count += 1;
+        self.summary.ops += 1;
         Ok(true)
     }
 
@@ -1969,8 +2131,17 @@ impl<N: HarnessNode> World<N> {
                     wc.byte_len
                 );
                 self.verify_success(qi, pos)?;
+                if op == Op::Bind {
+                    self.summary.mw_binds += 1;
+                    let q = &mut self.qps[qi];
+                    if let Some((h, k, WinState::Posted(id))) = q.win {
+                        if id == wr_id {
+                            q.win = Some((h, k, WinState::Bound));
+                        }
+                    }
+                }
                 let rc = self.qps[qi].qp_type == QpType::Rc;
-                if let Some(c) = self.cut_for(qi).filter(|_| rc) {
+                if let Some(c) = self.cut_for(qi).filter(|_| rc && op != Op::Bind) {
                     // What was on the wire at the cut still arrives, and its
                     // answer may be an ACK held for the ACK delay.
                     let delay = self.sc.net.delay + self.sc.net.jitter;
@@ -2497,6 +2668,14 @@ impl<N: HarnessNode> World<N> {
                 break;
             }
             let mut posted = false;
+            if self.sc.mw {
+                for qi in 0..self.qps.len() {
+                    if matches!(self.qps[qi].win, Some((_, _, WinState::Unposted))) {
+                        self.post_window_bind(qi)?;
+                        posted = true;
+                    }
+                }
+            }
             for qi in 0..self.qps.len() {
                 if self.qps[qi].ops_left > 0 && self.rng.chance(self.sc.post_p) {
                     for _ in 0..1 + self.rng.below(4) {

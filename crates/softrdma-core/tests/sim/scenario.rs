@@ -111,6 +111,8 @@ pub struct Scenario {
     /// Every RC connection negotiated selective repeat
     /// ([`SELECTIVE_REPEAT`] set in the seed).
     pub selective_repeat: bool,
+    /// Memory windows in the workload ([`MEMORY_WINDOWS`] set in the seed).
+    pub mw: bool,
     /// Every node runs DCQCN ([`DCQCN`] set in the seed).
     pub dcqcn: bool,
 }
@@ -169,6 +171,15 @@ pub const SELECTIVE_REPEAT: u64 = 1 << 50;
 /// packet, CNPs for CE marks, paced rates); the rest of the scenario is
 /// the seed's without the bit.
 pub const DCQCN: u64 = 1 << 51;
+
+/// Seeds with this bit set use memory windows: every connected QP binds a
+/// type-2 window over the area its peer works in (a bind work request on
+/// its send queue, the first WR it posts), and once the bind completed the
+/// peer sends a share of its WRITEs, READs and atomics through the
+/// window's rkey instead of the region's; requesters also rebind (and
+/// unbind) a type-1 window of their own now and then, between their other
+/// WRs. The rest of the scenario is drawn from the seed as for any other.
+pub const MEMORY_WINDOWS: u64 = 1 << 52;
 
 fn pick<T: Copy>(r: &mut Rng, xs: &[T]) -> T {
     xs[r.below(xs.len() as u64) as usize]
@@ -405,6 +416,7 @@ impl Scenario {
             fabric: fabric.then(|| Fabric::from_seed(seed, mode == Mode::Clean)),
             selective_repeat: seed & SELECTIVE_REPEAT != 0,
             dcqcn: seed & DCQCN != 0,
+            mw: seed & MEMORY_WINDOWS != 0,
         }
     }
 }

@@ -77,7 +77,9 @@ impl Engine {
         )
         .map_err(|e| match e {
             RemoteDenied::QpAccess => GrantRefusal::QpAccess,
-            RemoteDenied::NoRegion | RemoteDenied::Range => GrantRefusal::NoRegion,
+            RemoteDenied::NoRegion | RemoteDenied::Range | RemoteDenied::WindowQp => {
+                GrantRefusal::NoRegion
+            }
             RemoteDenied::Pd => GrantRefusal::RegionPd,
             RemoteDenied::RegionAccess => GrantRefusal::RegionAccess,
         })?;

@@ -774,8 +774,8 @@ static void check_unsupported(struct side *a)
 	int rc;
 
 	errno = 0;
-	CHECK("alloc_mw_eopnotsupp",
-	      ibv_alloc_mw(a->pd, IBV_MW_TYPE_1) == NULL && errno == EOPNOTSUPP,
+	CHECK("alloc_mw_bad_type_einval",
+	      ibv_alloc_mw(a->pd, (enum ibv_mw_type)3) == NULL && errno == EINVAL,
 	      "errno %d", errno);
 	{
 		/* Extended CQs: standard fields yes, timestamps no. */
@@ -799,7 +799,7 @@ static void check_unsupported(struct side *a)
 		      "errno %d", errno);
 	}
 	{
-		/* Extended QPs: memory-window operations are refused. */
+		/* Extended QPs: TSO is refused (no segmentation offload). */
 		struct ibv_qp_init_attr_ex xa = {
 			.send_cq = a->cq, .recv_cq = a->cq,
 			.cap = { .max_send_wr = 1, .max_recv_wr = 1,
@@ -809,10 +809,10 @@ static void check_unsupported(struct side *a)
 				     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 			.pd = a->pd,
 			.send_ops_flags = IBV_QP_EX_WITH_SEND |
-					  IBV_QP_EX_WITH_BIND_MW,
+					  IBV_QP_EX_WITH_TSO,
 		};
 		errno = 0;
-		CHECK("create_qp_ex_bind_mw_eopnotsupp",
+		CHECK("create_qp_ex_tso_eopnotsupp",
 		      ibv_create_qp_ex(a->ctx, &xa) == NULL &&
 			      errno == EOPNOTSUPP,
 		      "errno %d", errno);
