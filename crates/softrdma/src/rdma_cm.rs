@@ -293,6 +293,17 @@ impl Cm {
         self.ctx.dev.cm_fd.as_raw_fd()
     }
 
+    /// The private data of the REP that established `conn` (a connection
+    /// this side made with [`Cm::connect`]), once, after
+    /// [`CmEvent::Established`]: rdma_cm's ESTABLISHED event carries it
+    /// (rsockets reads its peer's buffers there). Padded to the REP's 196
+    /// bytes, as received.
+    pub fn take_rep_private_data(&self, conn: ConnId) -> Option<Vec<u8>> {
+        self.command(|cm, _, _| Ok(cm.take_rep_private_data(conn)))
+            .ok()
+            .flatten()
+    }
+
     fn command<R>(
         &self,
         f: impl FnOnce(
