@@ -1071,7 +1071,11 @@ fn wait(
 
 // ----- the entry points -----
 
-pub unsafe extern "C" fn softrdma_rdmacm_rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+pub unsafe extern "C" fn softrdma_rdmacm_rsocket(
+    domain: c_int,
+    ty: c_int,
+    protocol: c_int,
+) -> c_int {
     guard(-1, || ret_int(rsocket(domain, ty, protocol)))
 }
 
@@ -1142,7 +1146,13 @@ unsafe fn sockaddr_in(
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
     // SAFETY: `n` readable bytes (the contract) into a large enough struct.
-    unsafe { std::ptr::copy_nonoverlapping(addr.cast::<u8>(), (&mut ss as *mut libc::sockaddr_storage).cast::<u8>(), n) };
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            addr.cast::<u8>(),
+            (&mut ss as *mut libc::sockaddr_storage).cast::<u8>(),
+            n,
+        )
+    };
     Ok(ss)
 }
 
@@ -1161,7 +1171,12 @@ pub unsafe extern "C" fn softrdma_rdmacm_rbind(
             // SAFETY: per the contract.
             let mut ss = unsafe { sockaddr_in(addr, len) }?;
             // SAFETY: a live id; a sockaddr of ours.
-            if unsafe { cm::softrdma_rdmacm_rdma_bind_addr(g.id, (&mut ss as *mut libc::sockaddr_storage).cast()) } != 0
+            if unsafe {
+                cm::softrdma_rdmacm_rdma_bind_addr(
+                    g.id,
+                    (&mut ss as *mut libc::sockaddr_storage).cast(),
+                )
+            } != 0
             {
                 return Err(last_errno());
             }
@@ -1271,10 +1286,7 @@ fn accept_one(id: *mut rdma_cm_id, o: &Opts) -> Result<Box<Conn>, c_int> {
         };
         (ConnData::decode(data).map_err(|_| libc::EPROTO)?, p)
     };
-    let mut c = match create_ep(id, o) {
-        Ok(c) => c,
-        Err(e) => return Err(e),
-    };
+    let mut c = create_ep(id, o)?;
     c.save(&peer)?;
     let mine = c.conn_data().encode();
     param.private_data = mine.as_ptr().cast();
@@ -1518,7 +1530,12 @@ pub unsafe extern "C" fn softrdma_rdmacm_rrecvmsg(
 ///
 /// # Safety
 /// `iov` holds `n` iovecs of writable memory.
-unsafe fn recvv(fd: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> Result<usize, c_int> {
+unsafe fn recvv(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    flags: c_int,
+) -> Result<usize, c_int> {
     if n < 0 || (n > 0 && iov.is_null()) {
         return Err(libc::EINVAL);
     }
@@ -1529,7 +1546,11 @@ unsafe fn recvv(fd: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> R
         if e.iov_len == 0 {
             continue;
         }
-        let f = if i == 0 { flags } else { flags | libc::MSG_DONTWAIT };
+        let f = if i == 0 {
+            flags
+        } else {
+            flags | libc::MSG_DONTWAIT
+        };
         // SAFETY: per the contract.
         match unsafe { recv(fd, e.iov_base.cast(), e.iov_len, f) } {
             Ok(k) => {
@@ -1633,7 +1654,11 @@ fn send(fd: c_int, pieces: &[&[u8]], flags: c_int, io: Option<u64>) -> Result<us
         let c = g.c.as_mut().ok_or(libc::ENOTCONN)?;
         if !c.writable {
             if done == 0 {
-                return Err(if c.failed { libc::ECONNRESET } else { libc::EPIPE });
+                return Err(if c.failed {
+                    libc::ECONNRESET
+                } else {
+                    libc::EPIPE
+                });
             }
             break;
         }
@@ -1751,7 +1776,12 @@ pub unsafe extern "C" fn softrdma_rdmacm_rsendto(
 
 /// # Safety
 /// `iov` holds `n` iovecs of readable memory.
-unsafe fn sendv(fd: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> Result<usize, c_int> {
+unsafe fn sendv(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    flags: c_int,
+) -> Result<usize, c_int> {
     if n < 0 || (n > 0 && iov.is_null()) {
         return Err(libc::EINVAL);
     }
@@ -1810,9 +1840,7 @@ fn revents(s: &Sock, events: i16) -> i16 {
                 0
             }
         }
-        State::ConnectError => {
-            (events & (libc::POLLIN | libc::POLLOUT)) | libc::POLLERR
-        }
+        State::ConnectError => (events & (libc::POLLIN | libc::POLLOUT)) | libc::POLLERR,
         State::Connected => {
             let Some(c) = g.c.as_mut() else { return 0 };
             c.step();
@@ -1823,8 +1851,16 @@ fn revents(s: &Sock, events: i16) -> i16 {
             if events & libc::POLLOUT != 0 && c.can_send() && c.writable {
                 r |= libc::POLLOUT;
             }
-            if !c.connected {
-                r |= if c.failed { libc::POLLERR } else { libc::POLLHUP };
+            // Hang-up once the data that came before it is read (TCP
+            // reports a peer's close as readable, never before the data):
+            // rsockets reports it at once, so a reader polling between
+            // chunks could see it with data still queued.
+            if !c.connected && (c.failed || !c.have_rdata()) {
+                r |= if c.failed {
+                    libc::POLLERR
+                } else {
+                    libc::POLLHUP
+                };
             }
             r
         }
@@ -2016,11 +2052,17 @@ pub unsafe extern "C" fn softrdma_rdmacm_rselect(
                 }
             }
             for q in &p {
-                if !readfds.is_null() && q.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && q.events & libc::POLLIN != 0 {
+                if !readfds.is_null()
+                    && q.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+                    && q.events & libc::POLLIN != 0
+                {
                     libc::FD_SET(q.fd, readfds);
                     count += 1;
                 }
-                if !writefds.is_null() && q.revents & (libc::POLLOUT | libc::POLLERR) != 0 && q.events & libc::POLLOUT != 0 {
+                if !writefds.is_null()
+                    && q.revents & (libc::POLLOUT | libc::POLLERR) != 0
+                    && q.events & libc::POLLOUT != 0
+                {
                     libc::FD_SET(q.fd, writefds);
                     count += 1;
                 }
@@ -2075,7 +2117,9 @@ fn shutdown(fd: c_int, how: c_int) -> Result<c_int, c_int> {
         }
     };
     // A control slot, then the message, then every send completed.
-    if let Ok(mut g) = wait(&s, false, Some(CLOSE_WAIT), |c| c.ctrl_avail() || !c.connected) {
+    if let Ok(mut g) = wait(&s, false, Some(CLOSE_WAIT), |c| {
+        c.ctrl_avail() || !c.connected
+    }) {
         if let Some(c) = g.c.as_mut() {
             if c.connected && c.ctrl_avail() {
                 c.ctrl_seqno = c.ctrl_seqno.wrapping_add(1);
@@ -2085,7 +2129,9 @@ fn shutdown(fd: c_int, how: c_int) -> Result<c_int, c_int> {
             }
         }
     }
-    drop(wait(&s, false, Some(CLOSE_WAIT), |c| c.all_sends_done() || !c.connected));
+    drop(wait(&s, false, Some(CLOSE_WAIT), |c| {
+        c.all_sends_done() || !c.connected
+    }));
     Ok(0)
 }
 
@@ -2149,7 +2195,11 @@ unsafe fn getname(
     // SAFETY: per the contract.
     unsafe {
         let k = (*len).min(n) as usize;
-        std::ptr::copy_nonoverlapping((&ss as *const libc::sockaddr_storage).cast::<u8>(), addr.cast::<u8>(), k);
+        std::ptr::copy_nonoverlapping(
+            (&ss as *const libc::sockaddr_storage).cast::<u8>(),
+            addr.cast::<u8>(),
+            k,
+        );
         *len = n;
     }
     Ok(0)
@@ -2204,8 +2254,10 @@ pub unsafe extern "C" fn softrdma_rdmacm_rsetsockopt(
     v: *const c_void,
     len: libc::socklen_t,
 ) -> c_int {
-    // SAFETY: per the contract.
-    guard(-1, || ret_int(unsafe { setsockopt(fd, level, name, v, len) }))
+    guard(-1, || {
+        // SAFETY: per the contract.
+        ret_int(unsafe { setsockopt(fd, level, name, v, len) })
+    })
 }
 
 /// rsockets' options: socket buffer sizes (doubled, as Linux does), the
@@ -2292,8 +2344,10 @@ pub unsafe extern "C" fn softrdma_rdmacm_rgetsockopt(
     v: *mut c_void,
     len: *mut libc::socklen_t,
 ) -> c_int {
-    // SAFETY: per the contract.
-    guard(-1, || ret_int(unsafe { getsockopt(fd, level, name, v, len) }))
+    guard(-1, || {
+        // SAFETY: per the contract.
+        ret_int(unsafe { getsockopt(fd, level, name, v, len) })
+    })
 }
 
 /// # Safety
@@ -2345,10 +2399,10 @@ unsafe fn getsockopt(
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => bit(g.o.ipv6_opts),
         (SOL_RDMA, RDMA_SQSIZE) => g.c.as_ref().map_or(g.o.sq_size, |c| c.sq_size).into(),
         (SOL_RDMA, RDMA_RQSIZE) => g.c.as_ref().map_or(g.o.rq_size, |c| c.rq_size).into(),
-        (SOL_RDMA, RDMA_INLINE) => g
-            .c
-            .as_ref()
-            .map_or(u32::from(g.o.sq_inline), |c| c.sq_inline) as c_int,
+        (SOL_RDMA, RDMA_INLINE) => {
+            g.c.as_ref()
+                .map_or(u32::from(g.o.sq_inline), |c| c.sq_inline) as c_int
+        }
         (SOL_RDMA, RDMA_IOMAPSIZE) => g.o.iomap_size.into(),
         _ => return Err(libc::ENOTSUP),
     };
@@ -2398,13 +2452,11 @@ pub unsafe extern "C" fn softrdma_rdmacm_riomap(
     _flags: c_int,
     offset: libc::off_t,
 ) -> libc::off_t {
-    guard(-1, || {
-        match iomap(fd, buf, len, prot, offset) {
-            Ok(o) => o,
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
+    guard(-1, || match iomap(fd, buf, len, prot, offset) {
+        Ok(o) => o,
+        Err(e) => {
+            set_errno(e);
+            -1
         }
     })
 }
@@ -2426,7 +2478,12 @@ fn iomap(
         return Err(libc::EINVAL);
     }
     let slot = if prot & libc::PROT_WRITE != 0 {
-        Some(c.iomaps.iter().position(Option::is_none).ok_or(libc::ENOMEM)?)
+        Some(
+            c.iomaps
+                .iter()
+                .position(Option::is_none)
+                .ok_or(libc::ENOMEM)?,
+        )
     } else {
         None
     };
@@ -2437,7 +2494,11 @@ fn iomap(
     if mr.is_null() {
         return Err(last_errno());
     }
-    let offset = if offset == -1 { buf as libc::off_t } else { offset };
+    let offset = if offset == -1 {
+        buf as libc::off_t
+    } else {
+        offset
+    };
     let e = MapEntry {
         mr,
         offset: offset as u64,
@@ -2452,7 +2513,11 @@ fn iomap(
     Ok(offset)
 }
 
-pub unsafe extern "C" fn softrdma_rdmacm_riounmap(fd: c_int, buf: *mut c_void, len: usize) -> c_int {
+pub unsafe extern "C" fn softrdma_rdmacm_riounmap(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+) -> c_int {
     guard(-1, || {
         ret_int((|| {
             let s = lookup(fd)?;
