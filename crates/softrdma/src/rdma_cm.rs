@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 use softrdma_cm::rdma_cm::connect_params;
 pub use softrdma_cm::rdma_cm::PortSpace;
 pub use softrdma_cm::{ConnId, Event as CmEvent, RejReason, SidrStatus};
+/// The QP attributes a connection's exchange gives ([`Cm::init_qp_attr`]).
+pub use softrdma_cm::{QpAttr as CmQpAttr, QpState as CmQpState};
 /// The REQ and REP as received, in [`CmEvent::ConnectRequest`] and
 /// [`CmEvent::ConnectResponse`], with the types of their fields.
 pub use softrdma_wire::cm::{CmPath, RepRepr, ReqRepr, TransportType};
@@ -291,6 +293,12 @@ impl Cm {
     /// [`Self::get_event`] with a zero timeout until it returns `None`).
     pub fn fd(&self) -> RawFd {
         self.ctx.dev.cm_fd.as_raw_fd()
+    }
+
+    /// The attributes that move the QP of `conn` to `target` (INIT, RTR
+    /// or RTS) with the numbers the exchange settled (`rdma_init_qp_attr`).
+    pub fn init_qp_attr(&self, conn: ConnId, target: CmQpState) -> Result<CmQpAttr> {
+        self.command(|cm, _, _| cm.agent().init_qp_attr(conn, target).map_err(cm_error))
     }
 
     /// The private data of the REP that established `conn` (a connection

@@ -25,6 +25,7 @@ pub mod abi;
 mod addr;
 mod events;
 pub mod exports;
+pub mod options;
 mod qp;
 pub mod rsocket;
 
@@ -65,6 +66,8 @@ pub struct IdState {
     /// A request's READ/atomic depths, as the event gave them (the
     /// defaults of `rdma_accept` without parameters).
     pub req_depths: Option<(u8, u8)>,
+    /// What `rdma_set_option` set.
+    pub options: options::CmOptions,
 }
 
 impl Id {
