@@ -123,7 +123,7 @@ fn set_option(id: &mut Id, level: c_int, optname: c_int, v: &[u8]) -> Result<(),
             id.state().options.ack_timeout = Some(t);
         }
         (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
-            if v.is_empty() || v.len() % PATH_DATA_LEN != 0 {
+            if v.is_empty() || !v.len().is_multiple_of(PATH_DATA_LEN) {
                 return Err(libc::EINVAL);
             }
             if id.ctx().is_none() || addr::route_addr(&id.c.route, true).is_none() {
@@ -249,14 +249,13 @@ fn init_qp_attr(id: &mut Id, a: &mut ibv_qp_attr, m: &mut c_int) -> Result<(), c
 
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_establish(id: *mut rdma_cm_id) -> c_int {
     guard(-1, || {
-        let Some(id) = Id::live(id) else {
+        if Id::live(id).is_none() {
             return ret(Err(libc::EINVAL));
-        };
+        }
         // As librdmacm: an id with a QP is established by the library
         // (EINVAL). One without a QP would wait at CONNECT_RESPONSE for
         // this call, but rdma_connect on such an id is not offered (it
         // fails with ENOSYS), so no connection is ever waiting for it.
-        let _ = id;
         ret(Err(libc::EINVAL))
     })
 }
