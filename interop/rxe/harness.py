@@ -48,7 +48,7 @@ GUEST_BINS = [
     "rdma", "ibv_devinfo", "ibv_rc_pingpong", "ibv_ud_pingpong",
     "ib_send_lat", "ib_write_lat", "ib_write_bw", "ib_read_lat", "ib_read_bw",
     "ib_atomic_lat", "rping", "udaddy", "rdma_server", "rdma_client", "ucmatose",
-    "rstream",
+    "rstream", "riostream",
 ]
 RXE_PROVIDER = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"
 RXE_DRIVER_FILE = "/etc/libibverbs.d/rxe.driver"
@@ -851,6 +851,11 @@ def build_cases(tools):
         # kernel's rdma_cm: 100 transfers of 4 KiB each way, every byte
         # checked by rstream (-T v).
         cases.append(Case(f"dropin-rstream-4096-{server}srv", "rstream", server, "dropin", 4096))
+        # riostream: riomap/riowrite (RDMA WRITEs into the peer's mapped
+        # buffer, announced with an IOMAP message), 20 transfers of 10,000
+        # bytes a round, 2 rounds, checked (-T v).
+        cases.append(Case(f"dropin-riostream-10000-{server}srv", "riostream", server, "dropin",
+                          10000))
     # perftest connecting its QPs with rdma_cm, softrdma serving: perftest's
     # client sends its second REQ (the test QP's) right after the control
     # connection's last exchange; a TCG guest serving has not re-created its
@@ -900,9 +905,9 @@ def host_command(case, tools, port, gidx_unused=None):
         if case.tool == "ucmatose":
             side = [] if case.server == "host" else ["-s", GUEST_IP]
             return pre + ["ucmatose"] + side + ucmatose_args(case, port)
-        if case.tool == "rstream":
+        if case.tool in ("rstream", "riostream"):
             side = [] if case.server == "host" else ["-s", GUEST_IP]
-            return pre + ["rstream"] + side + rstream_args(case, port)
+            return pre + [case.tool] + side + rstream_args(case, port)
         if case.tool.startswith("ibv_"):
             a = [case.tool, "-d", "srx0", "-g", "0", "-p", str(port), "-n", str(ITERS),
                  "-s", str(case.size), "-c"]
@@ -935,13 +940,16 @@ def ucmatose_args(case, port):
 
 
 def rstream_args(case, port):
-    """rstream's options on both sides: the port, 100 transfers of the case's size, verified."""
+    """rstream's (and riostream's) options on both sides: the port, 100 transfers of the
+    case's size (riostream: 20 a round, 2 rounds), verified."""
+    if case.tool == "riostream":
+        return ["-p", str(port), "-S", str(case.size), "-C", "20", "-I", "2", "-T", "v"]
     return ["-p", str(port), "-S", str(case.size), "-C", "100", "-T", "v"]
 
 
 def rdma_cm_only(case):
     """Programs that listen through rdma_cm, on no TCP port."""
-    return (case.impl == "cm" or case.tool in ("rping", "ucmatose", "rstream")
+    return (case.impl == "cm" or case.tool in ("rping", "ucmatose", "rstream", "riostream")
             or "-R" in case.extra)
 
 
@@ -953,9 +961,9 @@ def guest_command(case, gidx, port):
     if case.tool == "ucmatose":
         side = "" if case.server == "guest" else f"-s {HOST_IP} "
         return f"ucmatose {side}{' '.join(ucmatose_args(case, port))}"
-    if case.tool == "rstream":
+    if case.tool in ("rstream", "riostream"):
         side = "" if case.server == "guest" else f"-s {HOST_IP} "
-        return f"rstream {side}{' '.join(rstream_args(case, port))}"
+        return f"{case.tool} {side}{' '.join(rstream_args(case, port))}"
     if case.impl == "cm":
         return (f"rdma_server -p {port}" if case.server == "guest"
                 else f"rdma_client -s {HOST_IP} -p {port}")

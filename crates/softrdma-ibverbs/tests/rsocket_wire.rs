@@ -64,6 +64,13 @@ fn records_in_either_byte_order() {
     assert_eq!(&be[12..16], &4096u32.to_be_bytes());
     let m = Iomap { offset: 5, sge: s };
     assert_eq!(Iomap::from_le(&m.to_bytes(false)), m);
+    // struct rs_iomap: the offset, then the sge, unpadded (24 bytes; a
+    // 32-byte write overran rdma-core's table in the rxe guest).
+    let b = m.to_bytes(false);
+    assert_eq!(b.len(), 24);
+    assert_eq!(&b[0..8], &5u64.to_le_bytes());
+    assert_eq!(&b[8..16], &0x10_0000u64.to_le_bytes());
+    assert_eq!(&b[20..24], &4096u32.to_le_bytes());
 }
 
 #[test]

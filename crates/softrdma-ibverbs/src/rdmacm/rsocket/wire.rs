@@ -18,8 +18,8 @@ pub const SGL_SIZE: u32 = 2;
 pub const CONN_DATA_LEN: usize = 40;
 /// Bytes of an [`Sge`] record.
 pub const SGE_LEN: usize = 16;
-/// Bytes of an [`Iomap`] record.
-pub const IOMAP_LEN: usize = 32;
+/// Bytes of an [`Iomap`] record (an offset and an [`Sge`], unpadded).
+pub const IOMAP_LEN: usize = 24;
 
 /// The immediate's opcodes (`RS_OP_*`). `WRITE` never travels: it marks
 /// a local RDMA WRITE without immediate (riowrite) in the WR id.
