@@ -731,7 +731,8 @@ impl Conn {
         let mut t = self.tsgl(self.target_sge);
         let remote = (t.addr, t.key);
         t.addr = t.addr.wrapping_add(u64::from(len));
-        t.length -= len;
+        // The peer writes this slot: never trust it to still hold `len`.
+        t.length = t.length.saturating_sub(len);
         self.set_tsgl(self.target_sge, t);
         if t.length == 0 {
             self.target_sge = (self.target_sge + 1) % wire::SGL_SIZE;
@@ -847,7 +848,7 @@ impl Conn {
     fn find_iomap(&self, offset: u64) -> Option<Iomap> {
         (0..self.iomap_size)
             .map(|i| self.tiomap(i))
-            .find(|m| offset >= m.offset && offset < m.offset + u64::from(m.sge.length))
+            .find(|m| offset >= m.offset && offset < m.offset.saturating_add(m.sge.length.into()))
     }
 }
 
@@ -1665,17 +1666,18 @@ fn send(fd: c_int, pieces: &[&[u8]], flags: c_int, io: Option<u64>) -> Result<us
         let (cap, remote) = match io {
             None => (c.tsgl(c.target_sge).length, None),
             Some(base) => {
-                let at = base + done as u64;
+                let at = base.saturating_add(done as u64);
                 let Some(m) = c.find_iomap(at) else {
                     if done == 0 {
                         return Err(libc::EINVAL);
                     }
                     break;
                 };
-                let left = m.offset + u64::from(m.sge.length) - at;
+                // `find_iomap` checked m.offset <= at < m.offset + length.
+                let left = m.offset.saturating_add(m.sge.length.into()) - at;
                 (
                     left.min(u64::from(u32::MAX)) as u32,
-                    Some((m.sge.addr + (at - m.offset), m.sge.key)),
+                    Some((m.sge.addr.wrapping_add(at - m.offset), m.sge.key)),
                 )
             }
         };
