@@ -50,6 +50,7 @@ GUEST_BINS = [
     "rdma", "ibv_devinfo", "ibv_rc_pingpong", "ibv_ud_pingpong",
     "ib_send_lat", "ib_write_lat", "ib_write_bw", "ib_read_lat", "ib_read_bw",
     "ib_atomic_lat", "rping", "udaddy", "rdma_server", "rdma_client", "ucmatose",
+    "rstream", "riostream",
 ]
 # Built here from the repository (against the system's libibverbs) for
 # both sides: memory windows, which no Debian tool exercises.
@@ -880,6 +881,15 @@ def build_cases(tools):
         cases.append(Case(f"dropin-rping-4000-{server}srv", "rping", server, "dropin", 4000))
         # ucmatose: 2 connections, 10 messages each way on each.
         cases.append(Case(f"dropin-ucmatose-{server}srv", "ucmatose", server, "dropin", 100))
+        # rstream: rsockets (drop-in) against rdma-core's rsockets over the
+        # kernel's rdma_cm: 100 transfers of 4 KiB each way, every byte
+        # checked by rstream (-T v).
+        cases.append(Case(f"dropin-rstream-4096-{server}srv", "rstream", server, "dropin", 4096))
+        # riostream: riomap/riowrite (RDMA WRITEs into the peer's mapped
+        # buffer, announced with an IOMAP message), 20 transfers of 10,000
+        # bytes a round, 2 rounds, checked (-T v).
+        cases.append(Case(f"dropin-riostream-10000-{server}srv", "riostream", server, "dropin",
+                          10000))
     # perftest connecting its QPs with rdma_cm, softrdma serving: perftest's
     # client sends its second REQ (the test QP's) right after the control
     # connection's last exchange; a TCG guest serving has not re-created its
@@ -929,6 +939,9 @@ def host_command(case, tools, port, gidx_unused=None):
         if case.tool == "ucmatose":
             side = [] if case.server == "host" else ["-s", GUEST_IP]
             return pre + ["ucmatose"] + side + ucmatose_args(case, port)
+        if case.tool in ("rstream", "riostream"):
+            side = [] if case.server == "host" else ["-s", GUEST_IP]
+            return pre + [case.tool] + side + rstream_args(case, port)
         if case.tool.startswith("ibv_"):
             tool = str(tools["mw_pingpong"]) if case.tool == "ibv_mw_pingpong" else case.tool
             a = [tool, "-d", "srx0", "-g", "0", "-p", str(port), "-n", str(ITERS),
@@ -961,9 +974,18 @@ def ucmatose_args(case, port):
     return ["-p", str(port), "-c", "2", "-C", "10", "-S", str(case.size)]
 
 
+def rstream_args(case, port):
+    """rstream's (and riostream's) options on both sides: the port, 100 transfers of the
+    case's size (riostream: 20 a round, 2 rounds), verified."""
+    if case.tool == "riostream":
+        return ["-p", str(port), "-S", str(case.size), "-C", "20", "-I", "2", "-T", "v"]
+    return ["-p", str(port), "-S", str(case.size), "-C", "100", "-T", "v"]
+
+
 def rdma_cm_only(case):
     """Programs that listen through rdma_cm, on no TCP port."""
-    return case.impl == "cm" or case.tool in ("rping", "ucmatose") or "-R" in case.extra
+    return (case.impl == "cm" or case.tool in ("rping", "ucmatose", "rstream", "riostream")
+            or "-R" in case.extra)
 
 
 def guest_command(case, gidx, port):
@@ -974,6 +996,9 @@ def guest_command(case, gidx, port):
     if case.tool == "ucmatose":
         side = "" if case.server == "guest" else f"-s {HOST_IP} "
         return f"ucmatose {side}{' '.join(ucmatose_args(case, port))}"
+    if case.tool in ("rstream", "riostream"):
+        side = "" if case.server == "guest" else f"-s {HOST_IP} "
+        return f"{case.tool} {side}{' '.join(rstream_args(case, port))}"
     if case.impl == "cm":
         return (f"rdma_server -p {port}" if case.server == "guest"
                 else f"rdma_client -s {HOST_IP} -p {port}")

@@ -26,6 +26,10 @@ pub struct DeviceCm {
     qps: HashMap<ConnId, Qpn>,
     /// Events for the consumer, in order.
     events: VecDeque<Event<SocketAddr>>,
+    /// The REP's private data of each connection this side made with a
+    /// QP, kept for the consumer's ESTABLISHED (rdma_cm reports it there;
+    /// the automatic confirmation raises no ConnectResponse).
+    rep_data: HashMap<ConnId, Vec<u8>>,
     /// The UDP port peers' QP1s listen on.
     roce_port: u16,
 }
@@ -88,6 +92,7 @@ impl DeviceCm {
             agent: CmAgent::new(config, seed),
             qps: HashMap::new(),
             events: VecDeque::new(),
+            rep_data: HashMap::new(),
             roce_port,
         }
     }
@@ -195,9 +200,16 @@ impl DeviceCm {
         Ok(self.agent.accept(cm_now(now), conn, p)?)
     }
 
+    /// The private data of the REP that established `conn` (made by this
+    /// side with a QP), taken once: rdma_cm's ESTABLISHED carries it.
+    pub fn take_rep_private_data(&mut self, conn: ConnId) -> Option<Vec<u8>> {
+        self.rep_data.remove(&conn)
+    }
+
     /// Forgets connection `conn` (the agent's destroy: a REJ or DREQ as its state needs).
     pub fn destroy(&mut self, now: Instant, conn: ConnId) -> Result<(), CmError> {
         self.qps.remove(&conn);
+        self.rep_data.remove(&conn);
         Ok(self.agent.destroy(cm_now(now), conn)?)
     }
 
@@ -229,8 +241,15 @@ impl DeviceCm {
                     // consumer hears "established" (the agent raises no
                     // event for a confirmation it was asked for).
                     let conn = *conn;
+                    let data = match &ev {
+                        Event::ConnectResponse { rep, .. } => rep.private_data.to_vec(),
+                        _ => Vec::new(),
+                    };
                     let ev = match self.finish_active(engine, now, conn, qpn) {
-                        Ok(()) => Event::Established { conn },
+                        Ok(()) => {
+                            self.rep_data.insert(conn, data);
+                            Event::Established { conn }
+                        }
                         Err(_) => {
                             // The QP could not take the numbers: the peer
                             // gets a REJ, the consumer a failure.
@@ -248,6 +267,7 @@ impl DeviceCm {
             | Event::Unreachable { conn } = &ev
             {
                 self.qps.remove(conn);
+                self.rep_data.remove(conn);
             }
             self.events.push_back(ev);
         }

@@ -9,7 +9,7 @@
 //! `rdmacm` of softrdma-ibverbs), exported there under private names
 //! `softrdma_rdmacm_<rdma-core name>`; each symbol here is a trampoline
 //! that jumps to it, found once with `dlsym(RTLD_DEFAULT, …)`. A name that
-//! libibverbs does not provide (the rsocket calls, multicast, … — or every
+//! libibverbs does not provide (multicast, SRQs, … — or every
 //! name, when the program's libibverbs is not softrdma's) gets a stub that
 //! sets errno to ENOSYS and returns -1 (NULL for the functions returning
 //! a pointer). See docs/rdmacm.md.

@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 use softrdma_cm::rdma_cm::connect_params;
 pub use softrdma_cm::rdma_cm::PortSpace;
 pub use softrdma_cm::{ConnId, Event as CmEvent, RejReason, SidrStatus};
+/// The QP attributes a connection's exchange gives ([`Cm::init_qp_attr`]).
+pub use softrdma_cm::{QpAttr as CmQpAttr, QpState as CmQpState};
 /// The REQ and REP as received, in [`CmEvent::ConnectRequest`] and
 /// [`CmEvent::ConnectResponse`], with the types of their fields.
 pub use softrdma_wire::cm::{CmPath, RepRepr, ReqRepr, TransportType};
@@ -291,6 +293,23 @@ impl Cm {
     /// [`Self::get_event`] with a zero timeout until it returns `None`).
     pub fn fd(&self) -> RawFd {
         self.ctx.dev.cm_fd.as_raw_fd()
+    }
+
+    /// The attributes that move the QP of `conn` to `target` (INIT, RTR
+    /// or RTS) with the numbers the exchange settled (`rdma_init_qp_attr`).
+    pub fn init_qp_attr(&self, conn: ConnId, target: CmQpState) -> Result<CmQpAttr> {
+        self.command(|cm, _, _| cm.agent().init_qp_attr(conn, target).map_err(cm_error))
+    }
+
+    /// The private data of the REP that established `conn` (a connection
+    /// this side made with [`Cm::connect`]), once, after
+    /// [`CmEvent::Established`]: rdma_cm's ESTABLISHED event carries it
+    /// (rsockets reads its peer's buffers there). Padded to the REP's 196
+    /// bytes, as received.
+    pub fn take_rep_private_data(&self, conn: ConnId) -> Option<Vec<u8>> {
+        self.command(|cm, _, _| Ok(cm.take_rep_private_data(conn)))
+            .ok()
+            .flatten()
     }
 
     fn command<R>(

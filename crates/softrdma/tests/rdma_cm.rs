@@ -364,3 +364,62 @@ fn sidr_for_a_port_nobody_serves_is_unsupported() {
     assert_eq!(conn, asked);
     assert_eq!(status, softrdma::rdma_cm::SidrStatus::Unsupported);
 }
+
+/// The active side's REP private data is kept for its ESTABLISHED (once),
+/// and `init_qp_attr` gives each side the numbers its QP was moved with:
+/// the peer's QPN, the PSNs crossed (our RTR's rq_psn is the peer's RTS
+/// sq_psn), the depths asked for.
+#[test]
+fn rep_private_data_and_qp_attributes_after_the_exchange() {
+    use softrdma::rdma_cm::CmQpState;
+    let t = softrdma::shm::Transport::Udp;
+    let (a, b) = (side(device(t)), side(device(t)));
+    let (cma, cmb) = (a.ctx.cm(), b.ctx.cm());
+    cmb.listen(PortSpace::Tcp, PORT + 2).unwrap();
+    let dst = SocketAddr::new(b.ctx.addr().ip(), PORT + 2);
+    let p = ConnParam {
+        responder_resources: 2,
+        initiator_depth: 3,
+        ..ConnParam::default()
+    };
+    let ca = cma.connect(&a.qp, dst, &p).unwrap();
+    let CmEvent::ConnectRequest { conn: cb, .. } =
+        wait_for(&cmb, |e| matches!(e, CmEvent::ConnectRequest { .. }))
+    else {
+        unreachable!()
+    };
+    assert!(
+        cmb.init_qp_attr(cb, CmQpState::Rtr).is_err(),
+        "RTR before accepting"
+    );
+    let reply = ConnParam {
+        private_data: b"rep data".to_vec(),
+        responder_resources: 3,
+        initiator_depth: 2,
+        ..ConnParam::default()
+    };
+    cmb.accept(cb, &b.qp, &reply).unwrap();
+    let est = |c: ConnId| move |e: &CmEvent<SocketAddr>| matches!(e, CmEvent::Established { conn } if *conn == c);
+    wait_for(&cma, est(ca));
+    let rep = cma
+        .take_rep_private_data(ca)
+        .expect("the REP's private data");
+    assert_eq!(&rep[..8], b"rep data");
+    assert_eq!(rep.len(), 196, "padded to the REP's private data");
+    assert_eq!(cma.take_rep_private_data(ca), None, "taken once");
+    wait_for(&cmb, est(cb));
+    let (ra, sa) = (
+        cma.init_qp_attr(ca, CmQpState::Rtr).unwrap(),
+        cma.init_qp_attr(ca, CmQpState::Rts).unwrap(),
+    );
+    let (rb, sb) = (
+        cmb.init_qp_attr(cb, CmQpState::Rtr).unwrap(),
+        cmb.init_qp_attr(cb, CmQpState::Rts).unwrap(),
+    );
+    assert_eq!(ra.dest_qp_num, b.qp.qpn().raw());
+    assert_eq!(rb.dest_qp_num, a.qp.qpn().raw());
+    assert_eq!(ra.rq_psn, sb.sq_psn, "a receives what b sends first");
+    assert_eq!(rb.rq_psn, sa.sq_psn, "b receives what a sends first");
+    assert_eq!((sa.max_rd_atomic, rb.max_dest_rd_atomic), (3, 3));
+    assert_eq!((sb.max_rd_atomic, ra.max_dest_rd_atomic), (2, 2));
+}

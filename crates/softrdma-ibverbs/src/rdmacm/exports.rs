@@ -330,7 +330,7 @@ unsafe fn resolve_addr(id: &mut Id, src: *const libc::sockaddr, dst: *const libc
 }
 
 /// Queues a local event (resolutions) for `id`.
-fn queue(id: &mut Id, kind: c_uint) {
+pub(super) fn queue(id: &mut Id, kind: c_uint) {
     let ev = EventData {
         kind,
         status: 0,

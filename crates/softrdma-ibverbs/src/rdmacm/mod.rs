@@ -18,13 +18,16 @@
 //!
 //! Modules: `abi` (the rdma_cma.h structs, layout asserts), `events`
 //! (channels and events), `exports` (the C entry points), `addr`
-//! (sockaddr conversions, rdma_getaddrinfo).
+//! (sockaddr conversions, rdma_getaddrinfo), `rsocket` (rsockets: stream
+//! sockets over RC QPs, rdma-core's protocol).
 
 pub mod abi;
 mod addr;
 mod events;
 pub mod exports;
+pub mod options;
 mod qp;
+pub mod rsocket;
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -63,6 +66,8 @@ pub struct IdState {
     /// A request's READ/atomic depths, as the event gave them (the
     /// defaults of `rdma_accept` without parameters).
     pub req_depths: Option<(u8, u8)>,
+    /// What `rdma_set_option` set.
+    pub options: options::CmOptions,
 }
 
 impl Id {
@@ -283,9 +288,15 @@ fn route(ctx: &'static Ctx, ev: CmEvent<SocketAddr>) {
         } => return ud_resolved(ctx, conn, status, (qpn, qkey), private_data),
         other => other,
     };
-    let Some((conn, kind, status, private_data)) = conn_event(ev) else {
+    let Some((conn, kind, status, mut private_data)) = conn_event(ev) else {
         return;
     };
+    if kind == RDMA_CM_EVENT_ESTABLISHED {
+        // The active side's ESTABLISHED carries the REP's private data.
+        if let Some(d) = ctx.dev.cm().take_rep_private_data(conn) {
+            private_data = d;
+        }
+    }
     let reg = registry();
     let Some(&id) = reg.conns.get(&(ctx as *const Ctx as usize, conn.0)) else {
         return;

@@ -42,6 +42,27 @@ int rdma_join_multicast(void *, struct sockaddr *, void *);
 void **rdma_get_devices(int *);
 void rdma_free_devices(void **);
 int rsocket(int, int, int);
+int rdma_set_option(void *, int, int, void *, size_t);
+int rdma_establish(void *);
+struct ah_attr {           /* struct ibv_ah_attr */
+    uint8_t dgid[16];
+    uint32_t flow_label;
+    uint8_t sgid_index, hop_limit, traffic_class;
+    uint16_t dlid;
+    uint8_t sl, src_path_bits, static_rate, is_global, port_num;
+};
+struct qp_attr {           /* struct ibv_qp_attr */
+    unsigned qp_state, cur_qp_state, path_mtu, path_mig_state;
+    uint32_t qkey, rq_psn, sq_psn, dest_qp_num;
+    unsigned qp_access_flags;
+    uint32_t cap[5];
+    struct ah_attr ah_attr, alt_ah_attr;
+    uint16_t pkey_index, alt_pkey_index;
+    uint8_t en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic,
+        min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout;
+    uint32_t rate_limit;
+};
+int rdma_init_qp_attr(void *, struct qp_attr *, int *);
 
 #define PS_TCP 0x0106
 static int failed;
@@ -91,7 +112,7 @@ int main(int argc, char **argv)
     check(strcmp(rdma_event_str(9), "RDMA_CM_EVENT_ESTABLISHED") == 0, "event_str(9)");
     check(strcmp(rdma_event_str(99), "UNKNOWN EVENT") == 0, "event_str(99)");
     check(fails_with(rdma_join_multicast(NULL, NULL, NULL), ENOSYS), "join_multicast: ENOSYS");
-    check(fails_with(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS), "rsocket: ENOSYS");
+    check(fails_with(rsocket(AF_INET, SOCK_DGRAM, 0), ENOTSUP), "datagram rsocket: ENOTSUP");
     {
         /* Every device's context, NULL-terminated; the count if asked. */
         int n = -1, i, all = 1;
@@ -139,6 +160,34 @@ int main(int argc, char **argv)
     check(*(void **)((char *)id + 400) != NULL, "a resolved id has the device's PD");
     check(rdma_ack_cm_event(ev) == 0, "ack");
     check(!readable(ch->fd), "fd not readable once taken");
+
+    {
+        /* rdma_set_option: sizes checked as the kernel checks them, an
+         * unknown option ENOSYS. */
+        uint8_t tos = 32, to = 14, big = 40;
+        int on = 1, mask = 0;
+        check(rdma_set_option(id, 0, 0, &tos, 1) == 0, "set_option TOS");
+        check(fails_with(rdma_set_option(id, 0, 0, &on, sizeof on), EINVAL), "set_option TOS of 4 bytes: EINVAL");
+        check(rdma_set_option(id, 0, 1, &on, sizeof on) == 0, "set_option REUSEADDR");
+        check(rdma_set_option(id, 0, 3, &to, 1) == 0, "set_option ACK_TIMEOUT");
+        check(fails_with(rdma_set_option(id, 0, 3, &big, 1), EINVAL), "set_option ACK_TIMEOUT 40: EINVAL");
+        check(fails_with(rdma_set_option(id, 0, 99, &on, sizeof on), ENOSYS), "set_option unknown: ENOSYS");
+        check(fails_with(rdma_set_option(NULL, 0, 0, &tos, 1), EINVAL), "set_option NULL id: EINVAL");
+        /* rdma_init_qp_attr: INIT needs no connection, RTR does. */
+        struct qp_attr a;
+        memset(&a, 0, sizeof a);
+        a.qp_state = 1;
+        a.qp_access_flags = 0xff;
+        check(rdma_init_qp_attr(id, &a, &mask) == 0 && mask == (1 | 8 | 16 | 32) && a.port_num == 1 &&
+                  a.pkey_index == 0 && a.qp_access_flags == 0,
+              "init_qp_attr INIT: state, access (none), P_Key index, port");
+        a.qp_state = 2;
+        check(fails_with(rdma_init_qp_attr(id, &a, &mask), EINVAL), "init_qp_attr RTR unconnected: EINVAL");
+        a.qp_state = 5;
+        check(fails_with(rdma_init_qp_attr(id, &a, &mask), EINVAL), "init_qp_attr SQE: EINVAL");
+        check(fails_with(rdma_init_qp_attr(NULL, &a, &mask), EINVAL), "init_qp_attr NULL id: EINVAL");
+        check(fails_with(rdma_establish(id), EINVAL), "establish, nothing waiting: EINVAL");
+    }
 
     /* Two listeners on one port: the second is EADDRINUSE. */
     struct sockaddr_in any = sin_of(dev_ip, 7480);
