@@ -992,7 +992,10 @@ impl Engine {
             qp.comp.rnr_retry_left = attr.rnr_retry;
         }
         let old = qp.state;
-        if new == QpState::Reset {
+        // The requests its held ACK covers were executed and completed:
+        // the peer hears of them before the responder stops (RESET and
+        // ERR send nothing more; rdma_disconnect moves a QP to ERR).
+        if matches!(new, QpState::Reset | QpState::Err) {
             self.build_held_ack(qpn);
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
