@@ -18,6 +18,9 @@
 //!   accesses (or ibv_advise_mr) resolve, data checked, a WRITE to an
 //!   unmapped page → REM_ACCESS_ERR, pinned registration of unmapped
 //!   memory → EFAULT;
+//! * `tests/c/ece.c`: `ibv_query_ece`/`ibv_set_ece` — the selective-repeat
+//!   offer, the negotiation before RTR with data moved over the agreed
+//!   QPs, and every refusal's errno;
 //! * `ibv_rc_pingpong`, and both programs, under valgrind's memcheck:
 //!   no invalid reads or writes anywhere, this library included.
 
@@ -299,6 +302,28 @@ fn odp_c_program() {
         assert!(
             o.ok && passed == 13 && !o.stdout.contains("FAIL"),
             "odp ({transport}) exit {:?}, {passed} passed:\n{}\n{}",
+            o.code,
+            o.stdout,
+            o.stderr
+        );
+    }
+}
+
+#[test]
+fn ece_c_program() {
+    let _g = serial();
+    let Some(exe) = compile("ece") else {
+        return;
+    };
+    for transport in ["udp", "auto"] {
+        let o = run(
+            softrdma_cmd(&exe.to_string_lossy(), &[], Load::LibraryPath, transport),
+            Duration::from_secs(120),
+        );
+        let passed = o.stdout.lines().filter(|l| l.starts_with("PASS")).count();
+        assert!(
+            o.ok && passed == 12 && !o.stdout.contains("FAIL"),
+            "ece ({transport}) exit {:?}, {passed} passed:\n{}\n{}",
             o.code,
             o.stdout,
             o.stderr
