@@ -864,6 +864,12 @@ impl Engine {
         ))
     }
 
+    /// Whether the QP runs selective repeat (both ends agreed through
+    /// [`Engine::set_ece`]), or `None` for an unknown QP.
+    pub fn qp_selective_repeat(&self, qpn: Qpn) -> Option<bool> {
+        self.qps.get(&qpn).map(|q| q.ece.selective_repeat())
+    }
+
     /// What the QP's congestion controller reports (rate cuts, current
     /// rate, CNPs asked for), or `None` for an unknown QP.
     pub fn qp_congestion(&self, qpn: Qpn) -> Option<crate::CcCounters> {
