@@ -70,6 +70,11 @@ fn pairs(v: &Value, all: bool) -> String {
             .iter()
             .map(|(k, _)| *k),
     );
+    order.extend(
+        softrdma::stats::congestion_fields(&Default::default())
+            .iter()
+            .map(|(k, _)| *k),
+    );
     let mut o = String::new();
     let Some(m) = v.as_object() else {
         return o;
@@ -118,13 +123,20 @@ fn text(devs: &[Value], all: bool) -> String {
             let _ = writeln!(o, "    shm:{}", pairs(&d["shm"], all));
         }
         for q in d["qps"].as_array().into_iter().flatten() {
+            // Selective repeat (ECE-negotiated) is named; go-back-N is the default.
+            let sr = if q["selective_repeat"] == true {
+                " selective-repeat"
+            } else {
+                ""
+            };
             let _ = writeln!(
                 o,
-                "    qp {:#08x} {} {}:{}",
+                "    qp {:#08x} {} {}{sr}:{}{}",
                 q["qpn"].as_u64().unwrap_or(0),
                 q["type"].as_str().unwrap_or("?"),
                 q["state"].as_str().unwrap_or("?"),
-                pairs(&q["counters"], all)
+                pairs(&q["counters"], all),
+                pairs(&q["congestion"], all)
             );
         }
     }

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use softrdma::{
-    AccessFlags, ConnectOptions, Context, DeviceConfig, QpType, RecvWr, SendOp, SendWr,
+    AccessFlags, ConnectOptions, Context, DeviceConfig, FaultSpec, QpType, RecvWr, SendOp, SendWr,
 };
 
 fn stat(args: &[&str]) -> (i32, String, String) {
@@ -31,7 +31,16 @@ fn stat_shows_counters_of_running_devices() {
 
     let cfg = DeviceConfig::default_loopback().transport(softrdma::shm::Transport::Udp);
     let a = Context::open_with(&cfg).unwrap();
-    let b = Context::open_with(&cfg).unwrap();
+    // Loss into b: the selective-repeat QPs below recover through SACKs,
+    // and their counters show it.
+    let lossy = FaultSpec {
+        loss: 0.1,
+        reorder: 0.0,
+        dup: 0.0,
+        corrupt: 0.0,
+        seed: 7,
+    };
+    let b = Context::open_with(&cfg.clone().fault(lossy)).unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
@@ -39,10 +48,15 @@ fn stat_shows_counters_of_running_devices() {
     let mb = pb.alloc_mr(1 << 16, access).unwrap();
     let qa = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
     let qb = pb.create_qp(QpType::Rc, &cb, &cb).build().unwrap();
-    qa.connect(&qb.endpoint(), &ConnectOptions::default())
-        .unwrap();
-    qb.connect(&qa.endpoint(), &ConnectOptions::default())
-        .unwrap();
+    let agreed = qa.query_ece().unwrap().agree(qb.query_ece().unwrap());
+    qa.set_ece(agreed).unwrap();
+    qb.set_ece(agreed).unwrap();
+    let o = ConnectOptions {
+        timeout: 10,
+        ..Default::default()
+    };
+    qa.connect(&qb.endpoint(), &o).unwrap();
+    qb.connect(&qa.endpoint(), &o).unwrap();
     let t = Duration::from_secs(10);
     let rb = mb.remote();
     for i in 0..10 {
@@ -100,7 +114,26 @@ fn stat_shows_counters_of_running_devices() {
             qps[0]["counters"]["tx_packets"].as_u64().unwrap() > 0,
             "{d}"
         );
+        assert_eq!(qps[0]["selective_repeat"], true, "{d}");
+        for k in ["rate_cuts", "rate_bps", "cnps_asked"] {
+            assert!(qps[0]["congestion"][k].is_u64(), "{k}: {d}");
+        }
     }
+    // What selective repeat did about the loss: packets held out of order
+    // at b, and only the missing ones sent again by a.
+    let sum = |k: &str| -> u64 {
+        mine.iter()
+            .map(|d| d["counters"][k].as_u64().unwrap())
+            .sum()
+    };
+    assert!(sum("ooo_held") > 0 && sum("sr_retransmits") > 0, "{out}");
+    let (code, text, err) = stat(&[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("selective-repeat:") && text.contains("ooo_held"),
+        "{text}"
+    );
+    eprintln!("{text}");
     let sender = mine
         .iter()
         .find(|d| d["addr"] == a.addr().to_string())
@@ -134,7 +167,10 @@ fn stat_shows_counters_of_running_devices() {
     let pid = std::process::id();
     assert!(text.contains(&format!("srx0 pid {pid} (")), "{text}");
     assert!(text.contains("    device: tx_packets "), "{text}");
-    assert!(text.contains(" RC RTS: tx_packets "), "{text}");
+    assert!(
+        text.contains(" RC RTS selective-repeat: tx_packets "),
+        "{text}"
+    );
 
     drop((qa, qb, ma, mb, ca, cb, pa, pb, a, b));
     let (_, out, _) = stat(&["--json"]);

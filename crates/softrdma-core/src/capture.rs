@@ -3,6 +3,12 @@
 //! would carry (`softrdma decode` reads them back). Over shared memory the
 //! packets are the same bytes the rings carry, so a same-host run captures
 //! like a UDP one. Direct operations are not packets and are not captured.
+//!
+//! The file is written through at the end of every receive and send batch
+//! (one `write` per batch that had packets, none for an empty poll), so a
+//! process that ends in `abort()`, a fatal signal or `_exit` leaves a
+//! capture complete up to its last batch: what is in the kernel survives
+//! the process.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -56,11 +62,17 @@ impl<P: Port> Port for Capture<P> {
         F: FnMut(SocketAddr, RxMeta, &[u8]),
     {
         let (w, local, ts) = (&self.writer, self.local, self.stamp(now));
-        self.inner.receive(now, from, budget, |src, meta, d| {
+        let mut any = false;
+        let r = self.inner.receive(now, from, budget, |src, meta, d| {
             // A capture that cannot be written must not stop the traffic.
             let _ = w.write_roce(ts, src, local, d);
+            any = true;
             rx(src, meta, d)
-        })
+        });
+        if any {
+            let _ = self.writer.flush();
+        }
+        r
     }
 
     fn send(&mut self, now: Instant, out: &mut Outgoing<'_>) {
@@ -68,6 +80,9 @@ impl<P: Port> Port for Capture<P> {
         for i in 0..out.len() {
             let ep = out.endpoints(i);
             let _ = self.writer.write_roce(ts, ep.src, ep.dst, out.whole(i));
+        }
+        if !out.is_empty() {
+            let _ = self.writer.flush();
         }
         self.inner.send(now, out)
     }

@@ -940,6 +940,12 @@ impl Engine {
         ))
     }
 
+    /// Whether the QP runs selective repeat (both ends agreed through
+    /// [`Engine::set_ece`]), or `None` for an unknown QP.
+    pub fn qp_selective_repeat(&self, qpn: Qpn) -> Option<bool> {
+        self.qps.get(&qpn).map(|q| q.ece.selective_repeat())
+    }
+
     /// What the QP's congestion controller reports (rate cuts, current
     /// rate, CNPs asked for), or `None` for an unknown QP.
     pub fn qp_congestion(&self, qpn: Qpn) -> Option<crate::CcCounters> {
@@ -1068,7 +1074,10 @@ impl Engine {
             qp.comp.rnr_retry_left = attr.rnr_retry;
         }
         let old = qp.state;
-        if new == QpState::Reset {
+        // The requests its held ACK covers were executed and completed:
+        // the peer hears of them before the responder stops (RESET and
+        // ERR send nothing more; rdma_disconnect moves a QP to ERR).
+        if matches!(new, QpState::Reset | QpState::Err) {
             self.build_held_ack(qpn);
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {

@@ -171,27 +171,34 @@ fn nak_and_read_response_do_not_wait() {
     );
 }
 
+/// B's application got what it wanted and tears its QP down at once —
+/// destroyed, reset, or moved to ERR as `rdma_disconnect` does before its
+/// DREQ (libfabric's MSG endpoints close so): the ACK it owes must still go
+/// out, or A's WRITE ends in RETRY_EXC_ERR against a peer that executed it.
 #[test]
-fn destroying_or_resetting_the_qp_sends_the_held_ack() {
-    for reset in [false, true] {
+fn destroying_resetting_or_erroring_the_qp_sends_the_held_ack() {
+    for end in [None, Some(QpState::Reset), Some(QpState::Err)] {
         let (mut net, a, b) = delayed_pair();
         let t0 = write_and_hold(&mut net, &a, &b);
-        // B's application got what it wanted and tears its QP down at once:
-        // the ACK it owes must still go out.
-        if reset {
-            let attr = QpAttr {
-                qp_state: QpState::Reset,
-                ..Default::default()
-            };
-            net.nodes[1]
-                .modify_qp(t0, b.qpn, &attr, AttrMask::STATE)
-                .unwrap();
-        } else {
-            net.nodes[1].destroy_qp(b.qpn).unwrap();
+        match end {
+            Some(state) => {
+                let attr = QpAttr {
+                    qp_state: state,
+                    ..Default::default()
+                };
+                net.nodes[1]
+                    .modify_qp(t0, b.qpn, &attr, AttrMask::STATE)
+                    .unwrap();
+            }
+            None => net.nodes[1].destroy_qp(b.qpn).unwrap(),
         }
-        let out = drain_one_ack(&mut net, 1, t0, &format!("reset={reset}"));
+        let out = drain_one_ack(&mut net, 1, t0, &format!("{end:?}"));
         deliver(&mut net, 0, t0, &out);
         assert_eq!(statuses(&poll(&mut net, &a)), vec![(1, WcStatus::Success)]);
+        // Sent once: nothing more follows, now or when the hold would have ended.
+        let later = Instant(t0.0 + DELAY);
+        net.nodes[1].handle_timeout(later);
+        assert!(drain(&mut net, 1, later).is_empty(), "{end:?}");
     }
 }
 

@@ -204,3 +204,91 @@ fn timely_keeps_the_bottleneck_queue_short_without_ecn() {
         without.completed
     );
 }
+
+/// The UDP payload of the first frame of a classic little-endian pcap of
+/// Ethernet frames carrying IPv4, and that frame's IP packet.
+fn first_roce_frame(path: &std::path::Path) -> (Vec<u8>, Vec<u8>) {
+    let d = std::fs::read(path).unwrap();
+    assert_eq!(&d[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "little-endian pcap");
+    let incl = u32::from_le_bytes(d[24 + 8..24 + 12].try_into().unwrap()) as usize;
+    let frame = &d[24 + 16..24 + 16 + incl];
+    assert_eq!(&frame[12..14], &[0x08, 0x00], "IPv4 over Ethernet");
+    let ip = &frame[14..];
+    let hdr = usize::from(ip[0] & 0xF) * 4;
+    (ip[hdr + 8..].to_vec(), ip.to_vec())
+}
+
+/// Our CNP against the one a Mellanox ConnectX-4 Lx sent
+/// (`../shared/captures/cx4lx-cnp.pcap`, issue 19): the notification point
+/// of a DCQCN engine that receives a CE-marked request answers with a CNP
+/// whose 32 bytes of RoCEv2 payload are the NIC's, byte for byte, except
+/// the destination QP. Put into the NIC's own IP and UDP headers with its
+/// QP number, ours gets the NIC's ICRC: every byte the ICRC covers is the
+/// same. (What differs lies outside the RoCE payload: the ConnectX sends
+/// its CNPs from UDP port 0 with DSCP 48 (CS6) and ECT(0); softrdma sends
+/// them from the QP's flow port with the QP's ECN and DSCP 0.)
+#[test]
+fn our_cnp_is_the_connectx_cnp_byte_for_byte() {
+    let cap = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/captures/cx4lx-cnp.pcap");
+    if !cap.exists() {
+        eprintln!("skipping: {} not found", cap.display());
+        return;
+    }
+    let (theirs, their_ip) = first_roce_frame(&cap);
+    assert_eq!(theirs.len(), 12 + 16 + 4, "BTH, 16 reserved bytes, ICRC");
+
+    let (mut net, a, b) = pair_cfg(
+        91,
+        NetConfig::perfect(),
+        QpType::Rc,
+        &ConnOpts::default(),
+        |c| c.congestion = CongestionConfig::dcqcn(DcqcnParams::new(RATE)),
+    );
+    let now = net.now;
+    net.nodes[0]
+        .post_send(now, a.qpn, &write_wr(1, &a, 0, 64, &b, 0))
+        .unwrap();
+    let mut buf = vec![0u8; 9000];
+    let mut reqs = Vec::new();
+    while let Some(t) = net.nodes[0].poll_transmit(now, &mut buf) {
+        reqs.push((t.endpoints, buf[..t.len].to_vec()));
+    }
+    assert_eq!(reqs.len(), 1);
+    let ce = RxMeta { ecn: Ecn::Ce };
+    net.nodes[1].handle_packet_meta(now, reqs[0].0, ce, &reqs[0].1);
+    let mut cnp = None;
+    while let Some(t) = net.nodes[1].poll_transmit(now, &mut buf) {
+        if buf[0] == 0x81 {
+            cnp = Some(buf[..t.len].to_vec());
+        }
+    }
+    let ours = cnp.expect("a CE-marked request draws a CNP");
+    assert_eq!(
+        ours.len(),
+        theirs.len(),
+        "ours {ours:02x?}\ntheirs {theirs:02x?}"
+    );
+    let qpn = a.qpn.raw().to_be_bytes();
+    assert_eq!(&ours[5..8], &qpn[1..], "to the requester's QP");
+    // Opcode, flags, P_Key, FECN/BECN byte; AckReq byte and PSN; the 16
+    // reserved bytes.
+    assert_eq!(
+        ours[..5],
+        theirs[..5],
+        "ours {ours:02x?}\ntheirs {theirs:02x?}"
+    );
+    assert_eq!(
+        ours[8..28],
+        theirs[8..28],
+        "ours {ours:02x?}\ntheirs {theirs:02x?}"
+    );
+    // Into the NIC's packet with the NIC's QP: the NIC's ICRC.
+    let mut ip = their_ip.clone();
+    let at = ip.len() - theirs.len();
+    ip[at..at + 28].copy_from_slice(&ours[..28]);
+    ip[at + 5..at + 8].copy_from_slice(&theirs[5..8]);
+    let (stored, computed) = softrdma_wire::icrc::over_ip_packet(&ip).unwrap();
+    assert_eq!(computed, stored, "the ICRC over our bytes is the NIC's");
+    assert_eq!(ip, their_ip, "the whole packet is the NIC's");
+}

@@ -606,6 +606,15 @@ pub struct ibv_gid_entry {
     pub ndev_ifindex: u32,
 }
 
+/// `struct ibv_ece`: Enhanced Connection Establishment options.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
 /// `struct ibv_grh`: what a UD receive finds in the first 40 bytes.
 #[repr(C)]
 pub struct ibv_grh {

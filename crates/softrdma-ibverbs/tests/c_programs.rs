@@ -32,6 +32,9 @@
 //!   then a WRITE through the dead rkey gets REM_ACCESS_ERR), both types,
 //!   over UDP and shared memory; the same program runs against rxe in
 //!   interop/rxe;
+//! * `tests/c/ece.c`: `ibv_query_ece`/`ibv_set_ece` — the selective-repeat
+//!   offer, the negotiation before RTR with data moved over the agreed
+//!   QPs, and every refusal's errno;
 //! * `ibv_rc_pingpong`, and the programs, under valgrind's memcheck:
 //!   no invalid reads or writes anywhere, this library included.
 
@@ -391,6 +394,28 @@ fn mw_pingpong_two_processes() {
                 c.stdout
             );
         }
+    }
+}
+
+#[test]
+fn ece_c_program() {
+    let _g = serial();
+    let Some(exe) = compile("ece") else {
+        return;
+    };
+    for transport in ["udp", "auto"] {
+        let o = run(
+            softrdma_cmd(&exe.to_string_lossy(), &[], Load::LibraryPath, transport),
+            Duration::from_secs(120),
+        );
+        let passed = o.stdout.lines().filter(|l| l.starts_with("PASS")).count();
+        assert!(
+            o.ok && passed == 12 && !o.stdout.contains("FAIL"),
+            "ece ({transport}) exit {:?}, {passed} passed:\n{}\n{}",
+            o.code,
+            o.stdout,
+            o.stderr
+        );
     }
 }
 

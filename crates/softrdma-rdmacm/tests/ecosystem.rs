@@ -618,14 +618,12 @@ fn libfabric_fi_pingpong_verbs_rdm_and_dgram() {
 /// ends get one each on a veth pair in a network namespace of their own
 /// (`unshare -rn`, no root needed), with `fi_pingpong -c` checking data.
 ///
-/// Ignored for now: in a fresh-clone CI run (2026-12-02) both ends moved
-/// all their data, then the server's last send ended in "transport retry
-/// counter exceeded" — the client exits right after its last completion,
-/// before its device ACKs the server's final message (issue 18's
-/// "teardown that loses nothing"). It passes most runs; run it with
-/// `cargo test -p softrdma-rdmacm --test ecosystem -- --ignored`.
+/// Both ends must exit 0: each one's last send is acknowledged by a peer
+/// that closes its endpoint (rdma_disconnect moves the QP to ERR) right
+/// after its last receive. Until the engine sent the ACK such a QP held
+/// back before entering ERR, that send ended in "transport retry counter
+/// exceeded" in about half the runs (issue 18's teardown).
 #[test]
-#[ignore = "flaky at teardown: the exiting client can leave the server's last send unACKed (issue 18)"]
 fn libfabric_fi_pingpong_verbs_msg_over_a_veth() {
     let _g = common::serial();
     if !have(

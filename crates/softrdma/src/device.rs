@@ -1128,16 +1128,48 @@ fn register_for_exit(dev: &Arc<Device>) {
     live.push(Arc::downgrade(dev));
 }
 
-/// At `exit()`: sends the ACKs devices still hold back. A program that
+/// At `exit()`: takes in what arrived and sends the ACKs devices still
+/// hold back. A program that
 /// exits right after its last receive (without closing the device) must
 /// not leave its peer retrying a message it got; hardware would have
 /// ACKed it already.
+///
+/// Other threads still run during `exit()` (they end only at its
+/// `_exit`), and the device's background thread may hold the device's
+/// lock in the middle of a progress: the handler waits for it, briefly.
+/// It gives up after `EXIT_LOCK_WAIT` rather than hang an exit whose
+/// lock holder cannot finish (a thread that called `exit` while holding
+/// it).
 extern "C" fn release_at_exit() {
-    let Ok(live) = LIVE.try_lock() else { return };
+    let until = std::time::Instant::now() + EXIT_LOCK_WAIT;
+    let Some(live) = lock_before(&LIVE, until) else {
+        return;
+    };
     for dev in live.iter().filter_map(Weak::upgrade) {
-        // try_lock: a thread stopped by exit may hold the lock.
-        if let Ok(mut st) = dev.state.try_lock() {
-            st.core.release_held_acks(dev.now());
+        if let Some(mut st) = lock_before(&dev.state, until) {
+            // What already arrived is taken in and acknowledged too, as
+            // an HCA acknowledges what reaches it until the kernel
+            // destroys the process's QPs after its exit.
+            let now = dev.now();
+            st.core.progress(now, true);
+            st.core.release_held_acks(now);
+        }
+    }
+}
+
+/// How long `release_at_exit` waits for a device's lock, in all.
+const EXIT_LOCK_WAIT: Duration = Duration::from_millis(200);
+
+/// `m` locked (a poisoned lock too), trying until `until`.
+fn lock_before<T>(m: &Mutex<T>, until: std::time::Instant) -> Option<MutexGuard<'_, T>> {
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
         }
     }
 }

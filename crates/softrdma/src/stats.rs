@@ -140,6 +140,16 @@ pub fn driver_fields(d: &DriverCounters) -> [(&'static str, u64); 6] {
     ]
 }
 
+/// A QP's congestion-controller counters as `softrdma stat` shows them
+/// (`rate_bps` 0: a controller without a rate, the default fixed window).
+pub fn congestion_fields(c: &softrdma_engine::CcCounters) -> [(&'static str, u64); 3] {
+    [
+        ("rate_cuts", c.rate_cuts),
+        ("rate_bps", c.rate_bps),
+        ("cnps_asked", c.cnps_asked),
+    ]
+}
+
 /// Shared-memory transport counters as name/value pairs.
 pub fn shm_fields(c: &crate::shm::ShmCounters) -> [(&'static str, u64); 6] {
     [
@@ -176,7 +186,14 @@ fn program() -> String {
 /// The JSON document for one device (one line, with a final newline).
 fn snapshot(dev: &Device, uptime: Duration) -> String {
     let (dc, drv) = dev.counters();
-    type QpRow = (Qpn, String, String, Counters);
+    type QpRow = (
+        Qpn,
+        String,
+        String,
+        Counters,
+        bool,
+        softrdma_engine::CcCounters,
+    );
     let (shm, qps): (_, Vec<QpRow>) = {
         let st = dev.lock();
         let e = &st.engine;
@@ -189,7 +206,14 @@ fn snapshot(dev: &Device, uptime: Duration) -> String {
                     .map(|(_, init)| init.qp_type.to_string())
                     .unwrap_or_default();
                 let state = e.qp_state(q).map(|s| s.to_string()).unwrap_or_default();
-                (q, ty, state, e.qp_counters(q).copied().unwrap_or_default())
+                (
+                    q,
+                    ty,
+                    state,
+                    e.qp_counters(q).copied().unwrap_or_default(),
+                    e.qp_selective_repeat(q).unwrap_or(false),
+                    e.qp_congestion(q).unwrap_or_default(),
+                )
             })
             .collect();
         (st.shm().counters, rows)
@@ -226,7 +250,7 @@ fn snapshot(dev: &Device, uptime: Duration) -> String {
         let _ = write!(o, "\"{k}\":{v}");
     }
     o.push_str("},\"qps\":[");
-    for (i, (q, ty, state, c)) in qps.iter().enumerate() {
+    for (i, (q, ty, state, c, sr, cc)) in qps.iter().enumerate() {
         if i > 0 {
             o.push(',');
         }
@@ -234,9 +258,16 @@ fn snapshot(dev: &Device, uptime: Duration) -> String {
         json_str(&mut o, ty);
         o.push_str(",\"state\":");
         json_str(&mut o, state);
-        o.push_str(",\"counters\":");
+        let _ = write!(o, ",\"selective_repeat\":{sr},\"counters\":");
         counters_json(&mut o, c);
-        o.push('}');
+        o.push_str(",\"congestion\":{");
+        for (i, (k, v)) in congestion_fields(cc).iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            let _ = write!(o, "\"{k}\":{v}");
+        }
+        o.push_str("}}");
     }
     o.push_str("]}\n");
     o

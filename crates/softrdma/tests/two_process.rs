@@ -19,6 +19,7 @@ fn peer() {
     match role.as_str() {
         "responder" | "requester" => matrix_peer(&role),
         "victim" => serve_until_killed(),
+        "exiter" => ping_pong_then_exit(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -226,6 +227,141 @@ fn kill_mid_transfer() -> std::result::Result<(), String> {
     let wc = side.scq.wait(1, Duration::from_secs(1)).unwrap()[0];
     assert_eq!((wc.wr_id, wc.status), (99, WcStatus::WrFlushErr));
     Ok(())
+}
+
+/// Ping-pong rounds of [`exit_right_after_the_last_receive`].
+const ROUNDS: u64 = 40;
+
+/// ACK timeouts of 67 ms, 2 retries: an ACK the exiting peer never sent
+/// fails the last send within 0.2 s (by the first retry the peer is long
+/// gone, or in ERR, and answers nothing), while a loaded machine that
+/// stalls the peer for a few milliseconds mid-run costs no failure.
+fn teardown_options() -> ConnectOptions {
+    ConnectOptions {
+        timeout: 14,
+        retry_cnt: 2,
+        ..Default::default()
+    }
+}
+
+/// The peer of `exit_right_after_the_last_receive`: answers each ping with
+/// a pong (so its ACKs are held for an answer, `ack_delay_ns`), and once the
+/// last ping's receive completes it ends as `SOFTRDMA_TEST_PLAN` says —
+/// `exit` (`exit(3)` at once: no destructor runs), `destroy` (the QP
+/// destroyed, then exit) or `error` (the QP moved to ERR, as
+/// `rdma_disconnect` does, then exit) — with no pause for its ACK.
+fn ping_pong_then_exit() {
+    let how = std::env::var(PLAN_ENV).expect("SOFTRDMA_TEST_PLAN names the ending");
+    let ctx = Context::open_default().unwrap();
+    let side = Side::open(ctx, 1 << 16);
+    let mut stream = peer_stream();
+    let _remote = side.connect(&mut stream, &teardown_options());
+    for i in 0..=ROUNDS {
+        side.rc
+            .post_recv(&RecvWr {
+                wr_id: i,
+                sg_list: vec![side.mr.sge(0, 64)],
+            })
+            .unwrap();
+    }
+    let mut ctl = Ctl::new(stream);
+    ctl.send("ready");
+    for i in 0..=ROUNDS {
+        let wc = side.rcq.wait(1, OP_TIMEOUT).unwrap()[0];
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{wc:?}");
+        if i == ROUNDS {
+            break;
+        }
+        side.rc
+            .post_send(&SendWr::new(i, SendOp::Send, vec![side.mr.sge(64, 8)]))
+            .unwrap();
+    }
+    match how.as_str() {
+        "exit" => {}
+        "destroy" => {
+            let Side { rc, .. } = side;
+            rc.destroy().map_err(|(_, e)| e).unwrap();
+            std::process::exit(0);
+        }
+        "error" => {
+            let attr = QpAttr {
+                qp_state: QpState::Err,
+                ..Default::default()
+            };
+            side.rc.modify(&attr, AttrMask::STATE).unwrap();
+        }
+        other => panic!("unknown ending {other}"),
+    }
+    std::process::exit(0);
+}
+
+/// Issue 18's "teardown that loses nothing": a process that ends right
+/// after its last receive completes — exiting without a destructor,
+/// destroying its QP, or moving it to ERR first — has ACKed what it
+/// received: every SEND of its peer completes with SUCCESS, none with
+/// RETRY_EXC_ERR (`teardown_options`), over UDP
+/// and over the same-host shared-memory path. The exiting peer answers
+/// each ping, so it holds its ACKs (the driver's `ack_delay_ns`) — the
+/// last one must not die with it.
+#[test]
+fn exit_right_after_the_last_receive() {
+    let _turn = heavy();
+    for transport in ["udp", "shm"] {
+        for how in ["exit", "destroy", "error"] {
+            let what = format!("{how} over {transport}");
+            let dir = TempDir::new("exiter");
+            let cfg = if transport == "udp" {
+                udp_loopback()
+            } else {
+                shm_loopback()
+            };
+
+            let side = Side::open(Context::open_with(&cfg).unwrap(), 1 << 16);
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut cmd = self_command_over("peer", "exiter", transport);
+            cmd.env(CM_ENV, format!("connect:{}", l.local_addr().unwrap()))
+                .env(PLAN_ENV, how);
+            let mut peer = Peer::spawn("exiter", cmd, &dir);
+            let mut stream = accept_bounded(&l, Duration::from_secs(30), Some(&mut peer));
+            let _remote = side.connect(&mut stream, &teardown_options());
+            for i in 0..ROUNDS {
+                side.rc
+                    .post_recv(&RecvWr {
+                        wr_id: 1000 + i,
+                        sg_list: vec![side.mr.sge(0, 64)],
+                    })
+                    .unwrap();
+            }
+            let mut ctl = Ctl::new(stream);
+            ctl.expect("ready");
+            for i in 0..=ROUNDS {
+                side.rc
+                    .post_send(&SendWr::new(i, SendOp::Send, vec![side.mr.sge(128, 8)]))
+                    .unwrap();
+                let wc = side.scq.wait(1, OP_TIMEOUT).unwrap()[0];
+                assert_eq!(
+                    (wc.wr_id, wc.status),
+                    (i, WcStatus::Success),
+                    "{what}: ping {i}: {wc:?}; peer log:\n{}",
+                    peer.log()
+                );
+                if i < ROUNDS {
+                    let wc = side.rcq.wait(1, OP_TIMEOUT).unwrap()[0];
+                    assert_eq!(
+                        (wc.wr_id, wc.status),
+                        (1000 + i, WcStatus::Success),
+                        "{what}"
+                    );
+                }
+            }
+            peer.expect_success(Duration::from_secs(30));
+            eprintln!(
+                "{what}: {} pings, every one SUCCESS ({} local ACK timeouts)",
+                ROUNDS + 1,
+                side.rc.counters().timeouts
+            );
+        }
+    }
 }
 
 /// As root, the device's socket buffers go past net.core.rmem_max (SO_*FORCE):

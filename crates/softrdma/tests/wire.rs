@@ -18,6 +18,7 @@ fn peer() {
     let Some(role) = role() else { return };
     match role.as_str() {
         "responder" | "requester" => matrix_peer(&role),
+        "aborter" => transfer_then_abort(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -222,6 +223,75 @@ fn device_capture_holds_both_directions_with_good_icrcs() {
     );
     // READ request out; READ responses (first, middle, last) in.
     for op in [0x0C, 0x0D, 0x0E, 0x0F] {
+        assert!(cap.opcodes.contains(&op), "opcode {op:#04x}: {cap:?}");
+    }
+}
+
+/// The child of `capture_survives_abort`: a READ and a WRITE between two
+/// devices, the first captured to the file `SOFTRDMA_TEST_PLAN` names; it
+/// prints how many packets that device sent and received, then ends in
+/// `abort()` (SIGABRT: no destructor, no exit handler, no stdio flush).
+fn transfer_then_abort() {
+    use std::io::Write;
+    let pcap = std::env::var(PLAN_ENV).expect("SOFTRDMA_TEST_PLAN names the capture");
+    let a = Context::open_with(&udp_loopback().capture(&pcap)).unwrap();
+    let b = Context::open_with(&udp_loopback()).unwrap();
+    let rc = RcPair::connect(&a, &b, 64 << 10);
+    rc.mb.write(0, &pattern(3, 20_000)).unwrap();
+    rc.one(
+        |remote_addr, rkey| SendOp::Read { remote_addr, rkey },
+        &rc.mb,
+        20_000,
+    );
+    rc.one(
+        |remote_addr, rkey| SendOp::Write { remote_addr, rkey },
+        &rc.mb,
+        9_000,
+    );
+    // The WRITE's ACK completed it; what `a` moved is all in by now.
+    let c = a.counters();
+    let mut out = std::io::stdout();
+    writeln!(out, "\npackets {}", c.tx_packets + c.rx_packets).unwrap();
+    out.flush().unwrap();
+    // SAFETY: abort(3) takes no arguments and does not return.
+    unsafe { libc::abort() };
+}
+
+/// A process that ends in `abort()` (issue 18: Gloo's teardown asserts)
+/// leaves a complete capture: the capture is written through after every
+/// batch, so every packet the device sent and received before the abort is
+/// in the file, each with a good ICRC — not a 0-byte file, as when frames
+/// waited in a buffer for a clean exit.
+#[test]
+fn capture_survives_abort() {
+    let dir = TempDir::new("capture-abort");
+    let pcap = dir.path("abort.pcap");
+    let mut cmd = self_command("peer", "aborter");
+    cmd.env(PLAN_ENV, &pcap);
+    let mut child = Peer::spawn("aborter", cmd, &dir);
+    let status = child.wait(Duration::from_secs(60));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGABRT),
+        "{}",
+        child.log()
+    );
+    let log = child.log();
+    let packets: u64 = log
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("packets "))
+        .unwrap_or_else(|| panic!("no packet count in the child's log:\n{log}"))
+        .trim()
+        .parse()
+        .unwrap();
+    let cap = check_capture(&pcap);
+    assert!(packets >= 8, "READ and WRITE traffic: {packets}");
+    assert_eq!(
+        cap.frames, packets,
+        "every packet before the abort: {cap:?}"
+    );
+    assert!(cap.icrc_bad.is_empty(), "{cap:?}");
+    for op in [0x0C, 0x0D, 0x0F, 0x06, 0x08, 0x11] {
         assert!(cap.opcodes.contains(&op), "opcode {op:#04x}: {cap:?}");
     }
 }
