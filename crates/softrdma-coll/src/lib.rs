@@ -105,6 +105,10 @@ pub struct Config {
     pub cost: Option<CostModel>,
     /// Force one algorithm wherever it applies.
     pub algorithm: Option<Algorithm>,
+    /// Polls a waiting rank makes before it starts yielding its core
+    /// (spinning is what small-message latency needs; ranks that share
+    /// cores, such as threads in one test, want few).
+    pub spin: u32,
 }
 
 impl Default for Config {
@@ -117,13 +121,15 @@ impl Default for Config {
             deterministic: false,
             cost: None,
             algorithm: None,
+            spin: 20_000,
         }
     }
 }
 
 impl Config {
     /// Applies `SOFTRDMA_COLL_ALGO`, `SOFTRDMA_COLL_DETERMINISTIC`,
-    /// `SOFTRDMA_COLL_TIMEOUT_MS`, `SOFTRDMA_COLL_CHUNK`, `SOFTRDMA_COLL_DEPTH`
+    /// `SOFTRDMA_COLL_TIMEOUT_MS`, `SOFTRDMA_COLL_CHUNK`, `SOFTRDMA_COLL_DEPTH`,
+    /// `SOFTRDMA_COLL_SPIN`
     /// and the cost overrides (`SOFTRDMA_COLL_ALPHA_US`, `_BW_GBPS`,
     /// `_REDUCE_GBPS`).
     pub fn with_env(mut self) -> Result<Self> {
@@ -141,6 +147,9 @@ impl Config {
         }
         if let Some(v) = get("SOFTRDMA_COLL_CHUNK") {
             self.chunk = v.parse().map_err(|_| bad("SOFTRDMA_COLL_CHUNK", &v))?;
+        }
+        if let Some(v) = get("SOFTRDMA_COLL_SPIN") {
+            self.spin = v.parse().map_err(|_| bad("SOFTRDMA_COLL_SPIN", &v))?;
         }
         if let Some(v) = get("SOFTRDMA_COLL_DEPTH") {
             self.depth = v.parse().map_err(|_| bad("SOFTRDMA_COLL_DEPTH", &v))?;
@@ -178,7 +187,8 @@ impl Communicator {
         let pending = Pending::new(ctx, rank, size, cfg.chunk, cfg.depth, cfg.timeout)?;
         let mine = pending.hello();
         let (table, exchange) = bootstrap::Exchange::run(rendezvous, &mine, cfg.timeout)?;
-        let net = pending.connect(&table)?;
+        let mut net = pending.connect(&table)?;
+        net.spin = cfg.spin;
         exchange.finish()?;
         let mut comm = Communicator {
             net,

@@ -1,65 +1,97 @@
 //! The transport under the collectives: one RC QP per peer, and on each a
-//! reliable byte stream made of RDMA WRITE_WITH_IMM into the peer's slots.
+//! reliable byte stream made of RDMA WRITEs into the peer's slots.
 //!
-//! Every rank registers a receive region with `depth` slots of `chunk`
-//! bytes per peer (slot `k` of sender `i` at `(i·depth + k)·chunk`). A
-//! sender copies up to `chunk` bytes into its staging slot and writes them,
-//! with the length as immediate data, into the next slot at the peer; it
-//! may do so while it holds a credit (a slot the peer has emptied) and
-//! fewer than `depth` writes are unacknowledged. The receiver copies each
-//! arrived slot into the peer's inbox and gives the slot back with a
-//! zero-length SEND_WITH_IMM carrying the number of slots freed. Sends
-//! are queued (never block) and receives drain the inbox, so a collective
-//! written as "send to A, receive from B" cannot deadlock on slots.
+//! Every rank registers a receive region laid out as
+//! `[data: size × depth × chunk][headers: size × depth × 8][credits: size × 8]`.
+//! Sender `i` copies up to `chunk` bytes into its staging slot, WRITEs them
+//! into slot `k = seq mod depth` of its area at the peer, then WRITEs the
+//! slot's 8-byte header (`(seq + 1) << 32 | len`). RC executes WRITEs in
+//! order at the responder, so a header that names the expected sequence
+//! number means the data is there. The receiver polls the header of the
+//! next slot in its own memory (no receive completions, which on the
+//! same-host path wait for the peer's progress thread), copies the bytes
+//! out, and WRITEs the number of slots it has emptied into the sender's
+//! credit word. A sender writes while fewer than `depth` slots are
+//! unreturned and fewer than `depth` of its WRITEs are unacknowledged.
+//! Sends are queued (never block) and receives take bytes in order, so a
+//! collective written as "send to A, receive from B" cannot deadlock.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use softrdma::{
-    AccessFlags, ConnectOptions, Context, Cq, Mr, Pd, Qp, QpEndpoint, QpType, RecvWr, RemoteRegion,
-    SendOp, SendWr, WcOpcode, WorkCompletion,
+    AccessFlags, ConnectOptions, Context, Cq, Mr, Pd, Qp, QpEndpoint, QpType, RemoteRegion, SendOp,
+    SendWr, WorkCompletion,
 };
 
 use crate::Error;
 
 const KIND_DATA: u64 = 1;
-const KIND_CREDIT: u64 = 2;
+const KIND_HDR: u64 = 2;
+const KIND_CREDIT: u64 = 3;
+
+/// Byte layout of a rank's regions for `size` ranks.
+#[derive(Clone, Copy)]
+struct Layout {
+    size: usize,
+    depth: usize,
+    chunk: usize,
+}
+
+impl Layout {
+    fn data(&self, from: usize, slot: usize) -> usize {
+        (from * self.depth + slot) * self.chunk
+    }
+    fn header(&self, from: usize, slot: usize) -> usize {
+        self.size * self.depth * self.chunk + (from * self.depth + slot) * 8
+    }
+    fn credit(&self, from: usize) -> usize {
+        self.size * self.depth * (self.chunk + 8) + from * 8
+    }
+    fn len(&self) -> usize {
+        self.size * self.depth * (self.chunk + 8) + self.size * 8
+    }
+}
 
 /// One peer's queue pair and stream state.
 struct Link {
     qp: Qp,
-    /// The peer's receive area for this rank.
+    /// The peer's whole receive region.
     remote: RemoteRegion,
-    /// Slots free at the peer.
-    credits: usize,
-    /// Unacknowledged WRITEs (staging slots in use).
+    /// Unacknowledged data WRITEs (staging slots in use).
     inflight: usize,
-    /// Unacknowledged credit SENDs.
+    /// Unacknowledged credit WRITEs.
     ctrl_inflight: usize,
-    /// Next slot index to write (mod depth).
+    /// Slots written so far.
     send_seq: u64,
+    /// Slots the peer has given back (its last credit word).
+    returned: u64,
     /// Queued outgoing bytes: chunks and the offset already sent of the first.
     out: VecDeque<Vec<u8>>,
     out_off: usize,
-    /// Next slot expected from the peer (mod depth).
+    /// Slots seen arrived from the peer.
     recv_seq: u64,
-    /// Arrived bytes not yet taken.
-    inbox: VecDeque<Vec<u8>>,
+    /// Arrived slots not yet emptied (lengths, oldest first: slot
+    /// `recv_seq - inbox.len() + i`), and the bytes taken of the first.
+    inbox: VecDeque<usize>,
     in_off: usize,
-    /// Slots emptied and not yet returned.
-    owed: u32,
+    /// Slots emptied so far, and the count last written to the peer.
+    consumed: u64,
+    told: u64,
 }
 
-/// The per-rank transport: device, regions, CQs and one link per peer.
+/// The per-rank transport: device, regions, CQ and one link per peer.
 pub(crate) struct Net {
     pub rank: usize,
     pub size: usize,
     pub chunk: usize,
     pub depth: usize,
     pub timeout: Duration,
+    /// Polls before a waiting rank starts yielding its core.
+    pub spin: u32,
+    lay: Layout,
     links: Vec<Option<Link>>,
-    scq: Cq,
-    rcq: Cq,
+    cq: Cq,
     send_mr: Mr,
     recv_mr: Mr,
     wcs: Vec<WorkCompletion>,
@@ -160,6 +192,7 @@ impl Hello {
 }
 
 /// The transport before connection: objects made, endpoints known.
+/// The transport before connection: objects made, endpoints known.
 pub(crate) struct Pending {
     net: Net,
     qps: Vec<Option<Qp>>,
@@ -192,14 +225,12 @@ impl Pending {
             return Err(Error::Invalid(format!("chunk {chunk} / depth {depth}")));
         }
         let pd = ctx.alloc_pd()?;
-        let area = (size * depth * chunk).max(4096);
+        let lay = Layout { size, depth, chunk };
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-        let send_mr = pd.alloc_mr(area, AccessFlags::LOCAL_WRITE)?;
-        let recv_mr = pd.alloc_mr(area, access)?;
-        let per = (2 * depth + 4) as u32;
-        let cqd = (per as usize * size.max(2)) as u32;
-        let scq = ctx.create_cq(cqd)?;
-        let rcq = ctx.create_cq(cqd)?;
+        let send_mr = pd.alloc_mr(lay.len().max(4096), AccessFlags::LOCAL_WRITE)?;
+        let recv_mr = pd.alloc_mr(lay.len().max(4096), access)?;
+        let per = (3 * depth + 4) as u32;
+        let cq = ctx.create_cq((per as usize * size.max(2)) as u32)?;
         let opts = connect_options();
         let mut qps = Vec::with_capacity(size);
         for j in 0..size {
@@ -208,19 +239,13 @@ impl Pending {
                 continue;
             }
             let qp = pd
-                .create_qp(QpType::Rc, &scq, &rcq)
+                .create_qp(QpType::Rc, &cq, &cq)
                 .max_send_wr(per)
-                .max_recv_wr(per)
+                .max_recv_wr(1)
                 .max_send_sge(1)
                 .max_recv_sge(1)
                 .build()?;
             qp.init(&opts)?;
-            for _ in 0..per {
-                qp.post_recv(&RecvWr {
-                    wr_id: j as u64,
-                    sg_list: vec![],
-                })?;
-            }
             qps.push(Some(qp));
         }
         let net = Net {
@@ -229,9 +254,10 @@ impl Pending {
             chunk,
             depth,
             timeout,
+            spin: 20_000,
+            lay,
             links: (0..size).map(|_| None).collect(),
-            scq,
-            rcq,
+            cq,
             send_mr,
             recv_mr,
             wcs: Vec::with_capacity(64),
@@ -266,7 +292,7 @@ impl Pending {
                 table.len()
             )));
         }
-        let need = (n * self.net.depth * self.net.chunk) as u64;
+        let need = self.net.lay.len() as u64;
         for (j, h) in table.iter().enumerate() {
             if h.rank != j || h.size != n {
                 return Err(Error::Bootstrap(format!(
@@ -293,24 +319,20 @@ impl Pending {
                 .ok_or_else(|| Error::Bootstrap(format!("rank {j} has no QP for rank {me}")))?;
             let qp = self.qps[j].take().expect("a QP per peer");
             qp.connect(&ep, &connect_options())?;
-            let area = (me * self.net.depth * self.net.chunk) as u64;
             self.net.links[j] = Some(Link {
                 qp,
-                remote: RemoteRegion {
-                    addr: h.region.at(area),
-                    rkey: h.region.rkey,
-                    len: (self.net.depth * self.net.chunk) as u64,
-                },
-                credits: self.net.depth,
+                remote: h.region,
                 inflight: 0,
                 ctrl_inflight: 0,
                 send_seq: 0,
+                returned: 0,
                 out: VecDeque::new(),
                 out_off: 0,
                 recv_seq: 0,
                 inbox: VecDeque::new(),
                 in_off: 0,
-                owed: 0,
+                consumed: 0,
+                told: 0,
             });
         }
         Ok(self.net)
@@ -349,12 +371,25 @@ impl Net {
         if data.is_empty() {
             return Ok(());
         }
-        let chunk = self.chunk;
+        // Post straight from the caller's buffer while slots allow; queue
+        // (copy) only the rest.
         let l = self.link(peer)?;
-        for c in data.chunks(chunk.max(1 << 16)) {
-            l.out.push_back(c.to_vec());
+        let direct = if l.out.is_empty() {
+            match self.post_from(peer, data) {
+                Ok(n) => n,
+                Err(e) => return self.fail(e),
+            }
+        } else {
+            0
+        };
+        if direct < data.len() {
+            let chunk = self.chunk.max(1 << 16);
+            let l = self.link(peer)?;
+            for c in data[direct..].chunks(chunk) {
+                l.out.push_back(c.to_vec());
+            }
         }
-        self.pump(peer)
+        Ok(())
     }
 
     /// Fills `dst` with the next bytes from `peer`, waiting up to the timeout.
@@ -363,17 +398,30 @@ impl Net {
         let mut got = 0;
         let start = Instant::now();
         let mut idle = 0u32;
+        let (depth, lay) = (self.depth, self.lay);
+        self.link(peer)?;
         loop {
-            let l = self.link(peer)?;
+            let l = self.links[peer].as_mut().expect("checked");
+            let mut freed = false;
             while got < dst.len() {
-                let Some(front) = l.inbox.front() else { break };
-                let n = (front.len() - l.in_off).min(dst.len() - got);
-                dst[got..got + n].copy_from_slice(&front[l.in_off..l.in_off + n]);
+                let Some(&len) = l.inbox.front() else { break };
+                let seq = l.recv_seq - l.inbox.len() as u64;
+                let slot = (seq % depth as u64) as usize;
+                let off = lay.data(peer, slot) + l.in_off;
+                let n = (len - l.in_off).min(dst.len() - got);
+                self.recv_mr.read(off, &mut dst[got..got + n])?;
                 got += n;
                 l.in_off += n;
-                if l.in_off == front.len() {
+                if l.in_off == len {
                     l.inbox.pop_front();
                     l.in_off = 0;
+                    l.consumed += 1;
+                    freed = true;
+                }
+            }
+            if freed {
+                if let Err(e) = self.pump(peer) {
+                    return self.fail(e);
                 }
             }
             if got == dst.len() {
@@ -392,7 +440,7 @@ impl Net {
                 ));
                 return self.fail(e);
             }
-            idle = backoff(idle);
+            idle = backoff(idle, self.spin);
         }
     }
 
@@ -417,107 +465,82 @@ impl Net {
                 ));
                 return self.fail(e);
             }
-            idle = backoff(idle);
+            idle = backoff(idle, self.spin);
         }
     }
 
-    /// Polls both CQs and posts what can go. True when anything happened.
+    /// Polls the CQ (which drives the device), the next slot header and
+    /// the credit word of every peer, and posts what can go. True when
+    /// anything happened.
     fn progress(&mut self) -> Result<bool, Error> {
+        match self.poll_all() {
+            Ok(did) => Ok(did),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn poll_all(&mut self) -> Result<bool, Error> {
         let mut did = false;
         let mut wcs = std::mem::take(&mut self.wcs);
         wcs.clear();
-        let r = self.rcq.poll(&mut wcs, 64);
-        if let Err(e) = r {
-            return self.fail(e.into());
-        }
-        let mut res = Ok(());
-        for wc in wcs.drain(..) {
-            did = true;
-            if res.is_ok() {
-                res = self.on_recv(&wc);
-            }
-        }
-        if let Err(e) = res {
-            self.wcs = wcs;
-            return self.fail(e);
-        }
-        let r = self.scq.poll(&mut wcs, 64);
-        if let Err(e) = r {
-            return self.fail(e.into());
-        }
+        let mut res = self.cq.poll(&mut wcs, 64).map(|_| ()).map_err(Error::from);
         for wc in wcs.drain(..) {
             did = true;
             if res.is_ok() {
                 res = self.on_send(&wc);
             }
         }
-        if let Err(e) = res {
-            self.wcs = wcs;
-            return self.fail(e);
-        }
         self.wcs = wcs;
+        res?;
+        let (depth, lay, chunk) = (self.depth, self.lay, self.chunk);
+        for p in 0..self.size {
+            let Some(l) = self.links[p].as_mut() else {
+                continue;
+            };
+            // Arrivals: headers naming the next sequence numbers.
+            while l.inbox.len() < depth {
+                let slot = (l.recv_seq % depth as u64) as usize;
+                let h = self.recv_mr.read_u64(lay.header(p, slot))?;
+                let want = (l.recv_seq + 1) & 0xffff_ffff;
+                if h >> 32 != want {
+                    let old = (l.recv_seq + 1).wrapping_sub(depth as u64) & 0xffff_ffff;
+                    if h != 0 && h >> 32 != old {
+                        return Err(Error::Protocol(format!(
+                            "rank {p}: slot {slot} header {h:#x}, expected sequence {want} or {old}"
+                        )));
+                    }
+                    break;
+                }
+                let len = (h & 0xffff_ffff) as usize;
+                if len == 0 || len > chunk {
+                    return Err(Error::Protocol(format!(
+                        "rank {p} wrote a {len}-byte slot (chunk {chunk})"
+                    )));
+                }
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+                l.inbox.push_back(len);
+                l.recv_seq += 1;
+                did = true;
+            }
+            // Credits: slots the peer has emptied.
+            let c = self.recv_mr.read_u64(lay.credit(p))?;
+            if c != l.returned {
+                if c < l.returned || c > l.send_seq {
+                    return Err(Error::Protocol(format!(
+                        "rank {p} gave back {c} slots, {} before, {} written",
+                        l.returned, l.send_seq
+                    )));
+                }
+                l.returned = c;
+                did = true;
+            }
+        }
         for p in 0..self.size {
             if self.links[p].is_some() {
-                if let Err(e) = self.pump(p) {
-                    return self.fail(e);
-                }
+                self.pump(p)?;
             }
         }
         Ok(did)
-    }
-
-    fn on_recv(&mut self, wc: &WorkCompletion) -> Result<(), Error> {
-        let peer = wc.wr_id as usize;
-        if !wc.status.is_ok() {
-            return Err(Error::Peer {
-                rank: peer,
-                why: format!("receive completed with {:?}", wc.status),
-            });
-        }
-        let (depth, chunk, me) = (self.depth, self.chunk, self.rank);
-        let l = self
-            .links
-            .get_mut(peer)
-            .and_then(|l| l.as_mut())
-            .ok_or_else(|| Error::Protocol(format!("a receive for unknown peer {peer}")))?;
-        l.qp.post_recv(&RecvWr {
-            wr_id: peer as u64,
-            sg_list: vec![],
-        })?;
-        match wc.opcode {
-            WcOpcode::Recv => {
-                // A credit return: slots the peer has emptied.
-                let n = wc.imm_data as usize;
-                if n == 0 || l.credits + n > depth {
-                    return Err(Error::Protocol(format!(
-                        "rank {peer} returned {n} slots, {} of {depth} already free",
-                        l.credits
-                    )));
-                }
-                l.credits += n;
-            }
-            WcOpcode::RecvRdmaWithImm => {
-                let len = wc.imm_data as usize;
-                if len == 0 || len > chunk {
-                    return Err(Error::Protocol(format!(
-                        "rank {peer} wrote a {len}-byte slot (chunk {chunk})"
-                    )));
-                }
-                let slot = (l.recv_seq % depth as u64) as usize;
-                let off = (peer * depth + slot) * chunk;
-                let mut v = vec![0u8; len];
-                self.recv_mr.read(off, &mut v)?;
-                l.inbox.push_back(v);
-                l.recv_seq += 1;
-                l.owed += 1;
-            }
-            other => {
-                return Err(Error::Protocol(format!(
-                    "rank {me}: unexpected completion {other:?} from rank {peer}"
-                )))
-            }
-        }
-        Ok(())
     }
 
     fn on_send(&mut self, wc: &WorkCompletion) -> Result<(), Error> {
@@ -526,75 +549,147 @@ impl Net {
         if !wc.status.is_ok() {
             return Err(Error::Peer {
                 rank: peer,
-                why: format!("send completed with {:?}", wc.status),
+                why: format!("a WRITE completed with {:?}", wc.status),
             });
         }
         let l = self
             .links
             .get_mut(peer)
             .and_then(|l| l.as_mut())
-            .ok_or_else(|| Error::Protocol(format!("a send completion for peer {peer}")))?;
+            .ok_or_else(|| Error::Protocol(format!("a completion for peer {peer}")))?;
         match kind {
-            KIND_DATA => l.inflight = l.inflight.saturating_sub(1),
+            // The header is a slot's last WRITE, and RC completes in order:
+            // its completion frees the staging slot (data and header; a
+            // retransmission after reuse would carry the new bytes).
+            KIND_DATA => {}
+            KIND_HDR => l.inflight = l.inflight.saturating_sub(1),
             KIND_CREDIT => l.ctrl_inflight = l.ctrl_inflight.saturating_sub(1),
-            _ => return Err(Error::Protocol(format!("send completion kind {kind}"))),
+            _ => return Err(Error::Protocol(format!("completion kind {kind}"))),
         }
         Ok(())
     }
 
-    /// Posts queued data while slots and staging allow, and owed credits.
+    /// Writes as much of `data` as slots and staging allow; returns the bytes posted.
+    fn post_from(&mut self, peer: usize, data: &[u8]) -> Result<usize, Error> {
+        let (depth, chunk, lay, me) = (self.depth, self.chunk, self.lay, self.rank);
+        let Some(l) = self.links[peer].as_mut() else {
+            return Ok(0);
+        };
+        let mut done = 0;
+        while done < data.len() && l.send_seq - l.returned < depth as u64 && l.inflight < depth {
+            let n = (data.len() - done).min(chunk);
+            let slot = (l.send_seq % depth as u64) as usize;
+            let off = lay.data(peer, slot);
+            self.send_mr.write(off, &data[done..done + n])?;
+            let id = (peer as u64) << 8;
+            let op = SendOp::Write {
+                remote_addr: l.remote.at(lay.data(me, slot) as u64),
+                rkey: l.remote.rkey,
+            };
+            let sge = vec![self.send_mr.sge(off as u64, n as u32)];
+            l.qp.post_send(&SendWr::new(id | KIND_DATA, op, sge))?;
+            let hoff = lay.header(peer, slot);
+            let h = (((l.send_seq + 1) & 0xffff_ffff) << 32) | n as u64;
+            self.send_mr.write(hoff, &h.to_ne_bytes())?;
+            let op = SendOp::Write {
+                remote_addr: l.remote.at(lay.header(me, slot) as u64),
+                rkey: l.remote.rkey,
+            };
+            let sge = vec![self.send_mr.sge(hoff as u64, 8)];
+            l.qp.post_send(&SendWr::new(id | KIND_HDR, op, sge))?;
+            l.send_seq += 1;
+            l.inflight += 1;
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// Posts queued data while slots and staging allow, and due credits.
     fn pump(&mut self, peer: usize) -> Result<(), Error> {
-        let (depth, chunk) = (self.depth, self.chunk);
+        let depth = self.depth;
+        loop {
+            let Some(l) = self.links[peer].as_mut() else {
+                return Ok(());
+            };
+            let Some(front) = l.out.pop_front() else {
+                break;
+            };
+            let off = l.out_off;
+            let r = self.post_from(peer, &front[off..]);
+            let l = self.links[peer].as_mut().expect("checked");
+            let n = match r {
+                Ok(n) => n,
+                Err(e) => {
+                    l.out.push_front(front);
+                    return Err(e);
+                }
+            };
+            if off + n == front.len() {
+                l.out_off = 0;
+                continue;
+            }
+            l.out_off = off + n;
+            l.out.push_front(front);
+            break;
+        }
         let Some(l) = self.links[peer].as_mut() else {
             return Ok(());
         };
-        while l.credits > 0 && l.inflight < depth {
-            let Some(front) = l.out.front() else { break };
-            let n = (front.len() - l.out_off).min(chunk);
-            let slot = (l.send_seq % depth as u64) as usize;
-            let off = (peer * depth + slot) * chunk;
-            self.send_mr.write(off, &front[l.out_off..l.out_off + n])?;
-            let op = SendOp::WriteWithImm {
-                remote_addr: l.remote.at((slot * chunk) as u64),
+        if l.consumed != l.told && l.ctrl_inflight < depth {
+            let (lay, me) = (self.lay, self.rank);
+            let coff = lay.credit(peer);
+            self.send_mr.write(coff, &l.consumed.to_ne_bytes())?;
+            let op = SendOp::Write {
+                remote_addr: l.remote.at(lay.credit(me) as u64),
                 rkey: l.remote.rkey,
-                imm: n as u32,
             };
-            let wr = SendWr::new(
-                ((peer as u64) << 8) | KIND_DATA,
-                op,
-                vec![self.send_mr.sge(off as u64, n as u32)],
-            );
-            l.qp.post_send(&wr)?;
-            l.send_seq += 1;
-            l.credits -= 1;
-            l.inflight += 1;
-            l.out_off += n;
-            if l.out_off == front.len() {
-                l.out.pop_front();
-                l.out_off = 0;
-            }
-        }
-        if l.owed > 0 && l.ctrl_inflight < depth {
-            let wr = SendWr::new(
-                ((peer as u64) << 8) | KIND_CREDIT,
-                SendOp::SendWithImm { imm: l.owed },
-                vec![],
-            );
-            l.qp.post_send(&wr)?;
-            l.owed = 0;
+            let sge = vec![self.send_mr.sge(coff as u64, 8)];
+            l.qp.post_send(&SendWr::new(((peer as u64) << 8) | KIND_CREDIT, op, sge))?;
+            l.told = l.consumed;
             l.ctrl_inflight += 1;
         }
         Ok(())
     }
 }
 
-/// Spins a little, then naps: waiting ranks must not starve the others on
-/// a machine with fewer cores than ranks.
-fn backoff(idle: u32) -> u32 {
-    if idle > 64 {
-        std::thread::sleep(Duration::from_micros(20));
-    } else {
-        std::thread::yield_now();
+impl Drop for Net {
+    /// Waits (bounded) until every WRITE this rank posted is acknowledged:
+    /// a rank that leaves right after its last send must not take the
+    /// message with it (its QP would be gone before a lost packet is
+    /// retransmitted).
+    fn drop(&mut self) {
+        if self.broken.is_some() {
+            return;
+        }
+        let deadline = Instant::now() + self.timeout.min(Duration::from_secs(10));
+        let mut idle = 0u32;
+        while Instant::now() < deadline {
+            let busy = self
+                .links
+                .iter()
+                .flatten()
+                .any(|l| !l.out.is_empty() || l.inflight > 0);
+            if !busy {
+                return;
+            }
+            match self.progress() {
+                Ok(true) => idle = 0,
+                Ok(false) => idle = backoff(idle, self.spin),
+                Err(_) => return,
+            }
+        }
     }
-    idle + 1
+}
+
+/// Spins, then yields, then naps: a sleep costs the timer slack (~60 µs),
+/// the whole of a small collective, so it comes only after a long wait.
+fn backoff(idle: u32, spin: u32) -> u32 {
+    if idle > spin.saturating_add(100_000) {
+        std::thread::sleep(Duration::from_micros(50));
+    } else if idle > spin {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+    idle.saturating_add(1)
 }
