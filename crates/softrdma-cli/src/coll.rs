@@ -159,6 +159,120 @@ pub struct Args {
     /// Print JSON (one object) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Draw busbw against size as SVG: the series of --compare (and of
+    /// this run unless --plot-only).
+    #[arg(long, value_name = "FILE.svg")]
+    pub svg: Option<std::path::PathBuf>,
+    /// A saved table to plot, LABEL=FILE: this command's text output
+    /// (in-place busbw) or bench/mpi_allreduce's (size … busbw). Repeatable.
+    #[arg(long, value_name = "LABEL=FILE")]
+    pub compare: Vec<String>,
+    /// Only draw --svg from the --compare tables; run nothing.
+    #[arg(long)]
+    pub plot_only: bool,
+}
+
+/// Reads (size, busbw) from a saved table.
+fn read_table(path: &str) -> Result<Vec<(f64, f64)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut v = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.is_empty() || f[0].starts_with('#') {
+            continue;
+        }
+        let col = if f.len() >= 12 { 11 } else { 4 };
+        let (Some(a), Some(b)) = (f.first(), f.get(col)) else {
+            continue;
+        };
+        if let (Ok(size), Ok(bw)) = (a.parse::<f64>(), b.parse::<f64>()) {
+            v.push((size, bw));
+        }
+    }
+    if v.is_empty() {
+        return Err(format!("{path}: no rows"));
+    }
+    Ok(v)
+}
+
+fn plot(
+    path: &std::path::Path,
+    title: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    let e = |e: &dyn std::fmt::Display| format!("plot: {e}");
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let pts = series.iter().flat_map(|s| s.1.iter());
+    let (xmin, xmax, ymax) = pts.fold((f64::MAX, 1.0f64, 0.01f64), |(a, b, c), &(x, y)| {
+        (a.min(x), b.max(x), c.max(y))
+    });
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            (xmin.max(1.0) * 0.8..xmax * 1.25).log_scale(),
+            0.0..ymax * 1.1,
+        )
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("size (bytes)")
+        .y_desc("busbw (GB/s)")
+        .x_label_formatter(&|v| {
+            let v = *v as u64;
+            match v {
+                v if v >= 1 << 30 => format!("{}G", v >> 30),
+                v if v >= 1 << 20 => format!("{}M", v >> 20),
+                v if v >= 1 << 10 => format!("{}K", v >> 10),
+                v => v.to_string(),
+            }
+        })
+        .draw()
+        .map_err(|x| e(&x))?;
+    let colors = [
+        RED,
+        BLUE,
+        GREEN,
+        MAGENTA,
+        CYAN,
+        BLACK,
+        RGBColor(255, 140, 0),
+        RGBColor(128, 0, 128),
+    ];
+    for (k, (label, pts)) in series.iter().enumerate() {
+        let c = colors[k % colors.len()];
+        let w = if k < 2 { 3 } else { 1 };
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(w)))
+            .map_err(|x| e(&x))?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+fn compare_series(args: &Args) -> Result<Vec<(String, Vec<(f64, f64)>)>, String> {
+    args.compare
+        .iter()
+        .map(|c| {
+            let (l, f) = c
+                .split_once('=')
+                .ok_or_else(|| format!("--compare {c:?}: want LABEL=FILE"))?;
+            Ok((l.to_string(), read_table(f)?))
+        })
+        .collect()
 }
 
 #[derive(Debug, Serialize)]
@@ -220,6 +334,15 @@ pub fn run(args: &Args, devices: &[String]) -> ExitCode {
 }
 
 fn run_inner(args: &Args, devices: &[String]) -> Result<bool, String> {
+    if args.plot_only {
+        let svg = args.svg.as_ref().ok_or("--plot-only needs --svg")?;
+        plot(
+            svg,
+            &format!("{} busbw by size", args.test.name()),
+            &compare_series(args)?,
+        )?;
+        return Ok(true);
+    }
     let dtype: DataType = args.datatype.parse()?;
     let op: ReduceOp = args.op.parse()?;
     let algo: Option<Algorithm> = args.algo.as_deref().map(str::parse).transpose()?;
@@ -600,6 +723,20 @@ fn bench<T: Element>(args: &Args, mut c: Communicator, op: ReduceOp) -> Result<b
     }
     let avg = bus_sum / rows.len().max(1) as f64;
     if r == 0 {
+        if let Some(svg) = &args.svg {
+            let mut series = vec![(
+                format!("softrdma coll ({tr}, in place)"),
+                rows.iter()
+                    .map(|w| (w.size as f64, w.in_place.busbw))
+                    .collect::<Vec<_>>(),
+            )];
+            series.extend(compare_series(args)?);
+            plot(
+                svg,
+                &format!("{} busbw by size, {n} ranks", test.name()),
+                &series,
+            )?;
+        }
         if args.json {
             let rep = Report {
                 test: test.name(),
