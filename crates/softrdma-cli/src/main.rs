@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod coll;
 mod decode;
 mod devinfo;
 mod hosts;
@@ -61,6 +62,16 @@ enum Command {
     /// registration instead: pinned, shared and ODP regions by size, ODP's
     /// first-touch cost, register-per-transfer against a reused pool.
     Perf(Box<perf::Args>),
+    /// Run an nccl-tests-style collective benchmark (all_reduce_perf,
+    /// reduce_scatter_perf, all_gather_perf, broadcast_perf, reduce_perf,
+    /// alltoall_perf) over softrdma-coll.
+    ///
+    /// Ranks come from mpirun (OMPI_COMM_WORLD_*), torchrun (RANK,
+    /// WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or SOFTRDMA_COLL_RANK/_SIZE/
+    /// _ADDR; `--ranks N` starts N local processes instead. Options and
+    /// columns follow nccl-tests (-b -e -f -n -w -c -d -o -r; -z 1 runs
+    /// in place only).
+    Coll(Box<coll::Args>),
     /// Show softrdma devices in the layout of infiniband-diags' ibstat.
     ///
     /// `softrdma ibstat [CA [PORT]]`; -l lists the CA names, -s leaves out
@@ -86,6 +97,7 @@ fn main() -> ExitCode {
         Command::Devinfo(args) => devinfo::run(args, dev),
         Command::Stat(args) => stat::run(args, dev),
         Command::Perf(args) => perf::run(args, dev),
+        Command::Coll(args) => coll::run(args, dev),
         Command::Ibstat(args) => ibstat::run(args, dev),
         Command::Link(args) => ibstat::link(args, dev),
     }

@@ -1,0 +1,309 @@
+//! Collectives over softrdma: a communicator of ranks joined by a full mesh
+//! of RC queue pairs, and `all_reduce`, `reduce_scatter`, `all_gather`,
+//! `broadcast`, `reduce`, `all_to_all` and `barrier` on it.
+//!
+//! ```no_run
+//! use softrdma_coll::{Communicator, Config, ReduceOp};
+//! // Under mpirun, torchrun, or SOFTRDMA_COLL_RANK/_SIZE/_ADDR:
+//! let mut comm = Communicator::from_env(Config::default()).unwrap();
+//! let mut grad = vec![1.0f32; 1 << 20];
+//! comm.all_reduce_in_place(&mut grad, ReduceOp::Sum).unwrap();
+//! ```
+//!
+//! Built on the public `softrdma` API only: RC QPs, registered regions and
+//! RDMA WRITE_WITH_IMM into slots of the peer's region (see `net.rs`).
+//! Every algorithm receives from named peers in program order, so a
+//! result never depends on arrival timing: with the same algorithm, size
+//! and world, float results are bit-identical run to run.
+//! [`Config::deterministic`] also fixes the algorithm choice (otherwise it
+//! follows α and β measured at start-up, which vary).
+
+#![warn(missing_docs)]
+
+mod algo;
+mod bootstrap;
+mod bytes;
+pub mod cost;
+mod elem;
+mod net;
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+pub use bootstrap::{Launch, Rendezvous, MAX_RANKS};
+pub use cost::{Algorithm, Collective, CostModel};
+pub use elem::{DataType, Element, ReduceOp};
+pub use half::{bf16, f16};
+pub use softrdma::{Context, DeviceConfig};
+
+use net::{Net, Pending};
+
+/// What went wrong.
+#[derive(Debug)]
+pub enum Error {
+    /// The verbs layer refused something.
+    Verbs(softrdma::Error),
+    /// Bootstrap failed (rendezvous, a peer's hello, launcher variables).
+    Bootstrap(String),
+    /// A peer broke the slot protocol.
+    Protocol(String),
+    /// A wait ran out of time (a peer is gone or stuck).
+    Timeout(String),
+    /// A peer's QP failed (it died or is unreachable).
+    Peer {
+        /// The peer.
+        rank: usize,
+        /// What the completion said.
+        why: String,
+    },
+    /// The communicator failed before and cannot be used again.
+    Broken(String),
+    /// A bad argument (buffer lengths, root, algorithm for this collective).
+    Invalid(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Verbs(e) => write!(f, "verbs: {e}"),
+            Error::Bootstrap(s) => write!(f, "bootstrap: {s}"),
+            Error::Protocol(s) => write!(f, "protocol: {s}"),
+            Error::Timeout(s) => write!(f, "timeout: {s}"),
+            Error::Peer { rank, why } => write!(f, "rank {rank} failed: {why}"),
+            Error::Broken(s) => write!(f, "communicator failed earlier: {s}"),
+            Error::Invalid(s) => write!(f, "invalid argument: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<softrdma::Error> for Error {
+    fn from(e: softrdma::Error) -> Self {
+        Error::Verbs(e)
+    }
+}
+
+/// Result of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// How a communicator is made.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The device (default: the loopback scheme, with the environment).
+    pub device: DeviceConfig,
+    /// Slot size in bytes (the largest single WRITE).
+    pub chunk: usize,
+    /// Slots per peer.
+    pub depth: usize,
+    /// Bound on every wait (bootstrap and each collective).
+    pub timeout: Duration,
+    /// Pin the algorithm choice to the fixed default cost model, so that
+    /// float results are bit-identical between runs.
+    pub deterministic: bool,
+    /// α, β, γ to use instead of measuring them.
+    pub cost: Option<CostModel>,
+    /// Force one algorithm wherever it applies.
+    pub algorithm: Option<Algorithm>,
+    /// Polls a waiting rank makes before it starts yielding its core
+    /// (spinning is what small-message latency needs; ranks that share
+    /// cores, such as threads in one test, want few).
+    pub spin: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            device: DeviceConfig::default_loopback().with_env(),
+            chunk: 256 << 10,
+            depth: 8,
+            timeout: Duration::from_secs(60),
+            deterministic: false,
+            cost: None,
+            algorithm: None,
+            spin: 20_000,
+        }
+    }
+}
+
+impl Config {
+    /// Applies `SOFTRDMA_COLL_ALGO`, `SOFTRDMA_COLL_DETERMINISTIC`,
+    /// `SOFTRDMA_COLL_TIMEOUT_MS`, `SOFTRDMA_COLL_CHUNK`, `SOFTRDMA_COLL_DEPTH`,
+    /// `SOFTRDMA_COLL_SPIN`
+    /// and the cost overrides (`SOFTRDMA_COLL_ALPHA_US`, `_BW_GBPS`,
+    /// `_REDUCE_GBPS`).
+    pub fn with_env(mut self) -> Result<Self> {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let bad = |k: &str, v: &str| Error::Invalid(format!("{k}={v:?}"));
+        if let Some(v) = get("SOFTRDMA_COLL_ALGO") {
+            self.algorithm = Some(v.parse().map_err(|e: String| Error::Invalid(e))?);
+        }
+        if let Some(v) = get("SOFTRDMA_COLL_DETERMINISTIC") {
+            self.deterministic = v != "0";
+        }
+        if let Some(v) = get("SOFTRDMA_COLL_TIMEOUT_MS") {
+            let ms: u64 = v.parse().map_err(|_| bad("SOFTRDMA_COLL_TIMEOUT_MS", &v))?;
+            self.timeout = Duration::from_millis(ms.max(1));
+        }
+        if let Some(v) = get("SOFTRDMA_COLL_CHUNK") {
+            self.chunk = v.parse().map_err(|_| bad("SOFTRDMA_COLL_CHUNK", &v))?;
+        }
+        if let Some(v) = get("SOFTRDMA_COLL_SPIN") {
+            self.spin = v.parse().map_err(|_| bad("SOFTRDMA_COLL_SPIN", &v))?;
+        }
+        if let Some(v) = get("SOFTRDMA_COLL_DEPTH") {
+            self.depth = v.parse().map_err(|_| bad("SOFTRDMA_COLL_DEPTH", &v))?;
+        }
+        self.cost = CostModel::from_env(self.cost)?;
+        Ok(self)
+    }
+}
+
+/// A group of ranks joined by RC queue pairs.
+pub struct Communicator {
+    net: Net,
+    cost: CostModel,
+    algorithm: Option<Algorithm>,
+    deterministic: bool,
+}
+
+impl fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.net.rank)
+            .field("size", &self.net.size)
+            .field("cost", &self.cost)
+            .finish()
+    }
+}
+
+impl Communicator {
+    /// Joins `size` ranks meeting at `rendezvous` (rank 0 listens there).
+    pub fn new(rank: usize, size: usize, rendezvous: Rendezvous, cfg: Config) -> Result<Self> {
+        if size == 0 || size > MAX_RANKS || rank >= size {
+            return Err(Error::Invalid(format!("rank {rank} of world size {size}")));
+        }
+        let ctx = Context::open_with(&cfg.device)?;
+        let pending = Pending::new(ctx, rank, size, cfg.chunk, cfg.depth, cfg.timeout)?;
+        let mine = pending.hello();
+        let (table, exchange) = bootstrap::Exchange::run(rendezvous, &mine, cfg.timeout)?;
+        let mut net = pending.connect(&table)?;
+        net.spin = cfg.spin;
+        exchange.finish()?;
+        let mut comm = Communicator {
+            net,
+            cost: cfg.cost.unwrap_or_default(),
+            algorithm: cfg.algorithm,
+            deterministic: cfg.deterministic,
+        };
+        if cfg.cost.is_none() && !cfg.deterministic && size > 1 {
+            comm.cost = comm.measure()?;
+        }
+        Ok(comm)
+    }
+
+    /// Joins the job a launcher started (see [`Launch::from_env`]).
+    pub fn from_env(cfg: Config) -> Result<Self> {
+        let l = Launch::from_env()?.ok_or_else(|| {
+            Error::Bootstrap(
+                "no launcher variables (OMPI_COMM_WORLD_RANK/SIZE, RANK/WORLD_SIZE/MASTER_ADDR, \
+                 or SOFTRDMA_COLL_RANK/SIZE/ADDR)"
+                    .into(),
+            )
+        })?;
+        Self::new(l.rank, l.size, Rendezvous::Addr(l.rendezvous), cfg)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.net.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.net.size
+    }
+
+    /// The device this rank's QPs live on (counters, address).
+    pub fn context(&self) -> &Context {
+        self.net.context()
+    }
+
+    /// The α-β-γ model the automatic choice uses.
+    pub fn cost_model(&self) -> CostModel {
+        self.cost
+    }
+
+    /// Forces an algorithm (None: choose by the cost model).
+    pub fn set_algorithm(&mut self, a: Option<Algorithm>) {
+        self.algorithm = a;
+    }
+
+    /// Sets the bound on each wait.
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.net.timeout = t;
+    }
+
+    /// The algorithm a collective of `bytes` bytes runs with now.
+    pub fn algorithm_for(&self, c: Collective, bytes: usize) -> Algorithm {
+        let model = if self.deterministic {
+            CostModel::default()
+        } else {
+            self.cost
+        };
+        match self.algorithm {
+            Some(a) if a.applies(c) => a,
+            _ => model.choose(c, self.net.size, bytes),
+        }
+    }
+
+    /// α from 8-byte round trips and β from 1 MiB ones between ranks 0
+    /// and 1, γ from a local f32 sum on rank 0; rank 0's figures are
+    /// broadcast so that every rank chooses alike.
+    fn measure(&mut self) -> Result<CostModel> {
+        let mut vals = [0f64; 3];
+        let (r, small, big) = (self.net.rank, 8usize, 1usize << 20);
+        let mut buf = vec![0u8; big];
+        let rounds = |net: &mut Net, len: usize, k: usize, buf: &mut [u8]| -> Result<f64> {
+            let t = Instant::now();
+            for _ in 0..k {
+                if r == 0 {
+                    net.send(1, &buf[..len])?;
+                    net.recv(1, &mut buf[..len])?;
+                } else if r == 1 {
+                    net.recv(0, &mut buf[..len])?;
+                    net.send(0, &buf[..len])?;
+                }
+                net.flush()?;
+            }
+            Ok(t.elapsed().as_secs_f64() / k as f64 / 2.0)
+        };
+        if r <= 1 {
+            rounds(&mut self.net, small, 5, &mut buf)?; // warm-up
+            let a = rounds(&mut self.net, small, 20, &mut buf)?;
+            let b = rounds(&mut self.net, big, 3, &mut buf)?;
+            vals[0] = a;
+            vals[1] = ((b - a) / big as f64).max(1e-12);
+        }
+        if r == 0 {
+            let mut x = vec![1.0f32; 1 << 18];
+            let y = vec![2.0f32; 1 << 18];
+            let t = Instant::now();
+            for _ in 0..4 {
+                elem::reduce_into(ReduceOp::Sum, &mut x, &y);
+            }
+            vals[2] = (t.elapsed().as_secs_f64() / 4.0 / (4 << 18) as f64).max(1e-13);
+            std::hint::black_box(&x);
+        }
+        self.bcast_binomial(&mut vals, 0)?;
+        let m = CostModel {
+            alpha: vals[0],
+            beta: vals[1],
+            gamma: vals[2],
+        };
+        if !(m.alpha.is_finite() && m.beta.is_finite() && m.gamma.is_finite()) {
+            return Err(Error::Protocol(format!("measured cost model {m:?}")));
+        }
+        Ok(m)
+    }
+}
