@@ -48,6 +48,8 @@ pub struct Report {
     pub algbw_gbps: Option<f64>,
     pub busbw_gbps: Option<f64>,
     pub fct: Fct,
+    /// Each message's completion time (µs; flows workloads only).
+    pub flow_fct_us: Vec<Option<f64>>,
     pub totals: Totals,
     /// Total pause time over all links (µs), and the worst link's.
     pub pause_us_total: f64,
@@ -199,6 +201,14 @@ fn report(sc: &Scenario, sim: &Sim, completed: bool, wall: f64) -> Report {
             p50_us: percentile(&fcts, 0.5),
             p99_us: percentile(&fcts, 0.99),
             max_us: fcts.last().copied().unwrap_or(0.0),
+        },
+        flow_fct_us: if matches!(sc.workload, crate::scenario::Workload::Flows { .. }) {
+            sim.times
+                .iter()
+                .map(|t| Some((t.delivered? - t.ready?) as f64 / 1e6))
+                .collect()
+        } else {
+            Vec::new()
         },
         totals: sim.totals.clone(),
         pause_us_total: pause_total,
