@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod link;
+pub mod queue;
 pub mod report;
 pub mod scenario;
 pub mod sim;

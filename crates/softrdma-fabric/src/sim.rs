@@ -11,8 +11,7 @@
 //! packets still carry their real headers and ICRC, which the receiving
 //! engine checks.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -20,6 +19,7 @@ use softrdma_engine::*;
 use softrdma_wire::{Ecn, Endpoints, Psn};
 
 use crate::link::*;
+use crate::queue::CalendarQueue;
 use crate::scenario::{LinkKind, Routing, Scenario};
 use crate::topology::{Node, Tree};
 use crate::workload::Plan;
@@ -93,8 +93,13 @@ struct LinkState {
     prop: Ps,
     q: [VecDeque<u32>; 2],
     qbytes: [u64; 2],
-    in_tx: Option<u32>,
+    /// The packet on the wire finishes serialising then.
+    busy_until: Ps,
+    /// A TxDone event is queued.
+    done_pending: bool,
     paused_until: [Ps; 2],
+    /// A Wake event is queued for this instant (0: none).
+    wake_at: Ps,
     pause_start: [Option<Ps>; 2],
     pause_total: Ps,
     pause_max: Ps,
@@ -165,7 +170,7 @@ pub struct LinkReport {
 pub struct Sim {
     now: Ps,
     seq: u64,
-    events: BinaryHeap<Reverse<(Ps, u64, Ev)>>,
+    events: CalendarQueue<Ev>,
     pub tree: Tree,
     links: Vec<LinkState>,
     bufs: Vec<SharedBuffer>,
@@ -256,8 +261,10 @@ impl Sim {
                 prop: l.prop_ps,
                 q: [VecDeque::new(), VecDeque::new()],
                 qbytes: [0; 2],
-                in_tx: None,
+                busy_until: 0,
+                done_pending: false,
                 paused_until: [0; 2],
+                wake_at: 0,
                 pause_start: [None; 2],
                 pause_total: 0,
                 pause_max: 0,
@@ -316,7 +323,7 @@ impl Sim {
         let mut sim = Sim {
             now: 0,
             seq: 0,
-            events: BinaryHeap::new(),
+            events: CalendarQueue::default(),
             tree,
             links,
             bufs,
@@ -503,7 +510,7 @@ impl Sim {
 
     fn push(&mut self, at: Ps, ev: Ev) {
         self.seq += 1;
-        self.events.push(Reverse((at, self.seq, ev)));
+        self.events.push(at, self.seq, ev);
     }
 
     fn eng_now(&self) -> Instant {
@@ -514,7 +521,7 @@ impl Sim {
     /// left to happen, or the time limit. Returns whether all completed.
     pub fn run(&mut self) -> bool {
         while self.remaining > 0 {
-            let Some(Reverse((t, _, ev))) = self.events.pop() else {
+            let Some((t, _, ev)) = self.events.pop() else {
                 break;
             };
             if t > self.limit {
@@ -671,8 +678,7 @@ impl Sim {
                         if *left == 0 {
                             let at = self.now + self.plan.msgs[dep as usize].delay_ps;
                             self.seq += 1;
-                            self.events
-                                .push(Reverse((at, self.seq, Ev::Ready { msg: dep })));
+                            self.events.push(at, self.seq, Ev::Ready { msg: dep });
                         }
                     }
                 } else {
@@ -703,7 +709,7 @@ impl Sim {
     fn pump(&mut self, h: u32) {
         let li = self.tree.host_up[h as usize];
         let l = &self.links[li];
-        if l.in_tx.is_some() || !l.q[0].is_empty() || !l.q[1].is_empty() {
+        if l.busy_until > self.now || !l.q[0].is_empty() || !l.q[1].is_empty() {
             return self.kick(li);
         }
         let now = self.eng_now();
@@ -759,11 +765,21 @@ impl Sim {
     }
 
     /// Starts the next packet on `li` if it is idle, not paused and (IB)
-    /// has the credits.
+    /// has the credits. A packet leaves its switch's buffer (and its
+    /// ingress port's PFC count, and returns its upstream credits) when it
+    /// starts onto the wire. A TxDone event is queued only when something
+    /// waits for the link (always for a host's NIC, which then pulls the
+    /// engine's next packet).
     fn kick(&mut self, li: usize) {
         let now = self.now;
         let l = &mut self.links[li];
-        if l.in_tx.is_some() {
+        let from_host = matches!(l.src, Node::Host(_));
+        if l.busy_until > now {
+            if !l.done_pending && (from_host || !l.q[0].is_empty() || !l.q[1].is_empty()) {
+                l.done_pending = true;
+                let at = l.busy_until;
+                self.push(at, Ev::TxDone { link: li as u32 });
+            }
             return;
         }
         let credit_checked = self.kind == LinkKind::IbCredit && matches!(l.dst, Node::Switch(_));
@@ -773,27 +789,34 @@ impl Sim {
             };
             if l.paused_until[c] > now {
                 let at = l.paused_until[c];
-                self.seq += 1;
-                self.events
-                    .push(Reverse((at, self.seq, Ev::Wake { link: li as u32 })));
+                if l.wake_at <= now || l.wake_at > at {
+                    l.wake_at = at;
+                    self.seq += 1;
+                    self.events.push(at, self.seq, Ev::Wake { link: li as u32 });
+                }
                 continue;
             }
             let p = self.pkts[id as usize].as_ref().expect("queued packet");
-            let wire = u64::from(p.wire);
+            let (wire, class, inl) = (u64::from(p.wire), p.class, p.in_link as usize);
             if credit_checked && !l.credits[c].try_spend(wire) {
                 continue;
             }
             l.q[c].pop_front();
             l.qbytes[c] -= wire;
-            l.in_tx = Some(id);
             l.tx_pkts += 1;
             l.tx_bytes += wire;
             let ser = serialisation_ps(wire, l.bps);
+            l.busy_until = now + ser;
             let mut arrive = now + ser + l.prop;
+            let src = l.src;
             if matches!(l.dst, Node::Switch(_)) {
                 arrive += self.switch_ps;
             }
-            self.push(now + ser, Ev::TxDone { link: li as u32 });
+            let waiting = from_host || !l.q[0].is_empty() || !l.q[1].is_empty();
+            if waiting && !l.done_pending {
+                l.done_pending = true;
+                self.push(now + ser, Ev::TxDone { link: li as u32 });
+            }
             self.push(
                 arrive,
                 Ev::Arrive {
@@ -801,22 +824,16 @@ impl Sim {
                     pkt: id,
                 },
             );
+            if let Node::Switch(s) = src {
+                self.bufs[s as usize].release(wire);
+                self.free_ingress(inl, class, wire);
+            }
             return;
         }
     }
 
     fn tx_done(&mut self, li: usize) {
-        let Some(id) = self.links[li].in_tx.take() else {
-            return;
-        };
-        if let Node::Switch(s) = self.links[li].src {
-            // The packet has left the switch: its buffer, its ingress
-            // port's PFC count and its upstream credits are freed.
-            let p = self.pkts[id as usize].as_ref().expect("in flight");
-            let (wire, class, inl) = (u64::from(p.wire), p.class, p.in_link as usize);
-            self.bufs[s as usize].release(wire);
-            self.free_ingress(inl, class, wire);
-        }
+        self.links[li].done_pending = false;
         match self.links[li].src {
             Node::Host(h) => self.pump(h),
             Node::Switch(_) => self.kick(li),
