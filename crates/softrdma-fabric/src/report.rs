@@ -41,6 +41,8 @@ pub struct Report {
     pub completed: bool,
     pub messages: usize,
     pub messages_left: usize,
+    /// The first incomplete messages, for diagnosis.
+    pub incomplete: Vec<String>,
     /// Last delivery (µs of simulated time).
     pub makespan_us: f64,
     /// Per collective instance / training step (µs).
@@ -98,10 +100,10 @@ pub fn run_with(sc: &Scenario, sample_us: u64) -> Result<Report, String> {
     sim.set_sample_interval(sample_us * 1_000_000);
     let completed = sim.run();
     let wall = t0.elapsed().as_secs_f64();
-    Ok(report(sc, &sim, completed, wall))
+    Ok(report(sc, &mut sim, completed, wall))
 }
 
-fn report(sc: &Scenario, sim: &Sim, completed: bool, wall: f64) -> Report {
+fn report(sc: &Scenario, sim: &mut Sim, completed: bool, wall: f64) -> Report {
     let plan = sim.plan();
     let mut fcts: Vec<f64> = sim
         .times
@@ -192,6 +194,7 @@ fn report(sc: &Scenario, sim: &Sim, completed: bool, wall: f64) -> Report {
         completed,
         messages: plan.msgs.len(),
         messages_left: sim.remaining(),
+        incomplete: sim.incomplete(8),
         makespan_us: makespan,
         step_us,
         algbw_gbps: algbw,
@@ -246,6 +249,9 @@ impl Report {
                 format!(", {} NOT COMPLETED", self.messages_left)
             }
         );
+        for i in &self.incomplete {
+            let _ = writeln!(s, "  incomplete: {i}");
+        }
         let _ = writeln!(s, "  makespan {:.1} µs", self.makespan_us);
         if self.step_us.len() > 1 {
             let mean = self.step_us.iter().sum::<f64>() / self.step_us.len() as f64;

@@ -44,6 +44,12 @@ impl RegionMemory for NullMemory {
     fn fetch_add(&self, _offset: usize, _add: u64) -> u64 {
         0
     }
+    /// A token, not an address: the engine never reads through it, and
+    /// the simulator only uses it to learn that the payload (all zeros)
+    /// was left out of the packet.
+    fn tx_addr(&self, offset: usize) -> Option<usize> {
+        Some(offset + 1)
+    }
 }
 
 const REGION: usize = 1 << 32;
@@ -73,9 +79,14 @@ enum Ev {
     Sample,
 }
 
+/// A packet in the fabric: its bytes with the payload (zeros, from
+/// [`NullMemory`]) left out — `data[..head]`, then `zeros` zero bytes,
+/// then `data[head..]` — so a packet in a queue costs its headers only.
 #[derive(Debug)]
 struct Pkt {
     data: Vec<u8>,
+    head: u32,
+    zeros: u32,
     dst: u32,
     src: u32,
     sport: u16,
@@ -187,6 +198,7 @@ pub struct Sim {
     overhead: u32,
     seed: u64,
     txbuf: Vec<u8>,
+    rxbuf: Vec<u8>,
     wcs: Vec<WorkCompletion>,
     plan: Plan,
     deps_left: Vec<u32>,
@@ -344,6 +356,7 @@ impl Sim {
             },
             seed: mix(sc.seed ^ 0xECAF),
             txbuf: vec![0; 4096 + 128],
+            rxbuf: Vec::with_capacity(4096 + 128),
             wcs: Vec::new(),
             plan,
             deps_left,
@@ -690,6 +703,12 @@ impl Sim {
             }
         }
         self.pump(h);
+        self.arm_timer(h);
+    }
+
+    /// Queues a Timer event for the engine's next deadline (sending a
+    /// packet, handling one, a post or a timeout may all move it).
+    fn arm_timer(&mut self, h: u32) {
         let hs = &mut self.hosts[h as usize];
         if let Some(t) = hs.engine.poll_timeout() {
             let mut at = t.0.saturating_sub(EPOCH_NS).saturating_mul(1000);
@@ -715,7 +734,7 @@ impl Sim {
         let now = self.eng_now();
         let Some(t) = self.hosts[h as usize]
             .engine
-            .poll_transmit(now, &mut self.txbuf)
+            .poll_transmit_gather(now, &mut self.txbuf)
         else {
             return;
         };
@@ -729,11 +748,23 @@ impl Sim {
         }
         let mut data = self.pool.pop().unwrap_or_default();
         data.clear();
-        data.extend_from_slice(&self.txbuf[..t.len]);
+        let (head, zeros) = match t.payload {
+            Some(pl) => {
+                data.extend_from_slice(&self.txbuf[..pl.offset]);
+                data.extend_from_slice(&self.txbuf[pl.offset + pl.len..t.len]);
+                (pl.offset, pl.len)
+            }
+            None => {
+                data.extend_from_slice(&self.txbuf[..t.len]);
+                (t.len, 0)
+            }
+        };
         let class = class_of(&data);
         let p = Pkt {
             wire: t.len as u32 + self.overhead,
             data,
+            head: head as u32,
+            zeros: zeros as u32,
             dst,
             src: h,
             sport: t.endpoints.src.port(),
@@ -835,7 +866,10 @@ impl Sim {
     fn tx_done(&mut self, li: usize) {
         self.links[li].done_pending = false;
         match self.links[li].src {
-            Node::Host(h) => self.pump(h),
+            Node::Host(h) => {
+                self.pump(h);
+                self.arm_timer(h);
+            }
             Node::Switch(_) => self.kick(li),
         }
     }
@@ -948,11 +982,16 @@ impl Sim {
                     host_addr(h),
                 );
                 let now = self.eng_now();
+                let rx = &mut self.rxbuf;
+                rx.clear();
+                rx.extend_from_slice(&p.data[..p.head as usize]);
+                rx.resize(rx.len() + p.zeros as usize, 0);
+                rx.extend_from_slice(&p.data[p.head as usize..]);
                 self.hosts[h as usize].engine.handle_packet_meta(
                     now,
                     ep,
                     RxMeta { ecn: p.ecn },
-                    &p.data,
+                    rx,
                 );
                 self.pool.push(p.data);
                 self.host_after(h);
@@ -1044,6 +1083,38 @@ impl Sim {
                 drops_corruption: l.drops[DropCause::Corruption as usize],
             })
             .collect()
+    }
+
+    /// Up to `max` messages not completed: (message, src, dst, ready,
+    /// delivered, acknowledged, the sender QP's state and unacknowledged
+    /// packets) for diagnosis.
+    pub fn incomplete(&mut self, max: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, (m, t)) in self.plan.msgs.iter().zip(&self.times).enumerate() {
+            if out.len() >= max {
+                break;
+            }
+            if t.delivered.is_some() && t.acked.is_some() {
+                continue;
+            }
+            let q = self.hosts[m.src as usize].qps[&m.dst];
+            let timer_at = self.hosts[m.src as usize].timer_at;
+            let deadline = self.hosts[m.src as usize].engine.poll_timeout();
+            let e = &self.hosts[m.src as usize].engine;
+            out.push(format!(
+                "msg {i} {}→{} {} B: ready {:?} delivered {:?} acked {:?}; sender QP {:?}, {} unacked, (engine deadline, timer_at, now, events) {:?}",
+                m.src,
+                m.dst,
+                m.bytes,
+                t.ready,
+                t.delivered,
+                t.acked,
+                e.qp_state(q),
+                e.unacked_packets(q),
+                (deadline, timer_at, self.now, self.events.len()),
+            ));
+        }
+        out
     }
 
     /// The link from host `h` to its leaf, and the leaf's link to it.

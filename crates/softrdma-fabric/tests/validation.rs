@@ -246,3 +246,16 @@ fn bad_scenarios_are_refused_with_a_reason() {
     );
     assert!(run(&s).unwrap_err().contains("no such pair"));
 }
+
+#[test]
+fn every_message_completes_under_one_percent_loss_with_go_back_n() {
+    // Losses on every link: sequence NAKs, lost retransmissions and local
+    // ACK timeouts (a timer armed by a packet the NIC pulled must fire).
+    let r = go(r#"{"topology":{"tiers":2,"k":4,"link_gbps":400},
+        "link_layer":{"kind":"pfc","loss":{"rate":0.01}},
+        "transport":{"recovery":"go_back_n","timeout":6},
+        "workload":{"kind":"all_reduce","algorithm":"halving_doubling","bytes":4194304}}"#);
+    assert!(r.totals.timeouts > 0, "{}", r.summary());
+    assert!(r.totals.seq_naks > 0);
+    assert!(r.incomplete.is_empty());
+}
