@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod coll;
 mod decode;
 mod devinfo;
+mod fabric;
 mod hosts;
 mod ibstat;
 mod perf;
@@ -79,6 +80,14 @@ enum Command {
     Ibstat(ibstat::Args),
     /// Show the ports of softrdma devices like iproute2's `rdma link show`.
     Link(ibstat::LinkArgs),
+    /// Simulate a cluster network whose hosts run softrdma's transport.
+    ///
+    /// Each scenario file (JSON, docs/fabric.md) names a fat-tree, a link
+    /// layer (InfiniBand credits, lossy Ethernet, PFC, ECN, loss), the
+    /// transport (go-back-N, selective repeat, DCQCN) and a workload; the
+    /// run is deterministic for its seed. Prints step times, bandwidths,
+    /// completion times, retransmissions, pauses, drops and cost.
+    Fabric(fabric::Args),
 }
 
 fn main() -> ExitCode {
@@ -100,5 +109,6 @@ fn main() -> ExitCode {
         Command::Coll(args) => coll::run(args, dev),
         Command::Ibstat(args) => ibstat::run(args, dev),
         Command::Link(args) => ibstat::link(args, dev),
+        Command::Fabric(args) => fabric::run(args),
     }
 }

@@ -1,0 +1,92 @@
+//! `softrdma fabric`: runs fabric-simulator scenarios (docs/fabric.md).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args as ClapArgs;
+use softrdma_fabric::{report::run_with, Scenario};
+
+/// Options of `softrdma fabric`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Scenario files (JSON, docs/fabric.md); each runs on its own.
+    #[arg(required = true)]
+    scenarios: Vec<PathBuf>,
+    /// Write the results as one JSON array to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Sample switch queues every US microseconds of simulated time.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    sample_us: u64,
+    /// Run up to N scenarios at once (each is single-threaded and
+    /// deterministic: the results do not depend on N).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    threads: usize,
+    /// Override the seed of every scenario.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+pub fn run(args: &Args) -> ExitCode {
+    let mut scenarios = Vec::new();
+    for p in &args.scenarios {
+        let text = match std::fs::read_to_string(p) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("softrdma fabric: {}: {e}", p.display());
+                return ExitCode::from(2);
+            }
+        };
+        match Scenario::from_json(&text) {
+            Ok(mut s) => {
+                if let Some(seed) = args.seed {
+                    s.seed = seed;
+                }
+                if s.name.is_empty() {
+                    s.name = p.display().to_string();
+                }
+                scenarios.push(s);
+            }
+            Err(e) => {
+                eprintln!("softrdma fabric: {}: {e}", p.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let threads = args.threads.clamp(1, 64);
+    let mut results = vec![None; scenarios.len()];
+    for (chunk_s, chunk_r) in scenarios.chunks(threads).zip(results.chunks_mut(threads)) {
+        std::thread::scope(|sc| {
+            for (s, r) in chunk_s.iter().zip(chunk_r.iter_mut()) {
+                sc.spawn(move || *r = Some(run_with(s, args.sample_us)));
+            }
+        });
+    }
+    let mut ok = Vec::new();
+    let mut failed = false;
+    for (s, r) in scenarios.iter().zip(results) {
+        match r.expect("every scenario ran") {
+            Ok(rep) => {
+                print!("{}", rep.summary());
+                failed |= !rep.completed;
+                ok.push(rep);
+            }
+            Err(e) => {
+                eprintln!("softrdma fabric: {}: {e}", s.name);
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&ok).expect("reports serialise");
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("softrdma fabric: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,1125 @@
+//! The event core: a binary heap of (time in picoseconds, sequence) events,
+//! links with queues and the link-layer models of [`crate::link`], and one
+//! softrdma [`Engine`] per host. Everything random comes from one seeded
+//! generator consumed in event order, so a seed always gives the same run.
+//!
+//! A host's NIC pulls one packet at a time from its engine
+//! ([`Engine::poll_transmit`]) when its up-link is free (and not paused,
+//! and has credits), so the engine's own pacing (DCQCN), windows, ACKs,
+//! NAKs and timers decide what goes on the wire. Payload bytes are elided
+//! by a region that reads as zeros and ignores writes ([`NullMemory`]):
+//! packets still carry their real headers and ICRC, which the receiving
+//! engine checks.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use softrdma_engine::*;
+use softrdma_wire::{Ecn, Endpoints, Psn};
+
+use crate::link::*;
+use crate::queue::CalendarQueue;
+use crate::scenario::{LinkKind, Routing, Scenario};
+use crate::topology::{Node, Tree};
+use crate::workload::Plan;
+
+/// A region whose bytes read as zero and whose writes vanish: the payload
+/// is elided, everything the transport does with it (lengths, bounds,
+/// keys, ICRC) still happens.
+#[derive(Debug)]
+pub struct NullMemory(pub usize);
+
+impl RegionMemory for NullMemory {
+    fn len(&self) -> usize {
+        self.0
+    }
+    fn read(&self, _offset: usize, dst: &mut [u8]) {
+        dst.fill(0);
+    }
+    fn write(&self, _offset: usize, _src: &[u8]) {}
+    fn compare_swap(&self, _offset: usize, _compare: u64, _swap: u64) -> u64 {
+        0
+    }
+    fn fetch_add(&self, _offset: usize, _add: u64) -> u64 {
+        0
+    }
+    /// A token, not an address: the engine never reads through it, and
+    /// the simulator only uses it to learn that the payload (all zeros)
+    /// was left out of the packet.
+    fn tx_addr(&self, offset: usize) -> Option<usize> {
+        Some(offset + 1)
+    }
+}
+
+const REGION: usize = 1 << 32;
+const IOVA: u64 = 0x1000_0000;
+/// The engines' clock starts here (ns), the fabric's at 0.
+const EPOCH_NS: u64 = 1_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// Packet `pkt` has fully arrived at the far end of `link`.
+    Arrive { link: u32, pkt: u32 },
+    /// `link` finished serialising its packet.
+    TxDone { link: u32 },
+    /// `link` may transmit again (a pause ran out).
+    Wake { link: u32 },
+    /// A PFC frame for `link`'s transmitter.
+    Pause { link: u32, class: u8, quanta: u16 },
+    /// Refresh the XOFF that packets arriving on `link` caused.
+    Refresh { link: u32, class: u8 },
+    /// IB credits for `link`'s VL `class` come back.
+    Credit { link: u32, class: u8, bytes: u32 },
+    /// A host's engine timer.
+    Timer { host: u32 },
+    /// A workload message is ready to be posted.
+    Ready { msg: u32 },
+    /// Sample queue occupancy.
+    Sample,
+}
+
+/// A packet in the fabric: its bytes with the payload (zeros, from
+/// [`NullMemory`]) left out — `data[..head]`, then `zeros` zero bytes,
+/// then `data[head..]` — so a packet in a queue costs its headers only.
+#[derive(Debug)]
+struct Pkt {
+    data: Vec<u8>,
+    head: u32,
+    zeros: u32,
+    dst: u32,
+    src: u32,
+    sport: u16,
+    ecn: Ecn,
+    class: u8,
+    wire: u32,
+    in_link: u32,
+}
+
+#[derive(Debug)]
+struct LinkState {
+    src: Node,
+    dst: Node,
+    bps: u64,
+    prop: Ps,
+    q: [VecDeque<u32>; 2],
+    qbytes: [u64; 2],
+    /// The packet on the wire finishes serialising then.
+    busy_until: Ps,
+    /// A TxDone event is queued.
+    done_pending: bool,
+    paused_until: [Ps; 2],
+    /// A Wake event is queued for this instant (0: none).
+    wake_at: Ps,
+    pause_start: [Option<Ps>; 2],
+    pause_total: Ps,
+    pause_max: Ps,
+    pause_frames: u64,
+    credits: [Credits; 2],
+    pfc_in: [PfcIngress; 2],
+    loss: f64,
+    tx_pkts: u64,
+    tx_bytes: u64,
+    max_q: u64,
+    drops: [u64; 3],
+}
+
+struct HostState {
+    engine: Engine,
+    cq: CqHandle,
+    rkey: Rkey,
+    lkey: Lkey,
+    /// peer → local QP.
+    qps: HashMap<u32, Qpn>,
+    timer_at: Ps,
+}
+
+/// Counters of the whole run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Totals {
+    pub events: u64,
+    pub packets_delivered: u64,
+    pub drops_tail: u64,
+    pub drops_headroom: u64,
+    pub drops_corruption: u64,
+    pub ecn_marked: u64,
+    pub pause_frames: u64,
+    pub retransmits: u64,
+    pub sr_retransmits: u64,
+    pub timeouts: u64,
+    pub seq_naks: u64,
+    pub cnps: u64,
+    pub failed_wrs: u64,
+}
+
+/// What happened to one message.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MsgTimes {
+    pub ready: Option<Ps>,
+    pub delivered: Option<Ps>,
+    pub acked: Option<Ps>,
+}
+
+/// One link's figures.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LinkReport {
+    pub id: usize,
+    pub from: String,
+    pub to: String,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub max_queue_bytes: u64,
+    pub pause_us: f64,
+    pub max_pause_us: f64,
+    pub pause_frames: u64,
+    pub drops_tail: u64,
+    pub drops_headroom: u64,
+    pub drops_corruption: u64,
+}
+
+/// The simulator.
+pub struct Sim {
+    now: Ps,
+    seq: u64,
+    events: CalendarQueue<Ev>,
+    pub tree: Tree,
+    links: Vec<LinkState>,
+    bufs: Vec<SharedBuffer>,
+    hosts: Vec<HostState>,
+    pkts: Vec<Option<Pkt>>,
+    free: Vec<u32>,
+    pool: Vec<Vec<u8>>,
+    rng: Rng,
+    kind: LinkKind,
+    pfc: PfcParams,
+    red: Option<Red>,
+    routing: Routing,
+    switch_ps: Ps,
+    overhead: u32,
+    seed: u64,
+    txbuf: Vec<u8>,
+    rxbuf: Vec<u8>,
+    wcs: Vec<WorkCompletion>,
+    plan: Plan,
+    deps_left: Vec<u32>,
+    dependents: Vec<Vec<u32>>,
+    pub times: Vec<MsgTimes>,
+    remaining: usize,
+    pub totals: Totals,
+    limit: Ps,
+    sample_ps: Ps,
+    /// (time µs, bytes in all switch buffers, deepest egress queue bytes).
+    pub samples: Vec<(f64, u64, u64)>,
+    spray: u64,
+}
+
+fn host_addr(h: u32) -> SocketAddr {
+    SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::new(10, (h >> 16) as u8, (h >> 8) as u8, h as u8)),
+        softrdma_wire::frame::ROCE_PORT,
+    )
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn mtu_of(m: u32) -> Mtu {
+    match m {
+        256 => Mtu::Mtu256,
+        512 => Mtu::Mtu512,
+        1024 => Mtu::Mtu1024,
+        2048 => Mtu::Mtu2048,
+        _ => Mtu::Mtu4096,
+    }
+}
+
+/// ACKs, NAKs and CNPs travel in class (priority, VL) 1, data in 0.
+fn class_of(data: &[u8]) -> u8 {
+    match data.first() {
+        Some(0x11) | Some(0x81) => 1,
+        _ => 0,
+    }
+}
+
+impl Sim {
+    /// Builds the fabric, the engines and their connections for `sc`.
+    pub fn new(sc: &Scenario) -> std::result::Result<Sim, String> {
+        sc.validate()?;
+        let tree = Tree::build(&sc.topology)?;
+        let plan = crate::workload::plan(&sc.workload, tree.hosts, sc.seed)?;
+        let ll = &sc.link_layer;
+        let mut rng = Rng::new(sc.seed);
+        let mut links = Vec::with_capacity(tree.links.len());
+        for (i, l) in tree.links.iter().enumerate() {
+            let chosen = match ll.loss.links.as_str() {
+                "all" => true,
+                "host" => l.host_cable,
+                _ => i == tree.host_up[0],
+            };
+            let mtu = u64::from(sc.transport.mtu) + 64;
+            let loss = if chosen {
+                1.0 - (1.0 - ll.loss.rate) * (1.0 - ber_drop_rate(ll.loss.ber, mtu))
+            } else {
+                0.0
+            };
+            links.push(LinkState {
+                src: l.src,
+                dst: l.dst,
+                bps: l.bps,
+                prop: l.prop_ps,
+                q: [VecDeque::new(), VecDeque::new()],
+                qbytes: [0; 2],
+                busy_until: 0,
+                done_pending: false,
+                paused_until: [0; 2],
+                wake_at: 0,
+                pause_start: [None; 2],
+                pause_total: 0,
+                pause_max: 0,
+                pause_frames: 0,
+                credits: [Credits::new(ll.credit_bytes), Credits::new(ll.credit_bytes)],
+                pfc_in: [PfcIngress::default(), PfcIngress::default()],
+                loss,
+                tx_pkts: 0,
+                tx_bytes: 0,
+                max_q: 0,
+                drops: [0; 3],
+            });
+        }
+        let bufs = (0..tree.switches.len())
+            .map(|_| SharedBuffer::new(ll.buffer_bytes, ll.port_queue_bytes))
+            .collect();
+        let tr = &sc.transport;
+        let host_bps = tree.links[tree.host_up[0]].bps;
+        let mut hosts = Vec::with_capacity(tree.hosts as usize);
+        for h in 0..tree.hosts {
+            let mut c = EngineConfig::new(host_addr(h));
+            c.seed = mix(sc.seed ^ u64::from(h).wrapping_mul(0x1_0000_0001));
+            c.max_inflight = tr.window;
+            c.active_mtu = Mtu::Mtu4096;
+            if tr.dcqcn {
+                let mut p = DcqcnParams::new(host_bps);
+                p.window = tr.window;
+                c.congestion = CongestionConfig::dcqcn(p);
+            }
+            let mut e = Engine::new(c);
+            let pd = e.alloc_pd();
+            let cq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
+            let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+            let keys = e
+                .reg_mr(pd, IOVA, access, Arc::new(NullMemory(REGION)))
+                .map_err(|e| e.to_string())?;
+            let _ = pd;
+            hosts.push(HostState {
+                engine: e,
+                cq,
+                rkey: keys.rkey,
+                lkey: keys.lkey,
+                qps: HashMap::new(),
+                timer_at: Ps::MAX,
+            });
+        }
+        let n_msgs = plan.msgs.len();
+        let mut deps_left = vec![0u32; n_msgs];
+        let mut dependents = vec![Vec::new(); n_msgs];
+        for (i, m) in plan.msgs.iter().enumerate() {
+            deps_left[i] = m.deps.len() as u32;
+            for &d in &m.deps {
+                dependents[d as usize].push(i as u32);
+            }
+        }
+        let mut sim = Sim {
+            now: 0,
+            seq: 0,
+            events: CalendarQueue::default(),
+            tree,
+            links,
+            bufs,
+            hosts,
+            pkts: Vec::new(),
+            free: Vec::new(),
+            pool: Vec::new(),
+            rng: Rng::new(rng.next_u64()),
+            kind: ll.kind,
+            pfc: ll.pfc,
+            red: ll.ecn,
+            routing: sc.topology.routing,
+            switch_ps: (sc.topology.switch_ns * 1000.0) as Ps,
+            overhead: if ll.kind == LinkKind::IbCredit {
+                10
+            } else {
+                66
+            },
+            seed: mix(sc.seed ^ 0xECAF),
+            txbuf: vec![0; 4096 + 128],
+            rxbuf: Vec::with_capacity(4096 + 128),
+            wcs: Vec::new(),
+            plan,
+            deps_left,
+            dependents,
+            times: vec![MsgTimes::default(); n_msgs],
+            remaining: n_msgs,
+            totals: Totals::default(),
+            limit: sc.time_limit_us.saturating_mul(1_000_000),
+            sample_ps: 0,
+            samples: Vec::new(),
+            spray: 0,
+        };
+        sim.connect(sc)?;
+        for i in 0..n_msgs {
+            if sim.deps_left[i] == 0 {
+                let at = sim.plan.msgs[i].delay_ps;
+                sim.push(at, Ev::Ready { msg: i as u32 });
+            }
+        }
+        Ok(sim)
+    }
+
+    /// Sets the interval of queue samples (0: none).
+    pub fn set_sample_interval(&mut self, ps: Ps) {
+        self.sample_ps = ps;
+        if ps > 0 {
+            self.push(0, Ev::Sample);
+        }
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn now(&self) -> Ps {
+        self.now
+    }
+
+    /// Messages not yet delivered and acknowledged.
+    pub fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    /// One RC QP pair for every pair of hosts that exchange messages.
+    fn connect(&mut self, sc: &Scenario) -> std::result::Result<(), String> {
+        let mut pairs: Vec<(u32, u32)> = self
+            .plan
+            .msgs
+            .iter()
+            .map(|m| (m.src.min(m.dst), m.src.max(m.dst)))
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        let sr = sc.transport.recovery == "selective_repeat";
+        let now = Instant(EPOCH_NS);
+        let cap = QpCap {
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let err = |e: VerbsError| e.to_string();
+        for (a, b) in pairs {
+            let mut q = [Qpn::default(); 2];
+            for (i, h) in [a, b].into_iter().enumerate() {
+                let hs = &mut self.hosts[h as usize];
+                let pd = PdHandle::from_raw(1);
+                q[i] = hs
+                    .engine
+                    .create_qp(QpInit {
+                        pd,
+                        qp_type: QpType::Rc,
+                        send_cq: hs.cq,
+                        recv_cq: hs.cq,
+                        srq: None,
+                        cap,
+                        sq_sig_all: false,
+                    })
+                    .map_err(err)?;
+            }
+            if sr {
+                let ea = self.hosts[a as usize].engine.query_ece(q[0]).map_err(err)?;
+                let eb = self.hosts[b as usize].engine.query_ece(q[1]).map_err(err)?;
+                let agreed = ea.agree(eb);
+                self.hosts[a as usize]
+                    .engine
+                    .set_ece(q[0], agreed)
+                    .map_err(err)?;
+                self.hosts[b as usize]
+                    .engine
+                    .set_ece(q[1], agreed)
+                    .map_err(err)?;
+            }
+            for (i, (h, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
+                let e = &mut self.hosts[h as usize].engine;
+                let (mine, theirs) = (q[i], q[1 - i]);
+                let mut at = QpAttr {
+                    qp_state: QpState::Init,
+                    pkey_index: 0,
+                    port_num: 1,
+                    qp_access_flags: AccessFlags::REMOTE_WRITE,
+                    ..Default::default()
+                };
+                e.modify_qp(
+                    now,
+                    mine,
+                    &at,
+                    AttrMask::STATE
+                        | AttrMask::PKEY_INDEX
+                        | AttrMask::PORT
+                        | AttrMask::ACCESS_FLAGS,
+                )
+                .map_err(err)?;
+                at.qp_state = QpState::Rtr;
+                at.ah_attr = AhAttr {
+                    dgid: Gid::from_ip(host_addr(peer).ip()),
+                    is_global: true,
+                    hop_limit: 64,
+                    port_num: 1,
+                    ..Default::default()
+                };
+                at.path_mtu = mtu_of(sc.transport.mtu);
+                at.dest_qp_num = theirs;
+                at.rq_psn = Psn::new(0x100);
+                at.max_dest_rd_atomic = 1;
+                at.min_rnr_timer = 1;
+                e.modify_qp(
+                    now,
+                    mine,
+                    &at,
+                    AttrMask::STATE
+                        | AttrMask::AV
+                        | AttrMask::PATH_MTU
+                        | AttrMask::DEST_QPN
+                        | AttrMask::RQ_PSN
+                        | AttrMask::MAX_DEST_RD_ATOMIC
+                        | AttrMask::MIN_RNR_TIMER,
+                )
+                .map_err(err)?;
+                at.qp_state = QpState::Rts;
+                at.sq_psn = Psn::new(0x100);
+                at.timeout = sc.transport.timeout;
+                at.retry_cnt = 7;
+                at.rnr_retry = 7;
+                at.max_rd_atomic = 1;
+                e.modify_qp(
+                    now,
+                    mine,
+                    &at,
+                    AttrMask::STATE
+                        | AttrMask::SQ_PSN
+                        | AttrMask::TIMEOUT
+                        | AttrMask::RETRY_CNT
+                        | AttrMask::RNR_RETRY
+                        | AttrMask::MAX_QP_RD_ATOMIC,
+                )
+                .map_err(err)?;
+                self.hosts[h as usize].qps.insert(peer, mine);
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, at: Ps, ev: Ev) {
+        self.seq += 1;
+        self.events.push(at, self.seq, ev);
+    }
+
+    fn eng_now(&self) -> Instant {
+        Instant(EPOCH_NS + self.now / 1000)
+    }
+
+    /// Runs until every message is delivered and acknowledged, nothing is
+    /// left to happen, or the time limit. Returns whether all completed.
+    pub fn run(&mut self) -> bool {
+        while self.remaining > 0 {
+            let Some((t, _, ev)) = self.events.pop() else {
+                break;
+            };
+            if t > self.limit {
+                break;
+            }
+            self.now = t;
+            self.totals.events += 1;
+            self.dispatch(ev);
+        }
+        self.finish();
+        self.remaining == 0
+    }
+
+    fn finish(&mut self) {
+        for l in &mut self.links {
+            for c in 0..2 {
+                if let Some(s) = l.pause_start[c].take() {
+                    let end = l.paused_until[c].min(self.now).max(s);
+                    l.pause_total += end - s;
+                    l.pause_max = l.pause_max.max(end - s);
+                }
+            }
+        }
+        let t = &mut self.totals;
+        (
+            t.retransmits,
+            t.sr_retransmits,
+            t.timeouts,
+            t.seq_naks,
+            t.cnps,
+        ) = (0, 0, 0, 0, 0);
+        for h in &self.hosts {
+            let c = h.engine.counters();
+            t.retransmits += c.retransmits;
+            t.timeouts += c.timeouts;
+            t.seq_naks += c.seq_naks_rcvd;
+            t.cnps += c.cnp_rcvd;
+            for q in h.engine.qp_numbers() {
+                if let Some(c) = h.engine.qp_counters(q) {
+                    t.sr_retransmits += c.sr_retransmits;
+                }
+            }
+        }
+        t.pause_frames = self.links.iter().map(|l| l.pause_frames).sum();
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Arrive { link, pkt } => self.arrive(link as usize, pkt),
+            Ev::TxDone { link } => self.tx_done(link as usize),
+            Ev::Wake { link } => self.kick(link as usize),
+            Ev::Pause {
+                link,
+                class,
+                quanta,
+            } => self.pause(link as usize, class as usize, quanta),
+            Ev::Refresh { link, class } => {
+                if self.links[link as usize].pfc_in[class as usize].on_refresh()
+                    == PfcAction::Send(PAUSE_MAX_QUANTA)
+                {
+                    self.send_pause(link as usize, class, PAUSE_MAX_QUANTA);
+                }
+            }
+            Ev::Credit { link, class, bytes } => {
+                self.links[link as usize].credits[class as usize].refund(u64::from(bytes));
+                self.kick(link as usize);
+            }
+            Ev::Timer { host } => {
+                let now = self.eng_now();
+                let h = &mut self.hosts[host as usize];
+                if h.timer_at != self.now {
+                    return;
+                }
+                h.timer_at = Ps::MAX;
+                h.engine.handle_timeout(now);
+                self.host_after(host);
+            }
+            Ev::Ready { msg } => self.post(msg),
+            Ev::Sample => {
+                let total: u64 = self.bufs.iter().map(|b| b.used).sum();
+                let deepest = self.links.iter().map(|l| l.qbytes[0] + l.qbytes[1]).max();
+                self.samples
+                    .push((self.now as f64 / 1e6, total, deepest.unwrap_or(0)));
+                if !self.events.is_empty() && self.samples.len() < 100_000 {
+                    self.push(self.now + self.sample_ps, Ev::Sample);
+                }
+            }
+        }
+    }
+
+    fn post(&mut self, msg: u32) {
+        let m = &self.plan.msgs[msg as usize];
+        let (src, dst, bytes) = (m.src, m.dst, m.bytes);
+        self.times[msg as usize].ready = Some(self.now);
+        let now = self.eng_now();
+        let d = &mut self.hosts[dst as usize];
+        let dq = d.qps[&src];
+        let rkey = d.rkey;
+        let ok = d.engine.post_recv(
+            dq,
+            &RecvWr {
+                wr_id: u64::from(msg),
+                sg_list: Vec::new(),
+            },
+        );
+        let s = &mut self.hosts[src as usize];
+        let sq = s.qps[&dst];
+        let wr = SendWr::new(
+            u64::from(msg),
+            SendOp::WriteWithImm {
+                remote_addr: IOVA,
+                rkey,
+                imm: msg,
+            },
+            vec![Sge {
+                addr: IOVA,
+                length: bytes as u32,
+                lkey: s.lkey,
+            }],
+        );
+        if ok.is_err() || s.engine.post_send(now, sq, &wr).is_err() {
+            self.totals.failed_wrs += 1;
+            return;
+        }
+        self.host_after(src);
+    }
+
+    /// After a host's engine did something: completions, the NIC, the timer.
+    fn host_after(&mut self, h: u32) {
+        let hs = &mut self.hosts[h as usize];
+        loop {
+            self.wcs.clear();
+            let n = hs.engine.poll_cq(hs.cq, 64, &mut self.wcs).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            for wc in self.wcs.drain(..) {
+                let id = wc.wr_id as usize;
+                if wc.status != WcStatus::Success {
+                    self.totals.failed_wrs += 1;
+                    continue;
+                }
+                let Some(t) = self.times.get_mut(id) else {
+                    continue;
+                };
+                if wc.opcode == WcOpcode::RecvRdmaWithImm {
+                    t.delivered = Some(self.now);
+                    if t.acked.is_some() {
+                        self.remaining -= 1;
+                    }
+                    for &dep in &self.dependents[id] {
+                        let left = &mut self.deps_left[dep as usize];
+                        *left -= 1;
+                        if *left == 0 {
+                            let at = self.now + self.plan.msgs[dep as usize].delay_ps;
+                            self.seq += 1;
+                            self.events.push(at, self.seq, Ev::Ready { msg: dep });
+                        }
+                    }
+                } else {
+                    t.acked = Some(self.now);
+                    if t.delivered.is_some() {
+                        self.remaining -= 1;
+                    }
+                }
+            }
+        }
+        self.pump(h);
+        self.arm_timer(h);
+    }
+
+    /// Queues a Timer event for the engine's next deadline (sending a
+    /// packet, handling one, a post or a timeout may all move it).
+    fn arm_timer(&mut self, h: u32) {
+        let hs = &mut self.hosts[h as usize];
+        if let Some(t) = hs.engine.poll_timeout() {
+            let mut at = t.0.saturating_sub(EPOCH_NS).saturating_mul(1000);
+            if at <= self.now {
+                // Due now (or in this nanosecond): run it after what is
+                // queued for this instant, at the next nanosecond.
+                at = (self.now / 1000 + 1) * 1000;
+            }
+            if at < hs.timer_at {
+                hs.timer_at = at;
+                self.push(at, Ev::Timer { host: h });
+            }
+        }
+    }
+
+    /// A host's NIC: pull a packet from the engine when its up-link is idle.
+    fn pump(&mut self, h: u32) {
+        let li = self.tree.host_up[h as usize];
+        let l = &self.links[li];
+        if l.busy_until > self.now || !l.q[0].is_empty() || !l.q[1].is_empty() {
+            return self.kick(li);
+        }
+        let now = self.eng_now();
+        let Some(t) = self.hosts[h as usize]
+            .engine
+            .poll_transmit_gather(now, &mut self.txbuf)
+        else {
+            return;
+        };
+        let IpAddr::V4(ip) = t.endpoints.dst.ip() else {
+            return;
+        };
+        let o = ip.octets();
+        let dst = (u32::from(o[1]) << 16) | (u32::from(o[2]) << 8) | u32::from(o[3]);
+        if dst >= self.tree.hosts {
+            return;
+        }
+        let mut data = self.pool.pop().unwrap_or_default();
+        data.clear();
+        let (head, zeros) = match t.payload {
+            Some(pl) => {
+                data.extend_from_slice(&self.txbuf[..pl.offset]);
+                data.extend_from_slice(&self.txbuf[pl.offset + pl.len..t.len]);
+                (pl.offset, pl.len)
+            }
+            None => {
+                data.extend_from_slice(&self.txbuf[..t.len]);
+                (t.len, 0)
+            }
+        };
+        let class = class_of(&data);
+        let p = Pkt {
+            wire: t.len as u32 + self.overhead,
+            data,
+            head: head as u32,
+            zeros: zeros as u32,
+            dst,
+            src: h,
+            sport: t.endpoints.src.port(),
+            ecn: t.ecn,
+            class,
+            in_link: u32::MAX,
+        };
+        let id = self.alloc(p);
+        let l = &mut self.links[li];
+        l.q[class as usize].push_back(id);
+        self.kick(li);
+    }
+
+    fn alloc(&mut self, p: Pkt) -> u32 {
+        if let Some(i) = self.free.pop() {
+            self.pkts[i as usize] = Some(p);
+            i
+        } else {
+            self.pkts.push(Some(p));
+            (self.pkts.len() - 1) as u32
+        }
+    }
+
+    fn release(&mut self, id: u32) {
+        if let Some(p) = self.pkts[id as usize].take() {
+            self.pool.push(p.data);
+            self.free.push(id);
+        }
+    }
+
+    /// Starts the next packet on `li` if it is idle, not paused and (IB)
+    /// has the credits. A packet leaves its switch's buffer (and its
+    /// ingress port's PFC count, and returns its upstream credits) when it
+    /// starts onto the wire. A TxDone event is queued only when something
+    /// waits for the link (always for a host's NIC, which then pulls the
+    /// engine's next packet).
+    fn kick(&mut self, li: usize) {
+        let now = self.now;
+        let l = &mut self.links[li];
+        let from_host = matches!(l.src, Node::Host(_));
+        if l.busy_until > now {
+            if !l.done_pending && (from_host || !l.q[0].is_empty() || !l.q[1].is_empty()) {
+                l.done_pending = true;
+                let at = l.busy_until;
+                self.push(at, Ev::TxDone { link: li as u32 });
+            }
+            return;
+        }
+        let credit_checked = self.kind == LinkKind::IbCredit && matches!(l.dst, Node::Switch(_));
+        for c in [1usize, 0] {
+            let Some(&id) = l.q[c].front() else {
+                continue;
+            };
+            if l.paused_until[c] > now {
+                let at = l.paused_until[c];
+                if l.wake_at <= now || l.wake_at > at {
+                    l.wake_at = at;
+                    self.seq += 1;
+                    self.events.push(at, self.seq, Ev::Wake { link: li as u32 });
+                }
+                continue;
+            }
+            let p = self.pkts[id as usize].as_ref().expect("queued packet");
+            let (wire, class, inl) = (u64::from(p.wire), p.class, p.in_link as usize);
+            if credit_checked && !l.credits[c].try_spend(wire) {
+                continue;
+            }
+            l.q[c].pop_front();
+            l.qbytes[c] -= wire;
+            l.tx_pkts += 1;
+            l.tx_bytes += wire;
+            let ser = serialisation_ps(wire, l.bps);
+            l.busy_until = now + ser;
+            let mut arrive = now + ser + l.prop;
+            let src = l.src;
+            if matches!(l.dst, Node::Switch(_)) {
+                arrive += self.switch_ps;
+            }
+            let waiting = from_host || !l.q[0].is_empty() || !l.q[1].is_empty();
+            if waiting && !l.done_pending {
+                l.done_pending = true;
+                self.push(now + ser, Ev::TxDone { link: li as u32 });
+            }
+            self.push(
+                arrive,
+                Ev::Arrive {
+                    link: li as u32,
+                    pkt: id,
+                },
+            );
+            if let Node::Switch(s) = src {
+                self.bufs[s as usize].release(wire);
+                self.free_ingress(inl, class, wire);
+            }
+            return;
+        }
+    }
+
+    fn tx_done(&mut self, li: usize) {
+        self.links[li].done_pending = false;
+        match self.links[li].src {
+            Node::Host(h) => {
+                self.pump(h);
+                self.arm_timer(h);
+            }
+            Node::Switch(_) => self.kick(li),
+        }
+    }
+
+    /// Bytes that came in on `inl` left the switch (or never entered it).
+    fn free_ingress(&mut self, inl: usize, class: u8, wire: u64) {
+        match self.kind {
+            LinkKind::Pfc => {
+                let pfc = self.pfc;
+                if self.links[inl].pfc_in[class as usize].on_departure(&pfc, wire)
+                    == PfcAction::Send(0)
+                {
+                    self.send_pause(inl, class, 0);
+                }
+            }
+            LinkKind::IbCredit => {
+                let at = self.now + self.links[inl].prop;
+                self.push(
+                    at,
+                    Ev::Credit {
+                        link: inl as u32,
+                        class,
+                        bytes: wire as u32,
+                    },
+                );
+            }
+            LinkKind::Lossy => {}
+        }
+    }
+
+    fn send_pause(&mut self, link: usize, class: u8, quanta: u16) {
+        let (bps, prop) = (self.links[link].bps, self.links[link].prop);
+        // The frame crosses the cable back to the transmitter.
+        let at = self.now + serialisation_ps(64 + 20, bps) + prop;
+        self.push(
+            at,
+            Ev::Pause {
+                link: link as u32,
+                class,
+                quanta,
+            },
+        );
+        if quanta > 0 {
+            let refresh = self.now + pause_ps(quanta, bps) / 2;
+            self.push(
+                refresh,
+                Ev::Refresh {
+                    link: link as u32,
+                    class,
+                },
+            );
+        }
+    }
+
+    fn pause(&mut self, li: usize, c: usize, quanta: u16) {
+        let now = self.now;
+        let l = &mut self.links[li];
+        l.pause_frames += u64::from(quanta > 0);
+        // Close a pause that ran out by itself.
+        if l.paused_until[c] <= now {
+            if let Some(s) = l.pause_start[c].take() {
+                let end = l.paused_until[c].max(s);
+                l.pause_total += end - s;
+                l.pause_max = l.pause_max.max(end - s);
+            }
+        }
+        if quanta == 0 {
+            if let Some(s) = l.pause_start[c].take() {
+                l.pause_total += now - s;
+                l.pause_max = l.pause_max.max(now - s);
+            }
+            l.paused_until[c] = now;
+            self.kick(li);
+            return;
+        }
+        if l.pause_start[c].is_none() {
+            l.pause_start[c] = Some(now);
+        }
+        l.paused_until[c] = now + pause_ps(quanta, l.bps);
+    }
+
+    fn drop_pkt(&mut self, li: usize, id: u32, cause: DropCause) {
+        match cause {
+            DropCause::TailDrop => self.totals.drops_tail += 1,
+            DropCause::HeadroomOverflow => self.totals.drops_headroom += 1,
+            DropCause::Corruption => self.totals.drops_corruption += 1,
+        }
+        self.links[li].drops[cause as usize] += 1;
+        self.release(id);
+    }
+
+    fn arrive(&mut self, li: usize, id: u32) {
+        let loss = self.links[li].loss;
+        if loss > 0.0 && self.rng.chance(loss) {
+            // A bad FCS: the receiver discards it before buffering it.
+            if self.kind == LinkKind::IbCredit && matches!(self.links[li].dst, Node::Switch(_)) {
+                let p = self.pkts[id as usize].as_ref().expect("arriving");
+                let (class, wire) = (p.class, u64::from(p.wire));
+                self.free_ingress(li, class, wire);
+            }
+            return self.drop_pkt(li, id, DropCause::Corruption);
+        }
+        match self.links[li].dst {
+            Node::Host(h) => {
+                let p = self.pkts[id as usize].take().expect("arriving");
+                self.free.push(id);
+                self.totals.packets_delivered += 1;
+                let ep = Endpoints::new(
+                    SocketAddr::new(host_addr(p.src).ip(), p.sport),
+                    host_addr(h),
+                );
+                let now = self.eng_now();
+                let rx = &mut self.rxbuf;
+                rx.clear();
+                rx.extend_from_slice(&p.data[..p.head as usize]);
+                rx.resize(rx.len() + p.zeros as usize, 0);
+                rx.extend_from_slice(&p.data[p.head as usize..]);
+                self.hosts[h as usize].engine.handle_packet_meta(
+                    now,
+                    ep,
+                    RxMeta { ecn: p.ecn },
+                    rx,
+                );
+                self.pool.push(p.data);
+                self.host_after(h);
+            }
+            Node::Switch(s) => self.switch_in(s, li, id),
+        }
+    }
+
+    fn switch_in(&mut self, s: u32, li: usize, id: u32) {
+        let p = self.pkts[id as usize].as_mut().expect("arriving");
+        let mut h =
+            self.seed ^ u64::from(p.src) ^ (u64::from(p.dst) << 24) ^ (u64::from(p.sport) << 48);
+        if self.routing == Routing::Spray {
+            self.spray += 1;
+            h ^= self.spray.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        }
+        let hash = mix(h ^ u64::from(s));
+        let out = self.tree.next_link(s, p.dst, hash);
+        let (wire, class) = (u64::from(p.wire), p.class as usize);
+        p.in_link = li as u32;
+        let queued = self.links[out].qbytes[class];
+        match self.kind {
+            LinkKind::Lossy => {
+                if !self.bufs[s as usize].admit(queued, wire) {
+                    return self.drop_pkt(li, id, DropCause::TailDrop);
+                }
+            }
+            LinkKind::Pfc => {
+                let pfc = self.pfc;
+                match self.links[li].pfc_in[class].on_arrival(&pfc, wire) {
+                    PfcAction::Drop => return self.drop_pkt(li, id, DropCause::HeadroomOverflow),
+                    PfcAction::Send(q) => self.send_pause(li, class as u8, q),
+                    PfcAction::None => {}
+                }
+                self.bufs[s as usize].force(wire);
+            }
+            LinkKind::IbCredit => self.bufs[s as usize].force(wire),
+        }
+        if let Some(red) = self.red {
+            let p = self.pkts[id as usize].as_mut().expect("arriving");
+            if matches!(p.ecn, Ecn::Ect0 | Ecn::Ect1) {
+                let prob = red.mark_probability(queued);
+                if prob > 0.0 && self.rng.chance(prob) {
+                    p.ecn = Ecn::Ce;
+                    self.totals.ecn_marked += 1;
+                }
+            }
+        }
+        let l = &mut self.links[out];
+        l.q[class].push_back(id);
+        l.qbytes[class] += wire;
+        l.max_q = l.max_q.max(l.qbytes[0] + l.qbytes[1]);
+        self.kick(out);
+    }
+
+    fn node_name(&self, n: Node) -> String {
+        match n {
+            Node::Host(h) => format!("host{h}"),
+            Node::Switch(s) => {
+                let sw = &self.tree.switches[s as usize];
+                let kind = match (self.tree.tiers, sw.level) {
+                    (_, 0) => "leaf",
+                    (2, _) => "spine",
+                    (_, 1) => "agg",
+                    _ => "core",
+                };
+                format!("{kind}{s}")
+            }
+        }
+    }
+
+    /// Every link's figures.
+    pub fn link_reports(&self) -> Vec<LinkReport> {
+        self.links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| LinkReport {
+                id: i,
+                from: self.node_name(l.src),
+                to: self.node_name(l.dst),
+                tx_packets: l.tx_pkts,
+                tx_bytes: l.tx_bytes,
+                max_queue_bytes: l.max_q,
+                pause_us: l.pause_total as f64 / 1e6,
+                max_pause_us: l.pause_max as f64 / 1e6,
+                pause_frames: l.pause_frames,
+                drops_tail: l.drops[DropCause::TailDrop as usize],
+                drops_headroom: l.drops[DropCause::HeadroomOverflow as usize],
+                drops_corruption: l.drops[DropCause::Corruption as usize],
+            })
+            .collect()
+    }
+
+    /// Up to `max` messages not completed: (message, src, dst, ready,
+    /// delivered, acknowledged, the sender QP's state and unacknowledged
+    /// packets) for diagnosis.
+    pub fn incomplete(&mut self, max: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, (m, t)) in self.plan.msgs.iter().zip(&self.times).enumerate() {
+            if out.len() >= max {
+                break;
+            }
+            if t.delivered.is_some() && t.acked.is_some() {
+                continue;
+            }
+            let q = self.hosts[m.src as usize].qps[&m.dst];
+            let timer_at = self.hosts[m.src as usize].timer_at;
+            let deadline = self.hosts[m.src as usize].engine.poll_timeout();
+            let e = &self.hosts[m.src as usize].engine;
+            out.push(format!(
+                "msg {i} {}→{} {} B: ready {:?} delivered {:?} acked {:?}; sender QP {:?}, {} unacked, (engine deadline, timer_at, now, events) {:?}",
+                m.src,
+                m.dst,
+                m.bytes,
+                t.ready,
+                t.delivered,
+                t.acked,
+                e.qp_state(q),
+                e.unacked_packets(q),
+                (deadline, timer_at, self.now, self.events.len()),
+            ));
+        }
+        out
+    }
+
+    /// The link from host `h` to its leaf, and the leaf's link to it.
+    pub fn host_links(&self, h: u32) -> (usize, usize) {
+        let up = self.tree.host_up[h as usize];
+        (up, up + 1)
+    }
+}

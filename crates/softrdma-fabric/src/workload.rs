@@ -1,0 +1,259 @@
+//! Workloads as messages with dependencies: a message is posted when every
+//! message it depends on has been delivered (its WRITE-with-immediate
+//! completed at the receiver), plus a delay (compute time).
+
+use crate::link::Ps;
+use crate::scenario::{Algorithm, Workload};
+use softrdma_engine::Rng;
+
+/// One RDMA WRITE (with immediate) of the workload.
+#[derive(Debug, Clone)]
+pub struct Msg {
+    pub src: u32,
+    pub dst: u32,
+    pub bytes: u64,
+    /// Messages that must be delivered first.
+    pub deps: Vec<u32>,
+    /// Wait after the last dependency (or the start).
+    pub delay_ps: Ps,
+    /// Which collective instance (training step) it belongs to.
+    pub group: u32,
+}
+
+/// The messages of a workload, and what one instance of it moves.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub msgs: Vec<Msg>,
+    pub groups: u32,
+    /// Bytes per host of one collective (for algbw), or of the flows.
+    pub bytes: u64,
+    /// busbw / algbw for this collective (0: not a collective).
+    pub bus_factor: f64,
+    /// Compute time per step (training), else 0.
+    pub compute_ps: Ps,
+}
+
+fn log2_exact(n: u32) -> Result<u32, String> {
+    if n.is_power_of_two() {
+        Ok(n.trailing_zeros())
+    } else {
+        Err(format!(
+            "this algorithm needs a power-of-two host count, not {n}"
+        ))
+    }
+}
+
+/// Appends one all-reduce among hosts `0..n`; `entry[i]` are the messages
+/// host i waits for before it starts (the previous step's), `delay` its
+/// compute time. Returns, per host, the messages whose delivery ends its part.
+fn all_reduce(
+    msgs: &mut Vec<Msg>,
+    n: u32,
+    bytes: u64,
+    alg: Algorithm,
+    entry: &[Vec<u32>],
+    delay: Ps,
+    group: u32,
+) -> Result<Vec<Vec<u32>>, String> {
+    if n < 2 {
+        return Err("an all-reduce needs 2 hosts or more".into());
+    }
+    // The message each host received last: what its next step waits for.
+    let mut last: Vec<Vec<u32>> = entry.to_vec();
+    let push = |msgs: &mut Vec<Msg>, src: u32, dst: u32, b: u64, deps: Vec<u32>, first| {
+        msgs.push(Msg {
+            src,
+            dst,
+            bytes: b.max(1),
+            deps,
+            delay_ps: if first { delay } else { 0 },
+            group,
+        });
+        (msgs.len() - 1) as u32
+    };
+    match alg {
+        Algorithm::Ring => {
+            let chunk = bytes.div_ceil(u64::from(n));
+            for k in 0..2 * (n - 1) {
+                let mut next = vec![Vec::new(); n as usize];
+                for i in 0..n {
+                    let to = (i + 1) % n;
+                    let id = push(msgs, i, to, chunk, last[i as usize].clone(), k == 0);
+                    next[to as usize] = vec![id];
+                }
+                last = next;
+            }
+        }
+        Algorithm::RecursiveDoubling | Algorithm::HalvingDoubling => {
+            let steps = log2_exact(n)?;
+            let plan: Vec<(u32, u64)> = if alg == Algorithm::RecursiveDoubling {
+                (0..steps).map(|k| (1 << k, bytes)).collect()
+            } else {
+                let rs = (0..steps).map(|k| (n >> (k + 1), bytes >> (k + 1)));
+                let ag = (0..steps).rev().map(|k| (n >> (k + 1), bytes >> (k + 1)));
+                rs.chain(ag).collect()
+            };
+            for (s, &(dist, b)) in plan.iter().enumerate() {
+                let mut next = vec![Vec::new(); n as usize];
+                for i in 0..n {
+                    let to = i ^ dist;
+                    let id = push(msgs, i, to, b, last[i as usize].clone(), s == 0);
+                    next[to as usize] = vec![id];
+                }
+                last = next;
+            }
+        }
+    }
+    Ok(last)
+}
+
+/// The messages of `w` on `n` hosts.
+pub fn plan(w: &Workload, n: u32, seed: u64) -> Result<Plan, String> {
+    let mut msgs = Vec::new();
+    let mut p = Plan {
+        msgs: Vec::new(),
+        groups: 1,
+        bytes: 0,
+        bus_factor: 0.0,
+        compute_ps: 0,
+    };
+    match w {
+        Workload::Flows { flows } => {
+            for f in flows {
+                if f.src >= n || f.dst >= n || f.src == f.dst {
+                    return Err(format!("flow {}→{}: no such pair of hosts", f.src, f.dst));
+                }
+                msgs.push(Msg {
+                    src: f.src,
+                    dst: f.dst,
+                    bytes: f.bytes,
+                    deps: Vec::new(),
+                    delay_ps: (f.start_us * 1e6) as Ps,
+                    group: 0,
+                });
+            }
+            p.bytes = flows.iter().map(|f| f.bytes).max().unwrap_or(0);
+        }
+        Workload::Permutation { bytes } => {
+            if n < 2 {
+                return Err("a permutation needs 2 hosts or more".into());
+            }
+            // A seeded random derangement (Sattolo's cycle).
+            let mut perm: Vec<u32> = (0..n).collect();
+            let mut rng = Rng::new(seed ^ 0x7065_726D);
+            for i in (1..n as usize).rev() {
+                let j = rng.below(i as u64) as usize;
+                perm.swap(i, j);
+            }
+            for (i, &d) in perm.iter().enumerate() {
+                msgs.push(Msg {
+                    src: i as u32,
+                    dst: d,
+                    bytes: *bytes,
+                    deps: Vec::new(),
+                    delay_ps: 0,
+                    group: 0,
+                });
+            }
+            p.bytes = *bytes;
+        }
+        Workload::AllToAll { bytes } => {
+            let each = bytes.div_ceil(u64::from(n)).max(1);
+            for s in 0..n {
+                for k in 1..n {
+                    msgs.push(Msg {
+                        src: s,
+                        dst: (s + k) % n,
+                        bytes: each,
+                        deps: Vec::new(),
+                        delay_ps: 0,
+                        group: 0,
+                    });
+                }
+            }
+            p.bytes = *bytes;
+        }
+        Workload::AllReduce {
+            bytes,
+            algorithm,
+            repeat,
+        } => {
+            let mut entry = vec![Vec::new(); n as usize];
+            for r in 0..*repeat {
+                entry = all_reduce(&mut msgs, n, *bytes, *algorithm, &entry, 0, r)?;
+            }
+            p.groups = *repeat;
+            p.bytes = *bytes;
+            p.bus_factor = 2.0 * f64::from(n - 1) / f64::from(n);
+        }
+        Workload::Training {
+            steps,
+            compute_us,
+            gradient_bytes,
+            algorithm,
+        } => {
+            let c = (compute_us * 1e6) as Ps;
+            let mut entry = vec![Vec::new(); n as usize];
+            for r in 0..*steps {
+                entry = all_reduce(&mut msgs, n, *gradient_bytes, *algorithm, &entry, c, r)?;
+            }
+            p.groups = *steps;
+            p.bytes = *gradient_bytes;
+            p.bus_factor = 2.0 * f64::from(n - 1) / f64::from(n);
+            p.compute_ps = c;
+        }
+    }
+    p.msgs = msgs;
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_has_2_n_minus_1_steps_of_one_nth() {
+        let w = Workload::AllReduce {
+            bytes: 1 << 20,
+            algorithm: Algorithm::Ring,
+            repeat: 2,
+        };
+        let p = plan(&w, 4, 1).unwrap();
+        assert_eq!(p.msgs.len(), 2 * 4 * 6);
+        assert!(p
+            .msgs
+            .iter()
+            .all(|m| m.bytes == 1 << 18 && m.dst == (m.src + 1) % 4));
+        // Step 1 of host 1 waits for step 0 of host 0.
+        assert_eq!(p.msgs[5].deps, vec![0]);
+        assert_eq!(p.msgs[24].group, 1);
+        assert!(
+            !p.msgs[24].deps.is_empty(),
+            "the repeat waits for the first"
+        );
+    }
+
+    #[test]
+    fn halving_doubling_moves_2_n_minus_1_over_n() {
+        let w = Workload::AllReduce {
+            bytes: 1 << 20,
+            algorithm: Algorithm::HalvingDoubling,
+            repeat: 1,
+        };
+        let p = plan(&w, 8, 1).unwrap();
+        let sent: u64 = p.msgs.iter().filter(|m| m.src == 0).map(|m| m.bytes).sum();
+        assert_eq!(sent, 2 * (1 << 20) * 7 / 8);
+        assert!(plan(&w, 6, 1).is_err());
+    }
+
+    #[test]
+    fn permutation_is_a_derangement() {
+        let p = plan(&Workload::Permutation { bytes: 10 }, 64, 9).unwrap();
+        let mut seen = [false; 64];
+        for m in &p.msgs {
+            assert_ne!(m.src, m.dst);
+            assert!(!seen[m.dst as usize]);
+            seen[m.dst as usize] = true;
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The validation table of docs/fabric.md: each row a test. Small
+//! fabrics only (each test runs in well under a second in release).
+
+use softrdma_fabric::{run, Report, Scenario};
+
+fn scenario(json: &str) -> Scenario {
+    Scenario::from_json(json).unwrap_or_else(|e| panic!("{e}\n{json}"))
+}
+
+fn go(json: &str) -> Report {
+    let r = run(&scenario(json)).unwrap();
+    assert!(r.completed, "did not complete:\n{}", r.summary());
+    assert_eq!(r.totals.failed_wrs, 0);
+    r
+}
+
+/// Goodput of 4096-byte payloads in IB framing: BTH 12 + ICRC 4 + LRH/VCRC 10.
+const IB_EFFICIENCY: f64 = 4096.0 / (4096.0 + 26.0);
+
+#[test]
+fn ring_all_reduce_busbw_reaches_the_link_rate() {
+    // 8 hosts on one leaf, 100 Gb/s, lossless credits: busbw = algbw ×
+    // 2(n−1)/n must approach the link's goodput as the size grows.
+    let mut last = 0.0;
+    for size in [1u64 << 20, 16 << 20, 64 << 20] {
+        let r = go(&format!(
+            r#"{{"topology":{{"tiers":2,"k":16,"hosts":8,"link_gbps":100}},
+                "link_layer":{{"kind":"ib_credit"}},
+                "workload":{{"kind":"all_reduce","bytes":{size}}}}}"#
+        ));
+        let bus = r.busbw_gbps.unwrap();
+        assert!(bus > last, "busbw grows with size: {bus} after {last}");
+        last = bus;
+    }
+    let want = 100.0 * IB_EFFICIENCY;
+    assert!((last - want).abs() / want < 0.02, "busbw {last} vs {want}");
+}
+
+fn single_flow(recovery: &str, q: f64, window: u32, cable_ns: u32, timeout: u8) -> f64 {
+    let r = go(&format!(
+        r#"{{"topology":{{"tiers":2,"k":4,"hosts":2,"link_gbps":100,"cable_ns":{cable_ns}}},
+            "link_layer":{{"kind":"lossy","loss":{{"rate":{q},"links":"one"}}}},
+            "transport":{{"recovery":"{recovery}","window":{window},"timeout":{timeout}}},
+            "workload":{{"kind":"flows","flows":[{{"src":0,"dst":1,"bytes":67108864}}]}}}}"#
+    ));
+    if q > 0.0 {
+        assert!(r.totals.drops_corruption > 0);
+        assert!(r.totals.retransmits > 0);
+    }
+    r.makespan_us
+}
+
+#[test]
+fn go_back_n_efficiency_follows_the_textbook_formula() {
+    // A window of W = 16 packets on a 40 µs round trip (window-limited,
+    // the regime the formula describes): efficiency against the lossless
+    // run ≈ (1−q)/(1+(W−1)q).
+    let w = 16.0;
+    let base = single_flow("go_back_n", 0.0, 16, 10_000, 5);
+    for q in [0.001, 0.01] {
+        let eff = base / single_flow("go_back_n", q, 16, 10_000, 5);
+        let want = (1.0 - q) / (1.0 + (w - 1.0) * q);
+        assert!((eff - want).abs() / want < 0.10, "q {q}: {eff} vs {want}");
+    }
+}
+
+#[test]
+fn selective_repeat_loses_only_the_lost_share() {
+    // Line-rate-limited (short path, 256-packet window): efficiency ≈ 1 − q.
+    let base = single_flow("selective_repeat", 0.0, 256, 25, 8);
+    for q in [0.001, 0.01] {
+        let eff = base / single_flow("selective_repeat", q, 256, 25, 8);
+        assert!((eff - (1.0 - q)).abs() < 0.01, "q {q}: {eff}");
+        // Go-back-N on the same path does worse.
+        let gbn = base / single_flow("go_back_n", q, 256, 25, 8);
+        assert!(
+            gbn < eff,
+            "q {q}: go-back-N {gbn} vs selective repeat {eff}"
+        );
+    }
+}
+
+fn incast(extra_ll: &str, transport: &str, with_incast: bool) -> Report {
+    let mut flows = String::new();
+    if with_incast {
+        for s in [2, 4, 5, 6, 7] {
+            flows += &format!(r#"{{"src":{s},"dst":0,"bytes":8000000}},"#);
+        }
+    }
+    go(&format!(
+        r#"{{"topology":{{"tiers":2,"k":4,"link_gbps":100}},
+            "link_layer":{{"kind":"pfc"{extra_ll}}},
+            "transport":{{{transport}}},
+            "workload":{{"kind":"flows","flows":[{flows}{{"src":3,"dst":1,"bytes":2000000}}]}}}}"#
+    ))
+}
+
+fn victim(r: &Report) -> f64 {
+    r.flow_fct_us.last().copied().flatten().unwrap()
+}
+
+#[test]
+fn pfc_incast_spreads_pauses_upstream_and_slows_a_victim() {
+    // Five senders to host 0 (leaf 0); the victim 3 → 1 goes to an idle
+    // port of the same leaf, through the spine→leaf0 links PFC pauses.
+    let alone = incast("", "", false);
+    let r = incast("", "", true);
+    assert_eq!(r.totals.drops_tail + r.totals.drops_headroom, 0, "lossless");
+    assert!(r.totals.pause_frames > 0);
+    let paused = |from: &str| {
+        r.links
+            .iter()
+            .any(|l| l.from.starts_with(from) && l.pause_us > 0.0)
+    };
+    assert!(paused("spine"), "leaf 0 pauses the spines");
+    assert!(paused("leaf"), "the spines pause the other leaves");
+    assert!(paused("host"), "the leaves pause the senders' NICs");
+    assert!(
+        victim(&r) > 2.0 * victim(&alone),
+        "victim {} µs vs {} µs alone",
+        victim(&r),
+        victim(&alone)
+    );
+}
+
+#[test]
+fn dcqcn_removes_most_of_the_pauses() {
+    let pfc = incast("", "", true);
+    let ecn = r#","ecn":{"kmin_bytes":20000,"kmax_bytes":200000,"pmax":0.2}"#;
+    let r = incast(ecn, r#""dcqcn":true,"timeout":14"#, true);
+    assert!(r.totals.cnps > 0 && r.totals.ecn_marked > 0);
+    assert!(
+        r.pause_us_total < pfc.pause_us_total / 20.0,
+        "pauses {} µs with DCQCN vs {} µs without",
+        r.pause_us_total,
+        pfc.pause_us_total
+    );
+    assert!(r.paused_links < pfc.paused_links);
+}
+
+#[test]
+fn ib_credits_never_drop_under_incast() {
+    let r = go(r#"{"topology":{"tiers":2,"k":4,"link_gbps":100},
+        "link_layer":{"kind":"ib_credit","credit_bytes":65536},
+        "workload":{"kind":"flows","flows":[
+          {"src":2,"dst":0,"bytes":4000000},{"src":4,"dst":0,"bytes":4000000},
+          {"src":6,"dst":0,"bytes":4000000},{"src":7,"dst":0,"bytes":4000000}]}}"#);
+    let t = &r.totals;
+    assert_eq!(t.drops_tail + t.drops_headroom + t.drops_corruption, 0);
+    assert_eq!(t.retransmits, 0);
+    // Host 0's down-link is the bottleneck: 16 MB at 100 Gb/s ≈ 1.3 ms.
+    assert!(
+        r.makespan_us > 1280.0 && r.makespan_us < 1400.0,
+        "{}",
+        r.makespan_us
+    );
+    // Credits bound every queue to what the upstream was granted.
+    assert!(
+        r.max_queue_bytes <= 4 * 65536 + 4200,
+        "{}",
+        r.max_queue_bytes
+    );
+}
+
+#[test]
+fn lossy_incast_tail_drops_and_the_engine_recovers() {
+    let r = go(r#"{"topology":{"tiers":2,"k":4,"link_gbps":100},
+        "link_layer":{"kind":"lossy","port_queue_bytes":100000},
+        "transport":{"recovery":"selective_repeat","timeout":10},
+        "workload":{"kind":"flows","flows":[
+          {"src":2,"dst":0,"bytes":2000000},{"src":4,"dst":0,"bytes":2000000},
+          {"src":6,"dst":0,"bytes":2000000}]}}"#);
+    assert!(r.totals.drops_tail > 0);
+    assert!(r.totals.retransmits > 0);
+}
+
+#[test]
+fn same_seed_same_run_other_seed_other_ecmp() {
+    let json = |seed: u64| {
+        format!(
+            r#"{{"seed":{seed},"topology":{{"tiers":3,"k":4,"link_gbps":100}},
+                "link_layer":{{"kind":"lossy","loss":{{"rate":0.001}}}},
+                "transport":{{"recovery":"selective_repeat"}},
+                "workload":{{"kind":"permutation","bytes":500000}}}}"#
+        )
+    };
+    let a = go(&json(3));
+    let b = go(&json(3));
+    assert_eq!(a.totals.events, b.totals.events);
+    assert_eq!(a.makespan_us, b.makespan_us);
+    assert_eq!(a.totals.retransmits, b.totals.retransmits);
+    let c = go(&json(4));
+    assert_ne!(
+        (a.totals.events, a.makespan_us),
+        (c.totals.events, c.makespan_us)
+    );
+}
+
+#[test]
+fn training_cost_is_idle_share_times_gpus_times_price() {
+    let r = go(r#"{"topology":{"tiers":2,"k":4,"link_gbps":100},
+        "link_layer":{"kind":"ib_credit"},
+        "workload":{"kind":"training","steps":3,"compute_us":500,"gradient_bytes":4000000},
+        "cost":{"gpu_hour_usd":2.0,"gpus":1024}}"#);
+    let c = r.cost.unwrap();
+    assert_eq!(r.step_us.len(), 3);
+    assert!(c.step_us > 500.0);
+    let idle = (c.step_us - 500.0) / c.step_us;
+    assert!((c.idle_fraction - idle).abs() < 1e-9);
+    assert!((c.idle_usd_per_week - 1024.0 * 2.0 * 168.0 * idle).abs() < 1e-6);
+    // 8 hosts, 4 MB ring at 100 Gb/s: ≈ 2·7/8·4 MB / 12.4 GB/s ≈ 570 µs.
+    let comm = c.step_us - 500.0;
+    assert!(comm > 500.0 && comm < 800.0, "{comm}");
+}
+
+#[test]
+fn bad_scenarios_are_refused_with_a_reason() {
+    for (bad, why) in [
+        (
+            r#"{"topology":{"tiers":4,"k":4,"link_gbps":100},"workload":{"kind":"permutation","bytes":1}}"#,
+            "tiers",
+        ),
+        (
+            r#"{"topology":{"tiers":2,"k":5,"link_gbps":100},"workload":{"kind":"permutation","bytes":1}}"#,
+            "k must",
+        ),
+        (
+            r#"{"topology":{"tiers":2,"k":4,"link_gbps":100},"workload":{"kind":"permutation","bytes":0}}"#,
+            "bytes",
+        ),
+        (
+            r#"{"topology":{"tiers":2,"k":4,"link_gbps":100,"typo":1},"workload":{"kind":"permutation","bytes":1}}"#,
+            "unknown field",
+        ),
+        (
+            r#"{"topology":{"tiers":2,"k":4,"link_gbps":100},"link_layer":{"loss":{"rate":1.5}},"workload":{"kind":"permutation","bytes":1}}"#,
+            "loss",
+        ),
+    ] {
+        let e = Scenario::from_json(bad).unwrap_err();
+        assert!(e.contains(why), "{e}");
+    }
+    let s = scenario(
+        r#"{"topology":{"tiers":2,"k":4,"link_gbps":100},
+        "workload":{"kind":"flows","flows":[{"src":0,"dst":99,"bytes":1}]}}"#,
+    );
+    assert!(run(&s).unwrap_err().contains("no such pair"));
+}
+
+#[test]
+fn every_message_completes_under_one_percent_loss_with_go_back_n() {
+    // Losses on every link: sequence NAKs, lost retransmissions and local
+    // ACK timeouts (a timer armed by a packet the NIC pulled must fire).
+    let r = go(r#"{"topology":{"tiers":2,"k":4,"link_gbps":400},
+        "link_layer":{"kind":"pfc","loss":{"rate":0.01}},
+        "transport":{"recovery":"go_back_n","timeout":6},
+        "workload":{"kind":"all_reduce","algorithm":"halving_doubling","bytes":4194304}}"#);
+    assert!(r.totals.timeouts > 0, "{}", r.summary());
+    assert!(r.totals.seq_naks > 0);
+    assert!(r.incomplete.is_empty());
+}
