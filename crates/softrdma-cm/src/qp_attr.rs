@@ -72,8 +72,12 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
                 State::RepSent | State::MraRepRcvd | State::Established
             );
             let requested = matches!(c.state, State::ReqRcvd | State::MraReqSent);
-            // RTR needs our own starting PSN, which the accept sets.
-            accepted || (requested && target == QpState::Init)
+            // As Linux's CM, RTR is offered from the REQ on (a consumer
+            // reads the path and the peer's QP there: UCX takes the
+            // peer's GID from it before it accepts); its rq_psn, our own
+            // starting PSN, is only known once the accept sets it (0
+            // before). RTS waits for the accept.
+            accepted || (requested && target != QpState::Rts)
         };
         if !known {
             return Err(Error::BadState {

@@ -137,6 +137,40 @@ impl DeviceCm {
         Ok(conn)
     }
 
+    /// Starts connecting for a consumer that moves its own QP (rdma_cm's
+    /// ids without a QP, as UCX uses them): `p` names the QP and PSN the
+    /// REQ carries, and no QP moves; `Event::ConnectResponse` brings the
+    /// REP, and [`Self::establish`] sends the RTU.
+    pub fn connect_qpless(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        p: &ConnectParams,
+    ) -> Result<ConnId, CmError> {
+        let p = ConnectParams {
+            confirm_rep: true,
+            ..p.clone()
+        };
+        Ok(self.agent.connect(cm_now(now), self.peer(peer), &p)?)
+    }
+
+    /// Accepts the connection request `conn` for a consumer that moves its
+    /// own QP: the REP names `p`'s QP and PSN, and no QP moves.
+    pub fn accept_qpless(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        p: &AcceptParams,
+    ) -> Result<(), CmError> {
+        Ok(self.agent.accept(cm_now(now), conn, p)?)
+    }
+
+    /// Confirms a connection held at `Event::ConnectResponse` (one made
+    /// with [`Self::connect_qpless`]): the RTU leaves.
+    pub fn establish(&mut self, conn: ConnId) -> Result<(), CmError> {
+        Ok(self.agent.establish(conn)?)
+    }
+
     /// Accepts the connection request `conn` on QP `qpn`: the QP goes to RTR
     /// and RTS with the REQ's numbers, then the REP leaves.
     pub fn accept(

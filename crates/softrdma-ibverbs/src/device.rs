@@ -674,12 +674,24 @@ pub unsafe extern "C" fn ibv_get_async_event(
         let fd = c.dev.async_fd();
         loop {
             // The fd is drained before the queue is looked at, so an event
-            // queued (and signalled) after the look is never missed.
+            // queued (and signalled) after the look is never missed; in
+            // blocking mode too, or a program that polls the fd (UCX's
+            // async thread) would find it readable again after taking the
+            // last event, call again and block for good.
             let nonblocking = ffi::is_nonblocking(fd);
-            if nonblocking {
+            if nonblocking || ffi::wait_readable(fd, 0) {
                 ffi::drain_eventfd(fd);
             }
             if let Some(ev) = next_async_event(c) {
+                // More waiting: the fd stays readable, as the kernel's does
+                // while events are queued.
+                if let Some(more) = next_async_event(c) {
+                    c.pending_events
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push_front(more);
+                    ffi::signal_eventfd(fd);
+                }
                 // SAFETY: event is writable.
                 unsafe { event.write(ev) };
                 return 0;

@@ -88,3 +88,10 @@ pub fn drain_eventfd(fd: c_int) {
     // SAFETY: reads at most 8 bytes into a live u64.
     let _ = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
+
+/// Adds one to an eventfd's counter (makes it readable).
+pub fn signal_eventfd(fd: c_int) {
+    let v = 1u64;
+    // SAFETY: writes 8 bytes from a live u64.
+    let _ = unsafe { libc::write(fd, (&v as *const u64).cast(), 8) };
+}

@@ -147,17 +147,58 @@ impl Cm {
     /// now and to RTS when the peer accepts; [`CmEvent::Established`] or a
     /// failure follows.
     pub fn connect(&self, qp: &Qp, dst: SocketAddr, p: &ConnParam) -> Result<ConnId> {
+        let ep = qp.endpoint();
+        let (peer, params) = self.rc_request(ep.qpn.raw(), ep.psn, dst, p)?;
+        let qpn = ep.qpn;
+        self.command(|cm, e, now| {
+            cm.connect(e, now, peer, qpn, &params)
+                .map_err(command_error)
+        })
+    }
+
+    /// Connects without a QP of softrdma's moving, as rdma_cm's ids
+    /// without a QP do (UCX's rdmacm transport): the REQ names QP `qpn`
+    /// and starting PSN `psn`, [`CmEvent::ConnectResponse`] brings the
+    /// REP, and the caller moves its QPs itself, then confirms with
+    /// [`Cm::establish`] (the RTU; the passive side then sees
+    /// [`CmEvent::Established`]).
+    pub fn connect_qpless(
+        &self,
+        qpn: u32,
+        psn: u32,
+        dst: SocketAddr,
+        p: &ConnParam,
+    ) -> Result<ConnId> {
+        let (peer, params) = self.rc_request(qpn, psn, dst, p)?;
+        self.command(|cm, _, now| cm.connect_qpless(now, peer, &params).map_err(command_error))
+    }
+
+    /// Sends the RTU of a connection made with [`Cm::connect_qpless`] once
+    /// its [`CmEvent::ConnectResponse`] came (`rdma_establish`); an error
+    /// for any other connection, or before that.
+    pub fn establish(&self, conn: ConnId) -> Result<()> {
+        self.command(|cm, _, _| cm.establish(conn).map_err(command_error))
+    }
+
+    /// The REQ's parameters for an RC connection from QP `qpn` (starting
+    /// PSN `psn`) to the listener at `dst`, and the peer's CM address.
+    fn rc_request(
+        &self,
+        qpn: u32,
+        psn: u32,
+        dst: SocketAddr,
+        p: &ConnParam,
+    ) -> Result<(SocketAddr, softrdma_cm::ConnectParams)> {
         p.check()?;
         let dev = &self.ctx.dev;
-        let ep = qp.endpoint();
         // The CMA header's source port names the active side's id.
-        let src = SocketAddr::new(dev.addr.ip(), 0x8000 | (ep.qpn.raw() & 0x7FFF) as u16);
+        let src = SocketAddr::new(dev.addr.ip(), 0x8000 | (qpn & 0x7FFF) as u16);
         let mut params = connect_params(
             PortSpace::Tcp,
             src,
             dst,
-            ep.qpn.raw(),
-            softrdma_wire::Psn::new(ep.psn),
+            qpn,
+            softrdma_wire::Psn::new(psn),
             &softrdma_cm::rdma_cm::ConnParam {
                 private_data: p.private_data.clone(),
                 responder_resources: p.responder_resources,
@@ -172,32 +213,27 @@ impl Cm {
         params.remote_cm_response_timeout = p.cm_response_timeout;
         params.local_cm_response_timeout = p.cm_response_timeout;
         params.max_cm_retries = p.max_cm_retries;
-        let peer = SocketAddr::new(dst.ip(), dev.addr.port());
-        let qpn = ep.qpn;
-        self.command(|cm, e, now| {
-            cm.connect(e, now, peer, qpn, &params)
-                .map_err(command_error)
-        })
+        Ok((SocketAddr::new(dst.ip(), dev.addr.port()), params))
     }
 
     /// Accepts connection request `conn` on `qp` (RC, in RESET): the QP
     /// goes to RTS with the request's numbers and the REP leaves.
     pub fn accept(&self, conn: ConnId, qp: &Qp, p: &ConnParam) -> Result<()> {
-        p.check()?;
         let ep = qp.endpoint();
-        let params = softrdma_cm::AcceptParams {
-            qpn: ep.qpn.raw(),
-            starting_psn: softrdma_wire::Psn::new(ep.psn),
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            rnr_retry_count: p.rnr_retry_count,
-            private_data: p.private_data.clone(),
-            ..softrdma_cm::AcceptParams::default()
-        };
+        let params = accept_params(ep.qpn.raw(), ep.psn, p)?;
         self.command(|cm, e, now| {
             cm.accept(e, now, conn, ep.qpn, &params)
                 .map_err(command_error)
         })
+    }
+
+    /// Accepts connection request `conn` without a QP of softrdma's
+    /// moving (the counterpart of [`Cm::connect_qpless`]): the REP names
+    /// QP `qpn` and starting PSN `psn`; [`CmEvent::Established`] follows
+    /// the peer's RTU.
+    pub fn accept_qpless(&self, conn: ConnId, qpn: u32, psn: u32, p: &ConnParam) -> Result<()> {
+        let params = accept_params(qpn, psn, p)?;
+        self.command(|cm, _, now| cm.accept_qpless(now, conn, &params).map_err(command_error))
     }
 
     /// Asks the listener at `dst` (its IP address and rdma_cm port) in the
@@ -322,6 +358,20 @@ impl Cm {
     ) -> Result<R> {
         self.ctx.dev.cm_command(f).ok_or_else(no_cm)?
     }
+}
+
+/// The REP's parameters for QP `qpn` with starting PSN `psn`.
+fn accept_params(qpn: u32, psn: u32, p: &ConnParam) -> Result<softrdma_cm::AcceptParams> {
+    p.check()?;
+    Ok(softrdma_cm::AcceptParams {
+        qpn,
+        starting_psn: softrdma_wire::Psn::new(psn),
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        rnr_retry_count: p.rnr_retry_count,
+        private_data: p.private_data.clone(),
+        ..softrdma_cm::AcceptParams::default()
+    })
 }
 
 fn cm_error(e: softrdma_cm::Error) -> Error {

@@ -17,6 +17,7 @@ use crate::abi::{
 pub const RDMA_CM_EVENT_ADDR_RESOLVED: c_uint = 0;
 pub const RDMA_CM_EVENT_ROUTE_RESOLVED: c_uint = 2;
 pub const RDMA_CM_EVENT_CONNECT_REQUEST: c_uint = 4;
+pub const RDMA_CM_EVENT_CONNECT_RESPONSE: c_uint = 5;
 pub const RDMA_CM_EVENT_UNREACHABLE: c_uint = 7;
 pub const RDMA_CM_EVENT_REJECTED: c_uint = 8;
 pub const RDMA_CM_EVENT_ESTABLISHED: c_uint = 9;

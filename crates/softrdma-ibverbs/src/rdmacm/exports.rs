@@ -442,11 +442,14 @@ unsafe fn connect(id: &mut Id, param: *const rdma_conn_param) -> R {
         let conn = match id.c.ps {
             // SIDR: which UD QP serves the port (no QP of ours moves).
             RDMA_PS_UDP => cm.resolve_ud(dst, &p),
-            RDMA_PS_TCP => {
-                // SAFETY: the id's QP is NULL or live.
-                let qp = unsafe { super::qp::soft_qp(id) }.ok_or(libc::EINVAL)?;
-                cm.connect(qp, dst, &p)
-            }
+            // SAFETY: the id's QP is NULL or live.
+            RDMA_PS_TCP => match unsafe { super::qp::soft_qp(id) } {
+                Some(qp) => cm.connect(qp, dst, &p),
+                // No QP: the caller's QP number, a PSN of ours (as the
+                // kernel picks one), CONNECT_RESPONSE, then rdma_establish.
+                // SAFETY: per the contract.
+                None => cm.connect_qpless(unsafe { qpless_qpn(id, param) }?, new_psn(), dst, &p),
+            },
             // The IB port space (AF_IB addressing) is not offered.
             _ => return Err(libc::ENOSYS),
         }
@@ -617,8 +620,9 @@ unsafe fn accept(id: &mut Id, param: *const rdma_conn_param) -> R {
         )
     };
     // SAFETY: the id's QP is NULL or live.
-    let qp = unsafe { super::qp::soft_qp(id) }.ok_or(libc::EINVAL)?;
+    let qp = unsafe { super::qp::soft_qp(id) };
     if id.c.ps == RDMA_PS_UDP {
+        let qp = qp.ok_or(libc::EINVAL)?;
         // Only the private data counts for UD; librdmacm checks no depths.
         // SAFETY: per the contract.
         let p = unsafe { super::conn_param(param, ConnParam::default(), u8::MAX, u8::MAX) }?;
@@ -639,8 +643,38 @@ unsafe fn accept(id: &mut Id, param: *const rdma_conn_param) -> R {
     };
     // SAFETY: per the contract.
     let p = unsafe { super::conn_param(param, defaults, max_resp, max_init) }?;
-    ctx.dev.cm().accept(conn, qp, &p).map_err(|e| e.errno())?;
+    let cm = ctx.dev.cm();
+    match qp {
+        Some(qp) => cm.accept(conn, qp, &p),
+        // SAFETY: per the contract.
+        None => cm.accept_qpless(conn, unsafe { qpless_qpn(id, param) }?, new_psn(), &p),
+    }
+    .map_err(|e| e.errno())?;
     complete(id)
+}
+
+/// The QP number an id without a QP connects or accepts for: the
+/// caller's `qp_num` (librdmacm's QP-less ids; EINVAL without one).
+///
+/// # Safety
+/// `param` is NULL or readable.
+unsafe fn qpless_qpn(id: &Id, param: *const rdma_conn_param) -> Result<u32, c_int> {
+    // SAFETY: per the contract.
+    let qpn = unsafe { param.as_ref() }.map_or(0, |p| p.qp_num & 0xFF_FFFF);
+    if qpn == 0 || id.c.qp_type != IBV_QPT_RC {
+        return Err(libc::EINVAL);
+    }
+    Ok(qpn)
+}
+
+/// A starting PSN for a QP-less connection (24 bits, from the OS's
+/// random source; the caller reads it back with rdma_init_qp_attr).
+fn new_psn() -> u32 {
+    let mut b = [0u8; 4];
+    if getrandom::fill(&mut b).is_err() {
+        b = (std::process::id() ^ 0x5a5a_5a5a).to_le_bytes();
+    }
+    u32::from_le_bytes(b) & 0xFF_FFFF
 }
 
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_reject(

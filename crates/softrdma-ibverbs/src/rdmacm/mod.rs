@@ -321,6 +321,14 @@ fn route(ctx: &'static Ctx, ev: CmEvent<SocketAddr>) {
 fn conn_event(ev: CmEvent<SocketAddr>) -> Option<(ConnId, u32, c_int, Vec<u8>)> {
     Some(match ev {
         CmEvent::Established { conn } => (conn, RDMA_CM_EVENT_ESTABLISHED, 0, Vec::new()),
+        // Only an id without a QP sees the REP (one with a QP is moved
+        // to RTS and established by the device).
+        CmEvent::ConnectResponse { conn, rep } => (
+            conn,
+            RDMA_CM_EVENT_CONNECT_RESPONSE,
+            0,
+            rep.private_data.to_vec(),
+        ),
         CmEvent::Rejected {
             conn,
             reason,

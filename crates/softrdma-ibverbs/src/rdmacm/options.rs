@@ -249,13 +249,20 @@ fn init_qp_attr(id: &mut Id, a: &mut ibv_qp_attr, m: &mut c_int) -> Result<(), c
 
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_establish(id: *mut rdma_cm_id) -> c_int {
     guard(-1, || {
-        if Id::live(id).is_none() {
+        let Some(idr) = Id::live(id) else {
             return ret(Err(libc::EINVAL));
-        }
-        // As librdmacm: an id with a QP is established by the library
-        // (EINVAL). One without a QP would wait at CONNECT_RESPONSE for
-        // this call, but rdma_connect on such an id is not offered (it
-        // fails with ENOSYS), so no connection is ever waiting for it.
-        ret(Err(libc::EINVAL))
+        };
+        // An id without a QP waits at CONNECT_RESPONSE for this call (the
+        // RTU); any other id is EINVAL, as librdmacm's: one with a QP is
+        // established by the library.
+        let r = (|| {
+            let ctx = idr.ctx().ok_or(libc::EINVAL)?;
+            let conn = idr.state().conn.ok_or(libc::EINVAL)?;
+            if !idr.c.qp.is_null() {
+                return Err(libc::EINVAL);
+            }
+            ctx.dev.cm().establish(conn).map_err(|_| libc::EINVAL)
+        })();
+        ret(r)
     })
 }
