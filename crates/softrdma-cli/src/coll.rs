@@ -263,7 +263,10 @@ fn plot(
     Ok(())
 }
 
-fn compare_series(args: &Args) -> Result<Vec<(String, Vec<(f64, f64)>)>, String> {
+/// Labelled (size, busbw) curves.
+type Series = Vec<(String, Vec<(f64, f64)>)>;
+
+fn compare_series(args: &Args) -> Result<Series, String> {
     args.compare
         .iter()
         .map(|c| {
