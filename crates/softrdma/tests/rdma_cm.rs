@@ -388,9 +388,15 @@ fn rep_private_data_and_qp_attributes_after_the_exchange() {
     else {
         unreachable!()
     };
+    // As Linux's CM: RTR (the path, the peer's QP) is offered from the
+    // REQ on; RTS waits for the accept.
     assert!(
-        cmb.init_qp_attr(cb, CmQpState::Rtr).is_err(),
+        cmb.init_qp_attr(cb, CmQpState::Rtr).is_ok(),
         "RTR before accepting"
+    );
+    assert!(
+        cmb.init_qp_attr(cb, CmQpState::Rts).is_err(),
+        "RTS before accepting"
     );
     let reply = ConnParam {
         private_data: b"rep data".to_vec(),
