@@ -575,11 +575,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             let fd = ch.ibv.fd;
             loop {
                 let nonblocking = ffi::is_nonblocking(fd);
-                if nonblocking {
-                    // Drain before looking: a later event signals again.
-                    ffi::drain_eventfd(fd);
-                }
-                while let Some(h) = soft.try_get_event() {
+                // The fd stays readable while events pend: a program that
+                // polls it takes one event per readable poll.
+                while let Some(h) = soft.take_event() {
                     // An event of a CQ destroyed since is dropped.
                     let Some(cq) = c.lookup(|o| o.cqs.get(&h.raw()).copied()) else {
                         continue;
@@ -597,9 +595,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 }
                 // The waiting thread runs the device's progress itself,
                 // so the completion wakes it directly.
-                if soft.wait(Some(std::time::Duration::from_millis(100))) {
-                    ffi::drain_eventfd(fd);
-                }
+                soft.wait(Some(std::time::Duration::from_millis(100)));
             }
         }
     })

@@ -836,7 +836,7 @@ impl Device {
                         break true;
                     }
                     // Readable with no event (taken since, by another
-                    // thread or `try_get_event`): clear it, under the
+                    // thread or `CompChannel::take_event`): clear it, under the
                     // queue's lock as `CompChannel::get_event` does, or
                     // this wait would not sleep.
                     if signalled {

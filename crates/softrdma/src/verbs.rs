@@ -1367,19 +1367,10 @@ impl CompChannel {
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CqHandle> {
         let start = std::time::Instant::now();
         loop {
-            {
-                // The fd is readable exactly while events are pending (as
-                // ibverbs'), so a poll/epoll loop on it does not spin: clear
-                // it when the queue is (or becomes) empty. Under the queue's
-                // lock, as progress pushes under it and signals after.
-                let mut ready = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner());
-                let cq = ready.pop_front();
-                if ready.is_empty() {
-                    self.shared.fd.drain();
-                }
-                if let Some(cq) = cq {
-                    return Ok(cq);
-                }
+            // The fd is readable exactly while events are pending (as
+            // ibverbs'), so a poll/epoll loop on it does not spin.
+            if let Some(cq) = self.take_event() {
+                return Ok(cq);
             }
             let left = match timeout {
                 Some(t) => match t.checked_sub(start.elapsed()) {
@@ -1404,17 +1395,23 @@ impl CompChannel {
         self.ctx.dev.wait_channel(&self.shared, timeout)
     }
 
-    /// The CQ handle ([`Cq::handle`]) of the oldest pending event, if
-    /// any: no wait, no progress, and the fd is left as it is. For a
-    /// program that waits on [`CompChannel::fd`] itself (the C library
-    /// does, honouring the application's O_NONBLOCK): drain the fd
-    /// before calling this, and an event that comes after signals again.
-    pub fn try_get_event(&self) -> Option<CqHandle> {
-        self.shared
-            .ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+    /// Takes the oldest pending event, if any (its CQ handle, [`Cq::handle`]):
+    /// no wait, no progress. The fd stays readable while more events
+    /// pend and is cleared when none does, as [`CompChannel::get_event`]
+    /// keeps it — like ibverbs' channel fd, which a program may `poll`
+    /// between calls (Gloo does, in O_NONBLOCK mode: one event per
+    /// readable poll, so an fd cleared with events left would leave
+    /// those CQs unserved for good). For a program that waits on
+    /// [`CompChannel::fd`] itself; the C library's `ibv_get_cq_event`.
+    pub fn take_event(&self) -> Option<CqHandle> {
+        // Under the queue's lock, as progress pushes under it and signals
+        // after: an event pushed after the drain signals again.
+        let mut ready = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let cq = ready.pop_front();
+        if ready.is_empty() {
+            self.shared.fd.drain();
+        }
+        cq
     }
 }
 

@@ -423,3 +423,63 @@ fn connect_goes_in_steps_and_takes_receives_posted_in_init() {
         .unwrap();
     assert_eq!(fresh.state(), QpState::Init);
 }
+
+/// Whether `fd` is readable right now.
+fn readable(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
+/// Two CQs on one channel, both with an event pending: the channel's fd
+/// stays readable until the last event is taken, as ibverbs' does. A
+/// program that polls the fd and takes one event per readable poll (Gloo's
+/// device thread, in O_NONBLOCK mode) would otherwise never hear of the
+/// second CQ again.
+#[test]
+fn a_channel_fd_stays_readable_while_events_pend() {
+    let (a, b) = (device(Transport::Udp), device(Transport::Udp));
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let ca = a.create_cq(16).unwrap();
+    let channel = b.create_comp_channel().unwrap();
+    let cb1 = b.create_cq_with_channel(16, &channel).unwrap();
+    let cb2 = b.create_cq_with_channel(16, &channel).unwrap();
+    let (ma, mb) = (
+        pa.alloc_mr(4096, all()).unwrap(),
+        pb.alloc_mr(4096, all()).unwrap(),
+    );
+    let qa1 = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
+    let qa2 = pa.create_qp(QpType::Rc, &ca, &ca).build().unwrap();
+    let qb1 = pb.create_qp(QpType::Rc, &cb1, &cb1).build().unwrap();
+    let qb2 = pb.create_qp(QpType::Rc, &cb2, &cb2).build().unwrap();
+    connect(&qa1, &qb1);
+    connect(&qa2, &qb2);
+    cb1.req_notify(false).unwrap();
+    cb2.req_notify(false).unwrap();
+    qb1.post_recv(&recv(1, mb.sge(0, 64))).unwrap();
+    qb2.post_recv(&recv(2, mb.sge(64, 64))).unwrap();
+    send(&qa1, &ma, 11, 0, 8);
+    send(&qa2, &ma, 12, 0, 8);
+    // Both completions in, so both events raised (both CQs were armed).
+    assert_eq!(cb1.wait_ok(T).unwrap().wr_id, 1);
+    assert_eq!(cb2.wait_ok(T).unwrap().wr_id, 2);
+
+    assert!(readable(channel.fd()), "two events pend");
+    let first = channel.take_event().expect("the first event");
+    assert!(
+        readable(channel.fd()),
+        "one event still pends: the fd must stay readable"
+    );
+    let second = channel.take_event().expect("the second event");
+    let mut got = [first.raw(), second.raw()];
+    got.sort_unstable();
+    let mut want = [cb1.handle().raw(), cb2.handle().raw()];
+    want.sort_unstable();
+    assert_eq!(got, want, "one event per CQ");
+    assert!(!readable(channel.fd()), "no event left: the fd is cleared");
+    assert!(channel.take_event().is_none());
+}

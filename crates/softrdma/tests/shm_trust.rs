@@ -471,8 +471,11 @@ fn uid_victim() {
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("dev-"))
+            // Not its lock file (dev-*.lock), which the directory may list first.
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with("dev-") && n.ends_with(".sock")
+            })
         })
         .expect("the device's socket");
     chmod(&run, 0o711);

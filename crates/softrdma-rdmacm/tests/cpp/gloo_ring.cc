@@ -4,6 +4,7 @@
 // element i; every element is checked on every rank. Prints
 // "gloo_ring: ok rank=R size=N" and exits 0 only when all are right.
 #include <gloo/allreduce_ring.h>
+#include <gloo/barrier_all_to_all.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/ibverbs/device.h>
@@ -35,8 +36,24 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < n; i++)
     data[i] = float((rank + 1) * int(i % 1000) + rank);
   std::vector<float *> ptrs{data.data()};
-  gloo::AllreduceRing<float> allreduce(ctx, ptrs, int(n));
-  allreduce.run();
+  // The barrier is made before the allreduce (buffers of its own slot) and
+  // run after it, while the allreduce still lives. Debian's Gloo
+  // (2022-05) asserts in ~Buffer that every send of the buffer has
+  // completed, but no algorithm waits for its last send (AllreduceRing's
+  // last notification WRITE): whether its completion was polled in time is
+  // a race with the peer's ACK, which hardware's microseconds win and a
+  // software RDMA's round trip, through threads that sleep, loses. Gloo
+  // upstream turned the assertion into a warning (pytorch/gloo#437). The
+  // barrier's messages come from every peer after its ACK of that WRITE on
+  // the same QP, so the completion is polled before the barrier returns.
+  // The barrier, whose own last sends nothing waits for, is left to the
+  // exit instead of its destructor.
+  auto *barrier = new gloo::BarrierAllToAll(ctx);
+  {
+    gloo::AllreduceRing<float> allreduce(ctx, ptrs, int(n));
+    allreduce.run();
+    barrier->run();
+  }
 
   const int a = size * (size + 1) / 2, b = size * (size - 1) / 2;
   for (size_t i = 0; i < n; i++) {
