@@ -840,7 +840,7 @@ impl Device {
                     // queue's lock as `CompChannel::get_event` does, or
                     // this wait would not sleep.
                     if signalled {
-                        ch.fd.drain();
+                        ch.fd.drain_shared();
                     }
                 }
                 if now.0 < spin_end {

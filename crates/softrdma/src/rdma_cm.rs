@@ -320,7 +320,7 @@ impl Cm {
                 Some(left.min(Duration::from_millis(1))),
             );
             if ready {
-                dev.cm_fd.drain();
+                dev.cm_fd.drain_shared();
             }
         }
     }

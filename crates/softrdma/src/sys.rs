@@ -32,8 +32,22 @@ impl EventFd {
         let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
-    /// Reads and clears the counter; 0 if it was zero (non-blocking fds) —
-    /// blocks until non-zero for blocking fds.
+    /// Reads and clears the counter of an fd that applications also hold
+    /// (a completion channel's, the CM's); 0 if it was zero. Never blocks,
+    /// though the application may have made the fd blocking (`fcntl` acts
+    /// on the shared file description, and ibverbs programs switch their
+    /// channel fd between modes): there a read of a zero counter would wait
+    /// for good, under the channel's event-queue lock. Costs a `poll` more
+    /// than [`EventFd::drain`].
+    pub fn drain_shared(&self) -> u64 {
+        if !wait_readable([self.0.as_raw_fd()], Some(Duration::ZERO))[0] {
+            return 0;
+        }
+        self.drain()
+    }
+
+    /// Reads and clears the counter of an fd only softrdma holds (always
+    /// non-blocking: made with `new(true)`); 0 if it was zero.
     pub fn drain(&self) -> u64 {
         let mut v: u64 = 0;
         // SAFETY: reads at most 8 bytes into a valid u64 we own.

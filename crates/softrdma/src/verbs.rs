@@ -1409,7 +1409,7 @@ impl CompChannel {
         let mut ready = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner());
         let cq = ready.pop_front();
         if ready.is_empty() {
-            self.shared.fd.drain();
+            self.shared.fd.drain_shared();
         }
         cq
     }

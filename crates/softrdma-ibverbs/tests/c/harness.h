@@ -4,7 +4,8 @@
  * program's exit status is its number of failures), one device "side"
  * (context, PD, CQ, a 64 KiB region with every access), and the moves of
  * an RC QP from RESET to RTS. A program that uses small_qp defines
- * QP_WR and INLINE_MAX (its queue sizes) before including this file.
+ * QP_WR and INLINE_MAX (its queue sizes) before including this file, and
+ * may define SIDE_MR_ACCESS (the region's access flags).
  */
 #ifndef SOFTRDMA_TEST_HARNESS_H
 #define SOFTRDMA_TEST_HARNESS_H
@@ -44,6 +45,11 @@ static int failures;
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                    \
 	 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
+/* The access of a side's region; a program may define its own first. */
+#ifndef SIDE_MR_ACCESS
+#define SIDE_MR_ACCESS ALL_ACCESS
+#endif
+
 
 struct side {
 	struct ibv_context *ctx;
@@ -78,7 +84,7 @@ static inline void open_side(struct ibv_device *dev, struct side *s)
 		DIE("ibv_create_cq");
 	s->buf = aligned_alloc(4096, 65536);
 	memset(s->buf, 0, 65536);
-	s->mr = ibv_reg_mr(s->pd, s->buf, 65536, ALL_ACCESS);
+	s->mr = ibv_reg_mr(s->pd, s->buf, 65536, SIDE_MR_ACCESS);
 	if (!s->mr)
 		DIE("ibv_reg_mr");
 	if (ibv_query_gid(s->ctx, 1, 0, &s->gid))
