@@ -444,6 +444,29 @@ impl Net {
         }
     }
 
+    /// Waits up to `wait` for bytes from `peer` without failing the
+    /// transport when none come (the service's idle poll): true when some
+    /// have arrived.
+    pub fn wait_data(&mut self, peer: usize, wait: Duration) -> Result<bool, Error> {
+        self.check()?;
+        self.link(peer)?;
+        let start = Instant::now();
+        let mut idle = 0u32;
+        loop {
+            if !self.links[peer].as_ref().expect("checked").inbox.is_empty() {
+                return Ok(true);
+            }
+            if self.progress()? {
+                idle = 0;
+                continue;
+            }
+            if start.elapsed() > wait {
+                return Ok(false);
+            }
+            idle = backoff(idle, self.spin);
+        }
+    }
+
     /// Waits until every queued byte has been posted.
     pub fn flush(&mut self) -> Result<(), Error> {
         self.check()?;
