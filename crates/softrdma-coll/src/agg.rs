@@ -207,9 +207,20 @@ impl AggLink {
             seq: self.seq,
             count: src.len() as u64,
         };
-        self.net.send(1, &h.encode())?;
         let pb = self.net.chunk;
         let (src, out) = (as_bytes(src), as_bytes_mut(out));
+        if HDR + src.len() <= pb {
+            // Small: header and vector in one slot (one WRITE pair, not two).
+            let mut one = [0u8; 4096];
+            if HDR + src.len() <= one.len() {
+                one[..HDR].copy_from_slice(&h.encode());
+                one[HDR..HDR + src.len()].copy_from_slice(src);
+                self.net.send(1, &one[..HDR + src.len()])?;
+                self.net.recv(1, out)?;
+                return self.net.flush();
+            }
+        }
+        self.net.send(1, &h.encode())?;
         let ahead = self.net.depth.max(1);
         let n = src.len().div_ceil(pb);
         let mut got = 0;

@@ -50,13 +50,17 @@ struct Service {
 
 impl Service {
     fn start(dev: DeviceConfig, timeout: Duration) -> Service {
+        Self::start_spin(dev, timeout, 16)
+    }
+
+    fn start_spin(dev: DeviceConfig, timeout: Duration, spin: u32) -> Service {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let cfg = AggdConfig {
             device: dev,
             timeout,
-            spin: 16,
+            spin,
             verbose: true,
         };
         let s = stop.clone();
@@ -328,3 +332,4 @@ fn a_killed_rank_gives_the_others_an_error_not_a_hang() {
     }
     assert!(t.elapsed() < Duration::from_secs(40), "took {:?}", t.elapsed());
 }
+
