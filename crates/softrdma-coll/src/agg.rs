@@ -71,8 +71,14 @@ impl OpHeader {
     fn encode(&self) -> [u8; HDR] {
         let mut b = [0u8; HDR];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        b[4] = DataType::ALL.iter().position(|d| *d == self.dtype).unwrap_or(0) as u8;
-        b[5] = ReduceOp::ALL.iter().position(|o| *o == self.op).unwrap_or(0) as u8;
+        b[4] = DataType::ALL
+            .iter()
+            .position(|d| *d == self.dtype)
+            .unwrap_or(0) as u8;
+        b[5] = ReduceOp::ALL
+            .iter()
+            .position(|o| *o == self.op)
+            .unwrap_or(0) as u8;
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
         b[16..24].copy_from_slice(&self.count.to_le_bytes());
         b
@@ -157,7 +163,9 @@ impl AggLink {
             .map_err(|e| Error::Bootstrap(e.to_string()))?;
         let mut r = BufReader::new(s);
         r.get_mut()
-            .write_all(format!("softrdma-agg/1 job={job:x} rank={rank} size={size}\t{mine}\n").as_bytes())
+            .write_all(
+                format!("softrdma-agg/1 job={job:x} rank={rank} size={size}\t{mine}\n").as_bytes(),
+            )
             .map_err(|e| Error::Bootstrap(format!("aggregation service at {addr}: {e}")))?;
         let line = read_line(&mut r, "its answer")?;
         let Some(theirs) = line.strip_prefix("ok\t") else {
@@ -358,7 +366,9 @@ fn admit(
         Err(e) => return refuse(&mut r, e.to_string()),
     };
     let members = {
-        let mut m = reg.lock().map_err(|_| Error::Protocol("registry poisoned".into()))?;
+        let mut m = reg
+            .lock()
+            .map_err(|_| Error::Protocol("registry poisoned".into()))?;
         m.retain(|_, f| f.since.elapsed() < cfg.timeout * 2);
         let f = m.entry(job).or_insert_with(|| Forming {
             size,
@@ -367,7 +377,10 @@ fn admit(
         });
         if f.size != size || f.members.iter().any(|x| x.rank == rank) {
             drop(m);
-            return refuse(&mut r, format!("job {job:x}: rank {rank} of {size} conflicts"));
+            return refuse(
+                &mut r,
+                format!("job {job:x}: rank {rank} of {size} conflicts"),
+            );
         }
         f.members.push(Member {
             rank,
@@ -396,13 +409,21 @@ fn admit(
 
 /// Connects a job's ranks and serves its all-reduces until a rank's
 /// control connection closes or anything fails; returns the op count.
-fn run_job(ctx: &Context, cfg: &AggdConfig, mut members: Vec<Member>, stop: &AtomicBool) -> Result<u64> {
+fn run_job(
+    ctx: &Context,
+    cfg: &AggdConfig,
+    mut members: Vec<Member>,
+    stop: &AtomicBool,
+) -> Result<u64> {
     let mut nets = Vec::with_capacity(members.len());
     let mut piece = usize::MAX;
     for m in &mut members {
         let p = Pending::new(ctx.clone(), 1, 2, m.hello.chunk, m.hello.depth, cfg.timeout)?;
         let mine = p.hello().to_line();
-        let table = [Hello::parse(&m.hello.to_line(), 2)?, Hello::parse(&mine, 2)?];
+        let table = [
+            Hello::parse(&m.hello.to_line(), 2)?,
+            Hello::parse(&mine, 2)?,
+        ];
         let mut net = p.connect(&table)?;
         net.spin = cfg.spin;
         piece = piece.min(net.chunk);
@@ -459,8 +480,8 @@ fn run_job(ctx: &Context, cfg: &AggdConfig, mut members: Vec<Member>, stop: &Ato
             }
         }
         let h = first.expect("a job has ranks");
-        let count = usize::try_from(h.count)
-            .map_err(|_| Error::Protocol(format!("count {}", h.count)))?;
+        let count =
+            usize::try_from(h.count).map_err(|_| Error::Protocol(format!("count {}", h.count)))?;
         match h.dtype {
             DataType::F32 => reduce_stream::<f32>(&mut nets, count, h.op, piece)?,
             DataType::F64 => reduce_stream::<f64>(&mut nets, count, h.op, piece)?,
@@ -475,7 +496,12 @@ fn run_job(ctx: &Context, cfg: &AggdConfig, mut members: Vec<Member>, stop: &Ato
 
 /// One all-reduce at the service: per chunk, rank 0's part, then ranks
 /// 1… folded in order, and the result to every rank.
-fn reduce_stream<T: Element>(nets: &mut [Net], count: usize, op: ReduceOp, piece: usize) -> Result<()> {
+fn reduce_stream<T: Element>(
+    nets: &mut [Net],
+    count: usize,
+    op: ReduceOp,
+    piece: usize,
+) -> Result<()> {
     let pe = (piece / std::mem::size_of::<T>()).max(1);
     let mut acc = vec![T::default(); pe.min(count)];
     let mut tmp = vec![T::default(); pe.min(count)];

@@ -189,7 +189,12 @@ impl Communicator {
     /// The in-network all-reduce of `src` into `out` (no Avg), then the
     /// agreement round; when any rank's stream to the service failed, all
     /// drop the service and reduce `src` on the host.
-    fn agg_all_reduce<T: Element>(&mut self, src: &[T], out: &mut [T], rop: ReduceOp) -> Result<()> {
+    fn agg_all_reduce<T: Element>(
+        &mut self,
+        src: &[T],
+        out: &mut [T],
+        rop: ReduceOp,
+    ) -> Result<()> {
         let res = match self.agg.as_mut() {
             Some(l) => l.all_reduce(src, out, rop),
             None => Err(Error::Invalid("no aggregation service".into())),

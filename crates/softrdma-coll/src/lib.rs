@@ -24,6 +24,7 @@ pub mod agg;
 mod algo;
 mod bootstrap;
 mod bytes;
+pub mod capi;
 pub mod cost;
 mod elem;
 mod net;

@@ -148,7 +148,9 @@ fn reference<T: Element>(n: usize, len: usize, op: ReduceOp, salt: u64) -> Vec<T
 }
 
 fn bits<T: Element>(v: &[T]) -> Vec<u8> {
-    v.iter().flat_map(|x| format!("{x:?},").into_bytes()).collect()
+    v.iter()
+        .flat_map(|x| format!("{x:?},").into_bytes())
+        .collect()
 }
 
 fn check_type<T: Element>(c: &mut Communicator, sizes: &[usize], ops: &[ReduceOp]) {
@@ -222,8 +224,13 @@ fn through_the_service_udp_with_one_percent_loss_and_reordering() {
         assert!(res.iter().all(|x| x.0), "n={n}: a rank fell back: {res:?}");
         let faults: u64 = res.iter().map(|x| x.1).sum();
         let recovered: u64 = res.iter().map(|x| x.2).sum();
-        eprintln!("n={n}: {faults} faults injected at the ranks, {recovered} retransmissions and NAKs");
-        assert!(faults > 0 && recovered > 0, "no faults took effect: {res:?}");
+        eprintln!(
+            "n={n}: {faults} faults injected at the ranks, {recovered} retransmissions and NAKs"
+        );
+        assert!(
+            faults > 0 && recovered > 0,
+            "no faults took effect: {res:?}"
+        );
     }
 }
 
@@ -274,7 +281,10 @@ fn the_service_killed_mid_run_the_host_fallback_completes_correctly() {
                 } else {
                     // The host algorithm sums in its own order: within the bound.
                     for (j, (g, w)) in out.iter().zip(&want).enumerate() {
-                        assert!((g - w).abs() <= 1e-5 * 16.0, "op {i} element {j}: {g} vs {w}");
+                        assert!(
+                            (g - w).abs() <= 1e-5 * 16.0,
+                            "op {i} element {j}: {g} vs {w}"
+                        );
                     }
                 }
                 if was {
@@ -295,10 +305,17 @@ fn the_service_killed_mid_run_the_host_fallback_completes_correctly() {
     for (r, (via, after, why)) in res.iter().enumerate() {
         eprintln!("rank {r}: {via} ops began through the service, {after} on the host: {why}");
         assert!(*via > 0, "rank {r}: nothing went through the service");
-        assert!(*after >= 3, "rank {r}: the service outlived the run ({why})");
+        assert!(
+            *after >= 3,
+            "rank {r}: the service outlived the run ({why})"
+        );
         assert!(why.contains("fallback"), "rank {r}: {why}");
     }
-    assert!(t.elapsed() < Duration::from_secs(60), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        t.elapsed()
+    );
 }
 
 #[test]
@@ -327,9 +344,15 @@ fn a_killed_rank_gives_the_others_an_error_not_a_hang() {
     assert_eq!(res[2], Ok(()));
     for (r, x) in res.iter().enumerate() {
         if r != 2 {
-            assert!(matches!(x, Err(e) if e.starts_with("failed")), "rank {r}: {x:?}");
+            assert!(
+                matches!(x, Err(e) if e.starts_with("failed")),
+                "rank {r}: {x:?}"
+            );
         }
     }
-    assert!(t.elapsed() < Duration::from_secs(40), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(40),
+        "took {:?}",
+        t.elapsed()
+    );
 }
-

@@ -34,7 +34,9 @@ fn main() -> ExitCode {
             },
             "-v" | "--verbose" => cfg.verbose = true,
             "-h" | "--help" => {
-                println!("usage: softrdma-aggd [--listen HOST:PORT] [--timeout-ms N] [--spin N] [-v]");
+                println!(
+                    "usage: softrdma-aggd [--listen HOST:PORT] [--timeout-ms N] [--spin N] [-v]"
+                );
                 return ExitCode::SUCCESS;
             }
             _ => return usage(&format!("unknown argument {a:?}")),
