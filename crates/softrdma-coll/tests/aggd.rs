@@ -356,3 +356,25 @@ fn a_killed_rank_gives_the_others_an_error_not_a_hang() {
         t.elapsed()
     );
 }
+
+#[test]
+fn no_service_at_the_address_means_host_algorithms_and_right_results() {
+    // A port nobody listens on: joining fails at once, every rank agrees,
+    // and "innetwork" all-reduces run on the host.
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    let res = world(3, &config(device(Transport::Shm, None), addr), |c| {
+        let status = c.aggd_status().to_string();
+        let was = c.in_network();
+        let mine = input::<i64>(c.rank(), 1031, ReduceOp::Sum, 3);
+        let mut out = vec![0i64; 1031];
+        c.all_reduce(&mine, &mut out, ReduceOp::Sum).unwrap();
+        assert_eq!(out, reference::<i64>(3, 1031, ReduceOp::Sum, 3));
+        (was, status)
+    });
+    for (was, status) in res {
+        assert!(!was, "joined a service that is not there: {status}");
+        assert!(status.contains(&addr.to_string()), "{status}");
+    }
+}
