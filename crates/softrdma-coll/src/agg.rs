@@ -357,7 +357,7 @@ fn admit(
     let (Some(job), Some(rank), Some(size)) = (job, rank, size) else {
         return refuse(&mut r, format!("join needs job, rank, size: {head:?}"));
     };
-    if size < 1 || size > MAX_JOB_RANKS || rank >= size {
+    if !(1..=MAX_JOB_RANKS).contains(&size) || rank >= size {
         return refuse(&mut r, format!("rank {rank} of {size}"));
     }
     let hello = match Hello::parse(hello, 2) {

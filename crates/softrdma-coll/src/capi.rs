@@ -97,7 +97,7 @@ fn check_ptr<T>(p: *const c_void, count: usize, what: &str) -> Result<(), String
     if p.is_null() {
         return Err(format!("{what} is null"));
     }
-    if (p as usize) % std::mem::align_of::<T>() != 0 {
+    if !(p as usize).is_multiple_of(std::mem::align_of::<T>()) {
         return Err(format!(
             "{what} is not aligned to {} bytes",
             std::mem::align_of::<T>()
@@ -118,7 +118,7 @@ fn all_reduce_t<T: Element>(
     o: ReduceOp,
 ) -> Result<(), String> {
     check_ptr::<T>(recv, count, "recv")?;
-    let in_place = send.is_null() || send == recv as *const c_void;
+    let in_place = send.is_null() || std::ptr::eq(send, recv as *const c_void);
     if !in_place {
         check_ptr::<T>(send, count, "send")?;
         let bytes = count * std::mem::size_of::<T>();
