@@ -254,6 +254,7 @@ fn the_service_killed_mid_run_the_host_fallback_completes_correctly() {
         .unwrap();
     let pid = child.id();
     let killed = Arc::new(AtomicBool::new(false));
+    let done = std::sync::atomic::AtomicUsize::new(0);
     let n = 4;
     let len = 262_147; // 1 MiB of f32, 256 slots of 4 KiB
     let mut cfg = config(device(Transport::Shm, None), addr);
@@ -261,8 +262,14 @@ fn the_service_killed_mid_run_the_host_fallback_completes_correctly() {
     let t = Instant::now();
     let res = std::thread::scope(|s| {
         let k = killed.clone();
+        let d = &done;
         s.spawn(move || {
-            std::thread::sleep(Duration::from_millis(400));
+            // Kill once the ranks are well into their loop (bounded wait).
+            let t = Instant::now();
+            while d.load(Ordering::Relaxed) < 2 && t.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(20));
             // SIGKILL, as a crash: no goodbye on any connection.
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
             k.store(true, Ordering::Relaxed);
@@ -289,6 +296,9 @@ fn the_service_killed_mid_run_the_host_fallback_completes_correctly() {
                 }
                 if was {
                     via_service += 1;
+                }
+                if c.rank() == 0 {
+                    done.fetch_add(1, Ordering::Relaxed);
                 }
                 if !c.in_network() {
                     after += 1;
