@@ -237,8 +237,8 @@ impl Communicator {
         if cfg.cost.is_none() && !cfg.deterministic && size > 1 {
             comm.cost = comm.measure()?;
         }
-        if let (Some(addr), true) = (cfg.aggd, size > 1) {
-            comm.join_aggd(ctx, addr, &cfg)?;
+        if size > 1 {
+            comm.join_aggd(ctx, &cfg)?;
         }
         Ok(comm)
     }
@@ -246,7 +246,20 @@ impl Communicator {
     /// Joins the aggregation service: rank 0 draws the job id, every rank
     /// joins, and a host round makes them agree on whether all did (a
     /// service one rank cannot reach is used by none).
-    fn join_aggd(&mut self, ctx: Context, addr: SocketAddr, cfg: &Config) -> Result<()> {
+    fn join_aggd(&mut self, ctx: Context, cfg: &Config) -> Result<()> {
+        // First agree that every rank has a service configured: a rank
+        // without one must not take the others' job id for data.
+        let mut all = [cfg.aggd.is_some() as u8];
+        let alg = self.host_algorithm(Collective::AllReduce, 1);
+        self.host_all_reduce(&mut all, ReduceOp::Min, alg)?;
+        self.net.flush()?;
+        let Some(addr) = cfg.aggd else {
+            return Ok(());
+        };
+        if all[0] == 0 {
+            self.agg_note = format!("{addr}: not configured on every rank");
+            return Ok(());
+        }
         let mut job = [0i64];
         if self.net.rank == 0 {
             let t = std::time::SystemTime::now()

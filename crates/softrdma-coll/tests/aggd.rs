@@ -83,17 +83,25 @@ impl Drop for Service {
 }
 
 fn world<R: Send>(n: usize, cfg: &Config, f: impl Fn(&mut Communicator) -> R + Sync) -> Vec<R> {
+    world_with(vec![cfg.clone(); n], f)
+}
+
+/// As `world`, each rank with its own configuration.
+fn world_with<R: Send>(cfgs: Vec<Config>, f: impl Fn(&mut Communicator) -> R + Sync) -> Vec<R> {
+    let n = cfgs.len();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let mut listener = Some(listener);
     std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
+        let hs: Vec<_> = cfgs
+            .into_iter()
+            .enumerate()
+            .map(|(r, cfg)| {
                 let rdv = match r {
                     0 => Rendezvous::Listener(listener.take().unwrap()),
                     _ => Rendezvous::Addr(addr),
                 };
-                let (cfg, f) = (cfg.clone(), &f);
+                let f = &f;
                 s.spawn(move || {
                     let mut c = Communicator::new(r, n, rdv, cfg).expect("communicator");
                     f(&mut c)
@@ -387,4 +395,29 @@ fn no_service_at_the_address_means_host_algorithms_and_right_results() {
         assert!(!was, "joined a service that is not there: {status}");
         assert!(status.contains(&addr.to_string()), "{status}");
     }
+}
+
+#[test]
+fn a_service_configured_on_some_ranks_only_is_used_by_none() {
+    let svc = Service::start(device(Transport::Shm, None), Duration::from_secs(30));
+    let with = config(device(Transport::Shm, None), svc.addr);
+    let mut without = with.clone();
+    without.aggd = None;
+    let t = Instant::now();
+    let res = world_with(vec![with, without.clone(), without], |c| {
+        let was = c.in_network();
+        let mine = input::<i32>(c.rank(), 5003, ReduceOp::Max, 1);
+        let mut out = vec![0i32; 5003];
+        c.all_reduce(&mine, &mut out, ReduceOp::Max).unwrap();
+        assert_eq!(out, reference::<i32>(3, 5003, ReduceOp::Max, 1));
+        (was, c.aggd_status().to_string())
+    });
+    assert!(res.iter().all(|r| !r.0), "{res:?}");
+    assert!(res[0].1.contains("not configured on every rank"), "{res:?}");
+    // Agreed before anyone joined: no wait for a job that cannot form.
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        t.elapsed()
+    );
 }
