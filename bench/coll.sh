@@ -12,8 +12,14 @@
 # vader algorithm, softrdma udp against the best tcp one, and the ratios
 # (time ratios for sizes below 1 MiB, busbw ratios from 1 MiB up).
 # Draws the busbw curves to $SVG (default docs/coll-busbw.svg).
+# Then in-network aggregation against the best host algorithm at
+# AGG_RANKS ranks (default "8 16", processes on this host, same-host path):
+# a `softrdma aggd` per run, 8 B latency and 16 MiB busbw, ring, rhd and
+# tree forced in turn for the host's best (AGG_ITERS=10 iterations,
+# SOFTRDMA_COLL_SPIN=${AGG_SPIN:-200}: the ranks oversubscribe the cores).
+# And the physical floor: one core's memcpy bandwidth at 64 MiB (cc).
 #
-# Environment: SOFTRDMA=path of the softrdma binary (default: built here
+# Environment: AGG_RANKS="" skips the in-network part; SOFTRDMA=path of the softrdma binary (default: built here
 # with cargo build --release), MIN=8 MAX=67108864 STEP=4 ITERS=20 WARM=5,
 # RANKS=2, SVG=docs/coll-busbw.svg, KEEP=1 keeps the raw outputs.
 # Installs nothing; without mpicc/mpirun (Debian: openmpi-bin
@@ -115,3 +121,73 @@ CMP=(--compare "softrdma udp=$OUT/softrdma-udp.txt")
 for m in "${MPI[@]}"; do CMP+=(--compare "$m=$OUT/$m.txt"); done
 "$SOFTRDMA" coll all_reduce_perf --plot-only --svg "$SVG" \
     --compare "softrdma shm=$OUT/softrdma-shm.txt" "${CMP[@]}" && echo "# plot: $SVG"
+
+# The physical floor: memcpy of 64 MiB on one core.
+cat >"$OUT/memcpy.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+int main(void) {
+    size_t n = 64u << 20; char *a = malloc(n), *b = malloc(n); double best = 1e9;
+    if (!a || !b) return 2;
+    memset(a, 1, n); memset(b, 2, n);
+    for (int i = 0; i < 10; i++) {
+        struct timespec t0, t1; clock_gettime(CLOCK_MONOTONIC, &t0);
+        memcpy(b, a, n); clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (s < best) best = s; a[i] = b[n - 1 - i];
+    }
+    printf("\n# memcpy floor: 64 MiB copied at %.2f GB/s (one core, best of 10)\n", n / best / 1e9);
+    return 0;
+}
+C
+if cc -O2 -o "$OUT/memcpy" "$OUT/memcpy.c"; then "$OUT/memcpy"; else echo "# memcpy floor: no C compiler"; fi
+
+AGG_RANKS=${AGG_RANKS-8 16}
+AGG_ITERS=${AGG_ITERS:-10}
+BIG=16777216
+for n in $AGG_RANKS; do
+    echo
+    echo "## in-network aggregation vs host, $n ranks (8 B latency, 16 MiB busbw)"
+    "$SOFTRDMA" aggd --listen 127.0.0.1:0 --transport shm --spin "${AGG_SPIN:-200}" >"$OUT/aggd-$n.addr" 2>"$OUT/aggd-$n.err" &
+    AGGPID=$!
+    for _ in $(seq 50); do grep -q listening "$OUT/aggd-$n.addr" && break; sleep 0.1; done
+    AGGADDR=$(sed -n 's/^aggd listening on //p' "$OUT/aggd-$n.addr")
+    for alg in innetwork ring rhd tree; do
+        extra=()
+        [ "$alg" = innetwork ] && extra=(--aggd "$AGGADDR")
+        SOFTRDMA_COLL_SPIN=${AGG_SPIN:-200} timeout 600 "$SOFTRDMA" coll all_reduce_perf --ranks "$n" \
+            --transport shm -b 8 -e "$BIG" -f $((BIG / 8)) -n "$AGG_ITERS" -w 2 -z 1 --algo "$alg" "${extra[@]}" \
+            >"$OUT/agg-$n-$alg.txt" 2>"$OUT/agg-$n-$alg.err" || echo "# $alg at $n ranks failed: $(tail -2 "$OUT/agg-$n-$alg.err")"
+    done
+    kill "$AGGPID" 2>/dev/null; wait "$AGGPID" 2>/dev/null
+    python3 - "$OUT" "$n" <<'PY'
+import sys, os
+out, n = sys.argv[1], sys.argv[2]
+def rows(alg):
+    r = {}
+    p = os.path.join(out, f"agg-{n}-{alg}.txt")
+    if os.path.exists(p):
+        for line in open(p):
+            f = line.split()
+            if len(f) >= 13 and not f[0].startswith("#"):
+                try:
+                    # -z 1: size count type redop root - - - - time algbw busbw #wrong algo
+                    r[int(f[0])] = (float(f[9]), float(f[11]), int(f[12]), f[13] if len(f) > 13 else "")
+                except ValueError:
+                    pass
+    return r
+t = {a: rows(a) for a in ("innetwork", "ring", "rhd", "tree")}
+for size, what in ((8, "time us"), (16777216, "busbw GB/s")):
+    k = 0 if size == 8 else 1
+    host = [(v[size][k], a) for a, v in t.items() if a != "innetwork" and size in v]
+    best = (min if k == 0 else max)(host) if host else None
+    inn = t["innetwork"].get(size)
+    line = f"{size:>9} B {what:>10}: in-network "
+    line += f"{inn[k]:.2f} (algo {inn[3]}, #wrong {inn[2]})" if inn else "-"
+    line += f" | best host {best[0]:.2f} ({best[1]})" if best else " | host -"
+    line += "  [" + ", ".join(f"{a} {v[size][k]:.2f}" for a, v in t.items() if size in v) + "]"
+    print(line)
+PY
+done

@@ -79,7 +79,7 @@ pub enum Transport {
 }
 
 impl Transport {
-    fn lib(self) -> softrdma::shm::Transport {
+    pub(crate) fn lib(self) -> softrdma::shm::Transport {
         match self {
             Transport::Udp => softrdma::shm::Transport::Udp,
             Transport::Shm => softrdma::shm::Transport::Shm,
@@ -141,9 +141,13 @@ pub struct Args {
     /// launcher's job (mpirun, torchrun, SOFTRDMA_COLL_*).
     #[arg(long)]
     pub ranks: Option<usize>,
-    /// Force an algorithm: ring, rhd, tree (default: the cost model's choice).
+    /// Force an algorithm: ring, rhd, tree, innetwork (all-reduce through
+    /// --aggd; default: the cost model's choice among the host ones).
     #[arg(long)]
     pub algo: Option<String>,
+    /// The in-network aggregation service (`softrdma aggd`) to join.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub aggd: Option<std::net::SocketAddr>,
     /// Path between the ranks.
     #[arg(long, value_enum)]
     pub transport: Option<Transport>,
@@ -374,6 +378,9 @@ fn run_inner(args: &Args, devices: &[String]) -> Result<bool, String> {
     if algo.is_some() {
         cfg.algorithm = algo;
     }
+    if args.aggd.is_some() {
+        cfg.aggd = args.aggd;
+    }
     cfg.deterministic |= args.deterministic;
     let mut guard = ChildGuard(Vec::new());
     let comm = match (args.ranks, Launch::from_env().map_err(|e| e.to_string())?) {
@@ -520,6 +527,9 @@ fn bench<T: Element>(args: &Args, mut c: Communicator, op: ReduceOp) -> Result<b
                 ""
             }
         );
+        if c.in_network() || args.aggd.is_some() {
+            println!("# aggregation service: {}", c.aggd_status());
+        }
         println!("#");
         println!("#                                                              out-of-place                       in-place          ");
         println!("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong  algo");

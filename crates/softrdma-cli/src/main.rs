@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod aggd;
 mod coll;
 mod decode;
 mod devinfo;
@@ -73,6 +74,14 @@ enum Command {
     /// columns follow nccl-tests (-b -e -f -n -w -c -d -o -r; -z 1 runs
     /// in place only).
     Coll(Box<coll::Args>),
+    /// Run the in-network aggregation service (SHARP-style) for
+    /// softrdma-coll's `--algo innetwork` all-reduces.
+    ///
+    /// Ranks join it at --listen (`softrdma coll --aggd HOST:PORT` or
+    /// SOFTRDMA_COLL_AGGD), stream their vectors to it over RC queue pairs
+    /// and get the reduction back, one reduction per chunk. Prints
+    /// `aggd listening on ADDR`, then serves until killed.
+    Aggd(aggd::Args),
     /// Show softrdma devices in the layout of infiniband-diags' ibstat.
     ///
     /// `softrdma ibstat [CA [PORT]]`; -l lists the CA names, -s leaves out
@@ -107,6 +116,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => stat::run(args, dev),
         Command::Perf(args) => perf::run(args, dev),
         Command::Coll(args) => coll::run(args, dev),
+        Command::Aggd(args) => aggd::run(args, dev),
         Command::Ibstat(args) => ibstat::run(args, dev),
         Command::Link(args) => ibstat::link(args, dev),
         Command::Fabric(args) => fabric::run(args),

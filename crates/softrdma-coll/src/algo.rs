@@ -124,6 +124,19 @@ impl Communicator {
                 recv.len()
             )));
         }
+        if self.net.size > 1
+            && !send.is_empty()
+            && self.algorithm_for(Collective::AllReduce, std::mem::size_of_val(send))
+                == Algorithm::InNetwork
+        {
+            let rop = if op == ReduceOp::Avg {
+                ReduceOp::Sum
+            } else {
+                op
+            };
+            self.agg_all_reduce(send, recv, rop)?;
+            return self.finish(op, recv);
+        }
         recv.copy_from_slice(send);
         self.all_reduce_in_place(recv, op)
     }
@@ -137,18 +150,71 @@ impl Communicator {
             } else {
                 op
             };
-            match alg {
-                Algorithm::Ring => {
-                    let n = self.net.size;
-                    let segs: Vec<_> = (0..n).map(|i| part(buf.len(), n, i)).collect();
-                    let own = self.ring_rs(buf, rop, &segs)?;
-                    self.ring_ag(buf, &segs, own)?;
-                }
-                Algorithm::Rhd => self.rhd_all_reduce(buf, rop)?,
-                Algorithm::Tree => self.dbtree_all_reduce(buf, rop)?,
+            if alg == Algorithm::InNetwork {
+                let saved = buf.to_vec();
+                self.agg_all_reduce(&saved, buf, rop)?;
+            } else {
+                self.host_all_reduce(buf, rop, alg)?;
             }
         }
         self.finish(op, buf)
+    }
+
+    /// A host all-reduce (no Avg) with `alg`.
+    pub(crate) fn host_all_reduce<T: Element>(
+        &mut self,
+        buf: &mut [T],
+        rop: ReduceOp,
+        alg: Algorithm,
+    ) -> Result<()> {
+        match alg {
+            Algorithm::Ring => {
+                let n = self.net.size;
+                let segs: Vec<_> = (0..n).map(|i| part(buf.len(), n, i)).collect();
+                let own = self.ring_rs(buf, rop, &segs)?;
+                self.ring_ag(buf, &segs, own)
+            }
+            Algorithm::Rhd => self.rhd_all_reduce(buf, rop),
+            Algorithm::Tree => self.dbtree_all_reduce(buf, rop),
+            Algorithm::InNetwork => {
+                let alg = self.host_algorithm(Collective::AllReduce, std::mem::size_of_val(buf));
+                if alg == Algorithm::InNetwork {
+                    return Err(Error::Invalid("no host algorithm".into()));
+                }
+                self.host_all_reduce(buf, rop, alg)
+            }
+        }
+    }
+
+    /// The in-network all-reduce of `src` into `out` (no Avg), then the
+    /// agreement round; when any rank's stream to the service failed, all
+    /// drop the service and reduce `src` on the host.
+    fn agg_all_reduce<T: Element>(
+        &mut self,
+        src: &[T],
+        out: &mut [T],
+        rop: ReduceOp,
+    ) -> Result<()> {
+        let res = match self.agg.as_mut() {
+            Some(l) => l.all_reduce(src, out, rop),
+            None => Err(Error::Invalid("no aggregation service".into())),
+        };
+        if let Err(e) = &res {
+            self.agg_note = format!("failed mid-run, host fallback: {e}");
+            self.agg = None;
+        }
+        let mut ok = [res.is_ok() as u8];
+        let alg = self.host_algorithm(Collective::AllReduce, 1);
+        self.host_all_reduce(&mut ok, ReduceOp::Min, alg)?;
+        if ok[0] == 1 {
+            return Ok(());
+        }
+        if self.agg.take().is_some() {
+            self.agg_note = "another rank's stream to the service failed: host fallback".into();
+        }
+        out.copy_from_slice(src);
+        let alg = self.host_algorithm(Collective::AllReduce, std::mem::size_of_val(out));
+        self.host_all_reduce(out, rop, alg)
     }
 
     /// Ring reduce-scatter over segments `segs` (n of them): afterwards
@@ -518,7 +584,8 @@ impl Communicator {
                     }
                 }
             }
-            Algorithm::Rhd => self.bcast_binomial(buf, root)?,
+            // (The in-network algorithm is all-reduce's only: never chosen here.)
+            Algorithm::Rhd | Algorithm::InNetwork => self.bcast_binomial(buf, root)?,
         }
         self.net.flush()
     }
@@ -636,7 +703,7 @@ impl Communicator {
                     }
                 }
             }
-            Algorithm::Rhd => {
+            Algorithm::Rhd | Algorithm::InNetwork => {
                 let mut stack = Vec::new();
                 let (f, me) = self.rhd_reduce(w, rop, &mut stack)?;
                 if let Some((_, (a, b))) = me {

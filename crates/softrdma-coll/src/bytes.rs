@@ -1,4 +1,5 @@
-//! Byte views of element slices (the only unsafe code of the crate).
+//! Byte views of element slices (with `capi.rs`, the only unsafe code of
+//! the crate).
 
 use crate::elem::Element;
 

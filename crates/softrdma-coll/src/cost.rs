@@ -18,14 +18,23 @@ pub enum Algorithm {
     /// Double binary tree (all-reduce); a pipelined binary tree
     /// (broadcast, reduce).
     Tree,
+    /// In-network aggregation (all-reduce): every rank streams its vector
+    /// to the aggregation service (`softrdma aggd`), which reduces each
+    /// chunk once and returns the result to every rank. Chosen only when
+    /// asked for and a service was joined; otherwise (and when the service
+    /// fails mid-run) the host choice runs.
+    InNetwork,
 }
 
 impl Algorithm {
-    /// Every algorithm.
+    /// Every host algorithm (the automatic choice picks among these).
     pub const ALL: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Rhd, Algorithm::Tree];
 
     /// Whether the collective has this algorithm.
     pub fn applies(self, c: Collective) -> bool {
+        if self == Algorithm::InNetwork {
+            return c == Collective::AllReduce;
+        }
         match c {
             Collective::AllReduce | Collective::Broadcast | Collective::Reduce => true,
             Collective::ReduceScatter | Collective::AllGather => self != Algorithm::Tree,
@@ -40,6 +49,7 @@ impl fmt::Display for Algorithm {
             Algorithm::Ring => "ring",
             Algorithm::Rhd => "rhd",
             Algorithm::Tree => "tree",
+            Algorithm::InNetwork => "innetwork",
         })
     }
 }
@@ -51,7 +61,10 @@ impl FromStr for Algorithm {
             "ring" => Ok(Algorithm::Ring),
             "rhd" | "rabenseifner" | "recursive" => Ok(Algorithm::Rhd),
             "tree" | "dbtree" => Ok(Algorithm::Tree),
-            _ => Err(format!("unknown algorithm {s:?} (ring, rhd, tree)")),
+            "innetwork" | "in-network" | "aggd" | "sharp" => Ok(Algorithm::InNetwork),
+            _ => Err(format!(
+                "unknown algorithm {s:?} (ring, rhd, tree, innetwork)"
+            )),
         }
     }
 }
@@ -169,6 +182,15 @@ impl CostModel {
                 // Each half goes up and down a tree of depth lg; pipelined,
                 // a node's links carry about the whole vector each way.
                 4.0 * lg * a + 2.0 * mf * b + mf * g
+            }
+            (Collective::AllReduce, Algorithm::InNetwork) => {
+                // A round trip to the service, each rank's link carrying the
+                // vector once each way, and the service's one link and one
+                // core carrying and reducing all n vectors (the software
+                // service's bottleneck; a switch reduces at line rate), plus
+                // the host agreement round on a byte that makes the mid-run
+                // fallback safe.
+                2.0 * a + nf * mf * b + (nf - 1.0) * mf * g + 2.0 * lg * a
             }
             (Collective::ReduceScatter, Algorithm::Ring) => {
                 (nf - 1.0) * a + frac * mf * b + frac * mf * g

@@ -20,22 +20,27 @@
 
 #![warn(missing_docs)]
 
+pub mod agg;
 mod algo;
 mod bootstrap;
 mod bytes;
+pub mod capi;
 pub mod cost;
 mod elem;
 mod net;
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+pub use agg::{serve as serve_aggd, AggdConfig};
 pub use bootstrap::{Launch, Rendezvous, MAX_RANKS};
 pub use cost::{Algorithm, Collective, CostModel};
 pub use elem::{DataType, Element, ReduceOp};
 pub use half::{bf16, f16};
 pub use softrdma::{Context, DeviceConfig};
 
+use agg::AggLink;
 use net::{Net, Pending};
 
 /// What went wrong.
@@ -60,6 +65,9 @@ pub enum Error {
     Broken(String),
     /// A bad argument (buffer lengths, root, algorithm for this collective).
     Invalid(String),
+    /// The in-network aggregation service failed (died, timed out,
+    /// refused): the in-network all-reduce falls back to the host.
+    Service(String),
 }
 
 impl fmt::Display for Error {
@@ -72,6 +80,7 @@ impl fmt::Display for Error {
             Error::Peer { rank, why } => write!(f, "rank {rank} failed: {why}"),
             Error::Broken(s) => write!(f, "communicator failed earlier: {s}"),
             Error::Invalid(s) => write!(f, "invalid argument: {s}"),
+            Error::Service(s) => write!(f, "aggregation service: {s}"),
         }
     }
 }
@@ -109,6 +118,12 @@ pub struct Config {
     /// (spinning is what small-message latency needs; ranks that share
     /// cores, such as threads in one test, want few).
     pub spin: u32,
+    /// The in-network aggregation service to join (`softrdma aggd`);
+    /// [`Algorithm::InNetwork`] uses it.
+    pub aggd: Option<SocketAddr>,
+    /// Bound on each wait for the service (joining, each chunk of a
+    /// result): how long a dead service delays the fallback.
+    pub agg_timeout: Duration,
 }
 
 impl Default for Config {
@@ -122,6 +137,8 @@ impl Default for Config {
             cost: None,
             algorithm: None,
             spin: 20_000,
+            aggd: None,
+            agg_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -129,7 +146,8 @@ impl Default for Config {
 impl Config {
     /// Applies `SOFTRDMA_COLL_ALGO`, `SOFTRDMA_COLL_DETERMINISTIC`,
     /// `SOFTRDMA_COLL_TIMEOUT_MS`, `SOFTRDMA_COLL_CHUNK`, `SOFTRDMA_COLL_DEPTH`,
-    /// `SOFTRDMA_COLL_SPIN`
+    /// `SOFTRDMA_COLL_SPIN`, `SOFTRDMA_COLL_AGGD` (HOST:PORT of the
+    /// aggregation service), `SOFTRDMA_COLL_AGG_TIMEOUT_MS`
     /// and the cost overrides (`SOFTRDMA_COLL_ALPHA_US`, `_BW_GBPS`,
     /// `_REDUCE_GBPS`).
     pub fn with_env(mut self) -> Result<Self> {
@@ -154,6 +172,21 @@ impl Config {
         if let Some(v) = get("SOFTRDMA_COLL_DEPTH") {
             self.depth = v.parse().map_err(|_| bad("SOFTRDMA_COLL_DEPTH", &v))?;
         }
+        if let Some(v) = get("SOFTRDMA_COLL_AGGD") {
+            use std::net::ToSocketAddrs;
+            let a = v
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| bad("SOFTRDMA_COLL_AGGD", &v))?;
+            self.aggd = Some(a);
+        }
+        if let Some(v) = get("SOFTRDMA_COLL_AGG_TIMEOUT_MS") {
+            let ms: u64 = v
+                .parse()
+                .map_err(|_| bad("SOFTRDMA_COLL_AGG_TIMEOUT_MS", &v))?;
+            self.agg_timeout = Duration::from_millis(ms.max(1));
+        }
         self.cost = CostModel::from_env(self.cost)?;
         Ok(self)
     }
@@ -165,6 +198,8 @@ pub struct Communicator {
     cost: CostModel,
     algorithm: Option<Algorithm>,
     deterministic: bool,
+    agg: Option<AggLink>,
+    agg_note: String,
 }
 
 impl fmt::Debug for Communicator {
@@ -173,6 +208,7 @@ impl fmt::Debug for Communicator {
             .field("rank", &self.net.rank)
             .field("size", &self.net.size)
             .field("cost", &self.cost)
+            .field("aggd", &self.agg_note)
             .finish()
     }
 }
@@ -184,7 +220,7 @@ impl Communicator {
             return Err(Error::Invalid(format!("rank {rank} of world size {size}")));
         }
         let ctx = Context::open_with(&cfg.device)?;
-        let pending = Pending::new(ctx, rank, size, cfg.chunk, cfg.depth, cfg.timeout)?;
+        let pending = Pending::new(ctx.clone(), rank, size, cfg.chunk, cfg.depth, cfg.timeout)?;
         let mine = pending.hello();
         let (table, exchange) = bootstrap::Exchange::run(rendezvous, &mine, cfg.timeout)?;
         let mut net = pending.connect(&table)?;
@@ -195,11 +231,81 @@ impl Communicator {
             cost: cfg.cost.unwrap_or_default(),
             algorithm: cfg.algorithm,
             deterministic: cfg.deterministic,
+            agg: None,
+            agg_note: "no service configured".into(),
         };
         if cfg.cost.is_none() && !cfg.deterministic && size > 1 {
             comm.cost = comm.measure()?;
         }
+        if size > 1 {
+            comm.join_aggd(ctx, &cfg)?;
+        }
         Ok(comm)
+    }
+
+    /// Joins the aggregation service: rank 0 draws the job id, every rank
+    /// joins, and a host round makes them agree on whether all did (a
+    /// service one rank cannot reach is used by none).
+    fn join_aggd(&mut self, ctx: Context, cfg: &Config) -> Result<()> {
+        // First agree that every rank has a service configured: a rank
+        // without one must not take the others' job id for data.
+        let mut all = [cfg.aggd.is_some() as u8];
+        let alg = self.host_algorithm(Collective::AllReduce, 1);
+        self.host_all_reduce(&mut all, ReduceOp::Min, alg)?;
+        self.net.flush()?;
+        let Some(addr) = cfg.aggd else {
+            return Ok(());
+        };
+        if all[0] == 0 {
+            self.agg_note = format!("{addr}: not configured on every rank");
+            return Ok(());
+        }
+        let mut job = [0i64];
+        if self.net.rank == 0 {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            let h = (t ^ ((std::process::id() as u64) << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            job[0] = h as i64;
+        }
+        self.bcast_binomial(&mut job, 0)?;
+        let joined = AggLink::join(
+            ctx,
+            addr,
+            job[0] as u64,
+            self.net.rank,
+            self.net.size,
+            self.net.chunk,
+            self.net.depth,
+            cfg.agg_timeout,
+            self.net.spin,
+        );
+        let mut ok = [joined.is_ok() as u8];
+        let alg = self.host_algorithm(Collective::AllReduce, 1);
+        self.host_all_reduce(&mut ok, ReduceOp::Min, alg)?;
+        self.net.flush()?;
+        match (joined, ok[0]) {
+            (Ok(l), 1) => {
+                self.agg = Some(l);
+                self.agg_note = format!("joined {addr}");
+            }
+            (Ok(_), _) => self.agg_note = format!("{addr}: another rank could not join"),
+            (Err(e), _) => self.agg_note = format!("{addr}: {e}"),
+        }
+        Ok(())
+    }
+
+    /// Whether in-network all-reduces go to a service now (false when none
+    /// was configured or joined, or after one failed).
+    pub fn in_network(&self) -> bool {
+        self.agg.is_some()
+    }
+
+    /// What became of the aggregation service: joined, or why not, or how
+    /// it failed.
+    pub fn aggd_status(&self) -> &str {
+        &self.agg_note
     }
 
     /// Joins the job a launcher started (see [`Launch::from_env`]).
@@ -252,8 +358,27 @@ impl Communicator {
             self.cost
         };
         match self.algorithm {
-            Some(a) if a.applies(c) => a,
+            Some(Algorithm::InNetwork) if c == Collective::AllReduce && self.agg.is_some() => {
+                Algorithm::InNetwork
+            }
+            Some(a) if a != Algorithm::InNetwork && a.applies(c) => a,
             _ => model.choose(c, self.net.size, bytes),
+        }
+    }
+
+    /// The host algorithm a collective of `bytes` bytes would run with
+    /// (the fallback of the in-network one).
+    pub(crate) fn host_algorithm(&self, c: Collective, bytes: usize) -> Algorithm {
+        match self.algorithm_for(c, bytes) {
+            Algorithm::InNetwork => {
+                let model = if self.deterministic {
+                    CostModel::default()
+                } else {
+                    self.cost
+                };
+                model.choose(c, self.net.size, bytes)
+            }
+            a => a,
         }
     }
 

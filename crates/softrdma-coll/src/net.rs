@@ -200,9 +200,12 @@ pub(crate) struct Pending {
 
 pub(crate) fn connect_options() -> ConnectOptions {
     ConnectOptions {
-        // 4.096 µs × 2^12 ≈ 17 ms per try, 7 retries: a dead peer is
-        // noticed within about 150 ms of traffic towards it.
-        timeout: 12,
+        // 4.096 µs × 2^14 ≈ 67 ms per try, 7 retries: a dead peer is
+        // noticed within about half a second of traffic towards it, and a
+        // live one descheduled for a few hundred milliseconds (8 ranks on
+        // 2 loaded cores; 2^12's 150 ms was exhausted there) is not
+        // mistaken for dead.
+        timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
         ..ConnectOptions::default()
@@ -439,6 +442,29 @@ impl Net {
                     dst.len()
                 ));
                 return self.fail(e);
+            }
+            idle = backoff(idle, self.spin);
+        }
+    }
+
+    /// Waits up to `wait` for bytes from `peer` without failing the
+    /// transport when none come (the service's idle poll): true when some
+    /// have arrived.
+    pub fn wait_data(&mut self, peer: usize, wait: Duration) -> Result<bool, Error> {
+        self.check()?;
+        self.link(peer)?;
+        let start = Instant::now();
+        let mut idle = 0u32;
+        loop {
+            if !self.links[peer].as_ref().expect("checked").inbox.is_empty() {
+                return Ok(true);
+            }
+            if self.progress()? {
+                idle = 0;
+                continue;
+            }
+            if start.elapsed() > wait {
+                return Ok(false);
             }
             idle = backoff(idle, self.spin);
         }

@@ -31,6 +31,8 @@ fn config(dev: DeviceConfig) -> Config {
         algorithm: None,
         // Up to 8 ranks share 2 cores here: yield soon.
         spin: 16,
+        aggd: None,
+        agg_timeout: Duration::from_secs(5),
     }
 }
 
