@@ -77,6 +77,8 @@ enum Ev {
     Ready { msg: u32 },
     /// Sample queue occupancy.
     Sample,
+    /// Switch `sw` finished reducing `chunk` of aggregation `op`.
+    SharpEmit { sw: u32, op: u32, chunk: u32 },
 }
 
 /// A packet in the fabric: its bytes with the payload (zeros, from
@@ -94,7 +96,43 @@ struct Pkt {
     class: u8,
     wire: u32,
     in_link: u32,
+    /// In-network aggregation: 0, or the operation + 1.
+    sharp: u32,
+    chunk: u32,
+    /// A result going down the tree (else a contribution going up).
+    down: bool,
 }
+
+/// The aggregation tree (one for every in-network operation: all the
+/// hosts, rooted at the lowest switch above all of them, reached by every
+/// switch's first up-link).
+#[derive(Debug, Default)]
+struct SharpTree {
+    /// Per switch: the up-link to its parent in the tree (MAX: root or
+    /// not in the tree).
+    parent: Vec<usize>,
+    /// Per switch: the down-links to its children in the tree.
+    down: Vec<Vec<usize>>,
+    /// Per switch: contributions a chunk needs (its children).
+    need: Vec<u32>,
+    root: u32,
+    /// (switch, op, chunk) → contributions so far.
+    partial: HashMap<u64, u32>,
+    /// Per switch: chunks being aggregated now.
+    busy: Vec<u32>,
+    alu_ps: Ps,
+    slots: u32,
+    chunk_bytes: u64,
+    /// Per message: the next chunk to send, the result chunks received.
+    next: Vec<u32>,
+    got: Vec<u32>,
+    /// Per host: its operations with chunks left to send; chunks outstanding.
+    tx: Vec<VecDeque<u32>>,
+    out: Vec<u32>,
+}
+
+/// BTH, an aggregation header and ICRC on an in-network aggregation packet.
+const SHARP_HEADER: u32 = 12 + 16 + 4;
 
 #[derive(Debug)]
 struct LinkState {
@@ -150,6 +188,10 @@ pub struct Totals {
     pub seq_naks: u64,
     pub cnps: u64,
     pub failed_wrs: u64,
+    /// In-network aggregation: the most chunks one switch aggregated at once.
+    pub sharp_max_slots: u64,
+    /// In-network aggregation packets sent (up and down).
+    pub sharp_packets: u64,
 }
 
 /// What happened to one message.
@@ -211,6 +253,8 @@ pub struct Sim {
     /// (time µs, bytes in all switch buffers, deepest egress queue bytes).
     pub samples: Vec<(f64, u64, u64)>,
     spray: u64,
+    host_ps: Ps,
+    sh: SharpTree,
 }
 
 fn host_addr(h: u32) -> SocketAddr {
@@ -368,11 +412,16 @@ impl Sim {
             sample_ps: 0,
             samples: Vec::new(),
             spray: 0,
+            host_ps: (sc.transport.host_ns * 1000.0) as Ps,
+            sh: SharpTree::default(),
         };
         sim.connect(sc)?;
+        if !sim.plan.sharp_base.is_empty() {
+            sim.build_sharp(sc);
+        }
         for i in 0..n_msgs {
             if sim.deps_left[i] == 0 {
-                let at = sim.plan.msgs[i].delay_ps;
+                let at = sim.plan.msgs[i].delay_ps + sim.host_ps;
                 sim.push(at, Ev::Ready { msg: i as u32 });
             }
         }
@@ -406,6 +455,7 @@ impl Sim {
             .plan
             .msgs
             .iter()
+            .filter(|m| m.sharp.is_none())
             .map(|m| (m.src.min(m.dst), m.src.max(m.dst)))
             .collect();
         pairs.sort_unstable();
@@ -613,6 +663,7 @@ impl Sim {
                 self.host_after(host);
             }
             Ev::Ready { msg } => self.post(msg),
+            Ev::SharpEmit { sw, op, chunk } => self.sharp_emit(sw, op, chunk),
             Ev::Sample => {
                 let total: u64 = self.bufs.iter().map(|b| b.used).sum();
                 let deepest = self.links.iter().map(|l| l.qbytes[0] + l.qbytes[1]).max();
@@ -629,6 +680,10 @@ impl Sim {
         let m = &self.plan.msgs[msg as usize];
         let (src, dst, bytes) = (m.src, m.dst, m.bytes);
         self.times[msg as usize].ready = Some(self.now);
+        if m.sharp.is_some() {
+            self.sh.tx[src as usize].push_back(msg);
+            return self.pump(src);
+        }
         let now = self.eng_now();
         let d = &mut self.hosts[dst as usize];
         let dq = d.qps[&src];
@@ -685,15 +740,14 @@ impl Sim {
                     if t.acked.is_some() {
                         self.remaining -= 1;
                     }
-                    for &dep in &self.dependents[id] {
-                        let left = &mut self.deps_left[dep as usize];
-                        *left -= 1;
-                        if *left == 0 {
-                            let at = self.now + self.plan.msgs[dep as usize].delay_ps;
-                            self.seq += 1;
-                            self.events.push(at, self.seq, Ev::Ready { msg: dep });
-                        }
-                    }
+                    Self::release_dependents(
+                        &self.dependents[id],
+                        &mut self.deps_left,
+                        &self.plan,
+                        self.now + self.host_ps,
+                        &mut self.seq,
+                        &mut self.events,
+                    );
                 } else {
                     t.acked = Some(self.now);
                     if t.delivered.is_some() {
@@ -704,6 +758,28 @@ impl Sim {
         }
         self.pump(h);
         self.arm_timer(h);
+    }
+
+    /// The messages waiting for `deps` (one delivered message's
+    /// dependents): those with nothing else to wait for become ready at
+    /// `at` plus their own delay.
+    fn release_dependents(
+        deps: &[u32],
+        deps_left: &mut [u32],
+        plan: &Plan,
+        at: Ps,
+        seq: &mut u64,
+        events: &mut CalendarQueue<Ev>,
+    ) {
+        for &dep in deps {
+            let left = &mut deps_left[dep as usize];
+            *left -= 1;
+            if *left == 0 {
+                *seq += 1;
+                let when = at + plan.msgs[dep as usize].delay_ps;
+                events.push(when, *seq, Ev::Ready { msg: dep });
+            }
+        }
     }
 
     /// Queues a Timer event for the engine's next deadline (sending a
@@ -730,6 +806,9 @@ impl Sim {
         let l = &self.links[li];
         if l.busy_until > self.now || !l.q[0].is_empty() || !l.q[1].is_empty() {
             return self.kick(li);
+        }
+        if !self.sh.tx.is_empty() && self.sharp_pump(h, li) {
+            return;
         }
         let now = self.eng_now();
         let Some(t) = self.hosts[h as usize]
@@ -771,10 +850,15 @@ impl Sim {
             ecn: t.ecn,
             class,
             in_link: u32::MAX,
+            sharp: 0,
+            chunk: 0,
+            down: false,
         };
+        let wire = u64::from(p.wire);
         let id = self.alloc(p);
         let l = &mut self.links[li];
         l.q[class as usize].push_back(id);
+        l.qbytes[class as usize] += wire;
         self.kick(li);
     }
 
@@ -857,7 +941,9 @@ impl Sim {
             );
             if let Node::Switch(s) = src {
                 self.bufs[s as usize].release(wire);
-                self.free_ingress(inl, class, wire);
+                if inl != u32::MAX as usize {
+                    self.free_ingress(inl, class, wire);
+                }
             }
             return;
         }
@@ -972,6 +1058,12 @@ impl Sim {
             }
             return self.drop_pkt(li, id, DropCause::Corruption);
         }
+        if self.pkts[id as usize]
+            .as_ref()
+            .is_some_and(|p| p.sharp != 0)
+        {
+            return self.sharp_arrive(li, id);
+        }
         match self.links[li].dst {
             Node::Host(h) => {
                 let p = self.pkts[id as usize].take().expect("arriving");
@@ -1047,6 +1139,208 @@ impl Sim {
         self.kick(out);
     }
 
+    /// Builds the aggregation tree over all hosts: each host's leaf, then
+    /// every switch's first up-link, up to the lowest level that holds
+    /// every host below one switch.
+    fn build_sharp(&mut self, sc: &Scenario) {
+        let t = &self.tree;
+        let ns = t.switches.len();
+        let leaves: std::collections::BTreeSet<u32> = t.host_leaf.iter().copied().collect();
+        let pods: std::collections::BTreeSet<u32> =
+            leaves.iter().map(|&l| t.switches[l as usize].pod).collect();
+        let top = if leaves.len() == 1 {
+            0
+        } else if t.tiers == 2 || pods.len() == 1 {
+            1
+        } else {
+            2
+        };
+        let mut sh = SharpTree {
+            parent: vec![usize::MAX; ns],
+            down: vec![Vec::new(); ns],
+            need: vec![0; ns],
+            busy: vec![0; ns],
+            alu_ps: (sc.sharp.alu_ns * 1000.0) as Ps,
+            slots: sc.sharp.slots,
+            chunk_bytes: u64::from(sc.transport.mtu),
+            next: vec![0; self.plan.msgs.len()],
+            got: vec![0; self.plan.msgs.len()],
+            tx: vec![VecDeque::new(); t.hosts as usize],
+            out: vec![0; t.hosts as usize],
+            ..Default::default()
+        };
+        for h in 0..t.hosts as usize {
+            let mut cur = t.host_leaf[h];
+            // The leaf's down-link to the host is the cable's other half.
+            sh.down[cur as usize].push(t.host_up[h] + 1);
+            sh.need[cur as usize] += 1;
+            while t.switches[cur as usize].level < top {
+                let up = t.switches[cur as usize].up[0];
+                let Node::Switch(parent) = t.links[up].dst else {
+                    break;
+                };
+                if sh.parent[cur as usize] != usize::MAX {
+                    cur = parent;
+                    break;
+                }
+                sh.parent[cur as usize] = up;
+                sh.down[parent as usize].push(up + 1);
+                sh.need[parent as usize] += 1;
+                cur = parent;
+            }
+            while t.switches[cur as usize].level < top {
+                cur = match t.links[sh.parent[cur as usize]].dst {
+                    Node::Switch(p) => p,
+                    Node::Host(_) => break,
+                };
+            }
+            sh.root = cur;
+        }
+        self.sh = sh;
+    }
+
+    fn sharp_chunks(&self, msg: u32) -> u32 {
+        self.plan.msgs[msg as usize]
+            .bytes
+            .div_ceil(self.sh.chunk_bytes)
+            .max(1) as u32
+    }
+
+    fn sharp_packet(&mut self, op: u32, chunk: u32, down: bool) -> u32 {
+        let msg = self.plan.sharp_base[op as usize];
+        let bytes = self.plan.msgs[msg as usize].bytes;
+        let cb = self.sh.chunk_bytes;
+        let len = (bytes - u64::from(chunk) * cb).min(cb) as u32;
+        self.totals.sharp_packets += 1;
+        self.alloc(Pkt {
+            data: Vec::new(),
+            head: 0,
+            zeros: len,
+            dst: 0,
+            src: 0,
+            sport: 0,
+            ecn: Ecn::NotEct,
+            class: 0,
+            wire: len + SHARP_HEADER + self.overhead,
+            in_link: u32::MAX,
+            sharp: op + 1,
+            chunk,
+            down,
+        })
+    }
+
+    /// A host's NIC sends its next contribution if its window (the
+    /// switches' aggregation slots) allows. Whether it sent one.
+    fn sharp_pump(&mut self, h: u32, li: usize) -> bool {
+        let hu = h as usize;
+        let Some(&msg) = self.sh.tx[hu].front() else {
+            return false;
+        };
+        if self.sh.out[hu] >= self.sh.slots {
+            return false;
+        }
+        let chunk = self.sh.next[msg as usize];
+        self.sh.next[msg as usize] += 1;
+        if self.sh.next[msg as usize] >= self.sharp_chunks(msg) {
+            self.sh.tx[hu].pop_front();
+        }
+        self.sh.out[hu] += 1;
+        let op = self.plan.msgs[msg as usize].sharp.unwrap_or(0);
+        let id = self.sharp_packet(op, chunk, false);
+        let wire = u64::from(self.pkts[id as usize].as_ref().expect("new").wire);
+        let l = &mut self.links[li];
+        l.q[0].push_back(id);
+        l.qbytes[0] += wire;
+        self.kick(li);
+        true
+    }
+
+    /// An in-network aggregation packet arrived at the end of `li`.
+    fn sharp_arrive(&mut self, li: usize, id: u32) {
+        let p = self.pkts[id as usize].take().expect("arriving");
+        self.free.push(id);
+        let (op, chunk) = (p.sharp - 1, p.chunk);
+        match self.links[li].dst {
+            Node::Host(h) => {
+                let msg = self.plan.sharp_base[op as usize] + h;
+                let m = msg as usize;
+                self.sh.got[m] += 1;
+                self.sh.out[h as usize] -= 1;
+                if self.sh.got[m] == self.sharp_chunks(msg) {
+                    let t = &mut self.times[m];
+                    t.delivered = Some(self.now);
+                    t.acked = Some(self.now);
+                    self.remaining -= 1;
+                    Self::release_dependents(
+                        &self.dependents[m],
+                        &mut self.deps_left,
+                        &self.plan,
+                        self.now + self.host_ps,
+                        &mut self.seq,
+                        &mut self.events,
+                    );
+                }
+                self.pump(h);
+            }
+            Node::Switch(s) => {
+                // The packet is consumed here (reduced into the switch's
+                // aggregation buffer, or replicated): on IB its credits go
+                // back upstream at once.
+                if self.kind == LinkKind::IbCredit {
+                    self.free_ingress(li, p.class, u64::from(p.wire));
+                }
+                if p.down {
+                    return self.sharp_down(s, op, chunk);
+                }
+                let key = (u64::from(s) << 44) | (u64::from(op) << 28) | u64::from(chunk);
+                let n = self.sh.partial.entry(key).or_insert(0);
+                *n += 1;
+                let n = *n;
+                if n == 1 {
+                    self.sh.busy[s as usize] += 1;
+                    let b = u64::from(self.sh.busy[s as usize]);
+                    self.totals.sharp_max_slots = self.totals.sharp_max_slots.max(b);
+                }
+                if n == self.sh.need[s as usize] {
+                    self.sh.partial.remove(&key);
+                    self.sh.busy[s as usize] -= 1;
+                    let at = self.now + self.sh.alu_ps;
+                    self.push(at, Ev::SharpEmit { sw: s, op, chunk });
+                }
+            }
+        }
+    }
+
+    /// Switch `s` has reduced `chunk`: up to its parent, or from the root
+    /// down the tree.
+    fn sharp_emit(&mut self, s: u32, op: u32, chunk: u32) {
+        if s == self.sh.root {
+            return self.sharp_down(s, op, chunk);
+        }
+        let up = self.sh.parent[s as usize];
+        let id = self.sharp_packet(op, chunk, false);
+        self.sharp_enqueue(s, up, id);
+    }
+
+    /// The result `chunk` goes out of `s` on every down-link of the tree.
+    fn sharp_down(&mut self, s: u32, op: u32, chunk: u32) {
+        for i in 0..self.sh.down[s as usize].len() {
+            let out = self.sh.down[s as usize][i];
+            let id = self.sharp_packet(op, chunk, true);
+            self.sharp_enqueue(s, out, id);
+        }
+    }
+
+    fn sharp_enqueue(&mut self, s: u32, out: usize, id: u32) {
+        let wire = u64::from(self.pkts[id as usize].as_ref().expect("new").wire);
+        self.bufs[s as usize].force(wire);
+        let l = &mut self.links[out];
+        l.q[0].push_back(id);
+        l.qbytes[0] += wire;
+        l.max_q = l.max_q.max(l.qbytes[0] + l.qbytes[1]);
+        self.kick(out);
+    }
+
     fn node_name(&self, n: Node) -> String {
         match n {
             Node::Host(h) => format!("host{h}"),
@@ -1095,6 +1389,13 @@ impl Sim {
                 break;
             }
             if t.delivered.is_some() && t.acked.is_some() {
+                continue;
+            }
+            if m.sharp.is_some() {
+                out.push(format!(
+                    "msg {i}: host {}'s part of in-network aggregation {:?}, {} B: ready {:?}, {} result chunks received",
+                    m.src, m.sharp, m.bytes, t.ready, self.sh.got[i]
+                ));
                 continue;
             }
             let q = self.hosts[m.src as usize].qps[&m.dst];
