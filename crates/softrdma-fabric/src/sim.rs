@@ -134,31 +134,35 @@ struct SharpTree {
 /// BTH, an aggregation header and ICRC on an in-network aggregation packet.
 const SHARP_HEADER: u32 = 12 + 16 + 4;
 
+/// A directed link. `repr(C)` keeps the fields every packet touches
+/// (arrival, enqueue, start of transmission) in the first two cache
+/// lines; the statistics come last.
 #[derive(Debug)]
+#[repr(C)]
 struct LinkState {
-    src: Node,
+    /// The packet on the wire finishes serialising then.
+    busy_until: Ps,
+    qbytes: [u64; 2],
     dst: Node,
+    src: Node,
+    loss: f64,
     bps: u64,
     prop: Ps,
     q: [VecDeque<u32>; 2],
-    qbytes: [u64; 2],
-    /// The packet on the wire finishes serialising then.
-    busy_until: Ps,
+    paused_until: [Ps; 2],
     /// A TxDone event is queued.
     done_pending: bool,
-    paused_until: [Ps; 2],
     /// A Wake event is queued for this instant (0: none).
     wake_at: Ps,
+    credits: [Credits; 2],
+    pfc_in: [PfcIngress; 2],
+    tx_pkts: u64,
+    tx_bytes: u64,
+    max_q: u64,
     pause_start: [Option<Ps>; 2],
     pause_total: Ps,
     pause_max: Ps,
     pause_frames: u64,
-    credits: [Credits; 2],
-    pfc_in: [PfcIngress; 2],
-    loss: f64,
-    tx_pkts: u64,
-    tx_bytes: u64,
-    max_q: u64,
     drops: [u64; 3],
 }
 
@@ -255,7 +259,14 @@ pub struct Sim {
     spray: u64,
     host_ps: Ps,
     sh: SharpTree,
+    /// Payload bytes that reached hosts, in bins of 2^`gp_shift` ps (the
+    /// bins double in width to stay at most [`GOODPUT_BINS`]).
+    pub goodput_bins: Vec<u64>,
+    pub goodput_shift: u32,
 }
+
+/// The most bins of the goodput-over-time series.
+const GOODPUT_BINS: usize = 1024;
 
 fn host_addr(h: u32) -> SocketAddr {
     SocketAddr::new(
@@ -414,6 +425,8 @@ impl Sim {
             spray: 0,
             host_ps: (sc.transport.host_ns * 1000.0) as Ps,
             sh: SharpTree::default(),
+            goodput_bins: Vec::new(),
+            goodput_shift: 20,
         };
         sim.connect(sc)?;
         if !sim.plan.sharp_base.is_empty() {
@@ -862,6 +875,28 @@ impl Sim {
         self.kick(li);
     }
 
+    /// Counts payload bytes that reached a host now.
+    fn count_goodput(&mut self, bytes: u32) {
+        let mut i = (self.now >> self.goodput_shift) as usize;
+        while i >= GOODPUT_BINS {
+            let b = &mut self.goodput_bins;
+            for j in 0..b.len() / 2 {
+                b[j] = b[2 * j] + b.get(2 * j + 1).copied().unwrap_or(0);
+            }
+            let half = b.len().div_ceil(2);
+            if b.len() % 2 == 1 {
+                b[half - 1] = b[b.len() - 1];
+            }
+            b.truncate(half);
+            self.goodput_shift += 1;
+            i >>= 1;
+        }
+        if self.goodput_bins.len() <= i {
+            self.goodput_bins.resize(i + 1, 0);
+        }
+        self.goodput_bins[i] += u64::from(bytes);
+    }
+
     fn alloc(&mut self, p: Pkt) -> u32 {
         if let Some(i) = self.free.pop() {
             self.pkts[i as usize] = Some(p);
@@ -1069,6 +1104,9 @@ impl Sim {
                 let p = self.pkts[id as usize].take().expect("arriving");
                 self.free.push(id);
                 self.totals.packets_delivered += 1;
+                if p.zeros > 0 {
+                    self.count_goodput(p.zeros);
+                }
                 let ep = Endpoints::new(
                     SocketAddr::new(host_addr(p.src).ip(), p.sport),
                     host_addr(h),
@@ -1262,6 +1300,7 @@ impl Sim {
         let (op, chunk) = (p.sharp - 1, p.chunk);
         match self.links[li].dst {
             Node::Host(h) => {
+                self.count_goodput(p.zeros);
                 let msg = self.plan.sharp_base[op as usize] + h;
                 let m = msg as usize;
                 self.sh.got[m] += 1;

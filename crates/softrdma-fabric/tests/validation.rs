@@ -362,3 +362,74 @@ fn sharp_published_8_byte_ratio_on_128_edr_hosts() {
         "SHARP {sharp} µs vs 2.83"
     );
 }
+
+#[test]
+fn html_report_has_the_tables_and_plots() {
+    // A loss sweep of a small training step, two link layers: the report
+    // carries every scenario's row and the step-time-against-loss plot.
+    let mut reports = Vec::new();
+    for kind in ["pfc", "ib_credit"] {
+        for q in [0.0, 0.001, 0.01] {
+            reports.push(go(&format!(
+                r#"{{"name":"{kind} {q}","topology":{{"tiers":2,"k":4,"link_gbps":100}},
+                    "link_layer":{{"kind":"{kind}","loss":{{"rate":{q}}}}},
+                    "workload":{{"kind":"training","steps":2,"compute_us":50,
+                                 "gradient_bytes":262144,"algorithm":"halving_doubling"}}}}"#
+            )));
+        }
+    }
+    let h = softrdma_fabric::html::html(&reports);
+    assert!(h.starts_with("<!DOCTYPE html>") && h.ends_with("</html>\n"));
+    for r in &reports {
+        assert!(
+            h.contains(&format!(">{}</td>", r.name)),
+            "row of {}",
+            r.name
+        );
+    }
+    assert!(h.contains("Step time against loss per link"));
+    assert!(h.contains("Goodput reaching the hosts over time"));
+    assert!(
+        h.contains("ib_credit go-back-n halving_doubling"),
+        "a series per link layer"
+    );
+    assert_eq!(h.matches("<svg").count(), h.matches("</svg>").count());
+    assert!(h.matches("<svg").count() >= 2 + 2 * reports.len());
+    assert!(!h.contains("NOT COMPLETED"));
+}
+
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    // The same scenarios one after another on one thread, then all at
+    // once on their own threads (what `softrdma fabric --threads N` does):
+    // identical results but for the simulator's own wall-clock figures.
+    let jsons: Vec<String> = [0.0, 0.01, 0.001]
+        .iter()
+        .map(|q| {
+            format!(
+                r#"{{"seed":7,"topology":{{"tiers":2,"k":8,"link_gbps":100,"routing":"spray"}},
+                    "link_layer":{{"kind":"pfc","loss":{{"rate":{q}}}}},
+                    "transport":{{"recovery":"selective_repeat"}},
+                    "workload":{{"kind":"permutation","bytes":262144}}}}"#
+            )
+        })
+        .collect();
+    let strip = |r: Report| {
+        let mut v = serde_json::to_value(r).unwrap();
+        for k in ["wall_s", "events_per_s", "peak_rss_mb"] {
+            v[k] = serde_json::Value::Null;
+        }
+        v
+    };
+    let one: Vec<_> = jsons.iter().map(|j| strip(go(j))).collect();
+    let mut two = vec![None, None, None];
+    std::thread::scope(|s| {
+        for (j, slot) in jsons.iter().zip(two.iter_mut()) {
+            s.spawn(move || *slot = Some(strip(go(j))));
+        }
+    });
+    for (a, b) in one.iter().zip(&two) {
+        assert_eq!(Some(a), b.as_ref());
+    }
+    assert_ne!(one[0]["makespan_us"], one[1]["makespan_us"]);
+}
