@@ -29,6 +29,9 @@ pub struct CalendarQueue<T: Ord> {
     far: BinaryHeap<Reverse<(u64, u64, T)>>,
     in_wheel: usize,
     len: usize,
+    /// Drained vectors, reused by empty buckets (a bucket does not keep
+    /// its vector once drained, so memory follows the events pending).
+    spare: Vec<Vec<(u64, u64, T)>>,
 }
 
 impl<T: Ord> Default for CalendarQueue<T> {
@@ -41,6 +44,7 @@ impl<T: Ord> Default for CalendarQueue<T> {
             far: BinaryHeap::new(),
             in_wheel: 0,
             len: 0,
+            spare: Vec::new(),
         }
     }
 }
@@ -61,7 +65,13 @@ impl<T: Ord> CalendarQueue<T> {
         if b <= self.cur {
             self.late.push(Reverse((t, seq, item)));
         } else if b < self.cur + BUCKETS as u64 {
-            self.buckets[b as usize & (BUCKETS - 1)].push((t, seq, item));
+            let slot = &mut self.buckets[b as usize & (BUCKETS - 1)];
+            if slot.capacity() == 0 {
+                if let Some(v) = self.spare.pop() {
+                    *slot = v;
+                }
+            }
+            slot.push((t, seq, item));
             self.in_wheel += 1;
         } else {
             self.far.push(Reverse((t, seq, item)));
@@ -102,9 +112,12 @@ impl<T: Ord> CalendarQueue<T> {
         } else {
             self.cur += 1;
         }
-        let slot = &mut self.buckets[self.cur as usize & (BUCKETS - 1)];
-        // The drained (empty) vector goes back to the wheel: no allocation.
-        std::mem::swap(&mut self.now, slot);
+        let slot = std::mem::take(&mut self.buckets[self.cur as usize & (BUCKETS - 1)]);
+        // The drained (empty) vector is kept for a bucket that needs one.
+        let drained = std::mem::replace(&mut self.now, slot);
+        if drained.capacity() > 0 && self.spare.len() < 4096 {
+            self.spare.push(drained);
+        }
         self.in_wheel -= self.now.len();
         while let Some(Reverse((t, _, _))) = self.far.peek() {
             if t >> SHIFT > self.cur {

@@ -69,8 +69,10 @@ enum Ev {
     Pause { link: u32, class: u8, quanta: u16 },
     /// Refresh the XOFF that packets arriving on `link` caused.
     Refresh { link: u32, class: u8 },
-    /// IB credits for `link`'s VL `class` come back.
-    Credit { link: u32, class: u8, bytes: u32 },
+    /// IB credits for `link`'s VL `class` come back while it waits for
+    /// them (credits that come back while it does not are applied when it
+    /// next looks: see `LinkState::credit_ret`).
+    Credit { link: u32, class: u8 },
     /// A host's engine timer.
     Timer { host: u32 },
     /// A workload message is ready to be posted.
@@ -155,6 +157,14 @@ struct LinkState {
     /// A Wake event is queued for this instant (0: none).
     wake_at: Ps,
     credits: [Credits; 2],
+    /// IB credit updates on their way back: (arrival, bytes), in arrival
+    /// order (one cable delay after each departure downstream). Applied
+    /// when the transmitter next looks at its credits, so a credit costs
+    /// an event only when the transmitter is waiting for it.
+    credit_ret: [VecDeque<(Ps, u32)>; 2],
+    /// The transmitter is out of credits for the class: 1 waiting with
+    /// nothing on the way back, 2 a Credit event is queued.
+    credit_wait: [u8; 2],
     pfc_in: [PfcIngress; 2],
     tx_pkts: u64,
     tx_bytes: u64,
@@ -337,6 +347,8 @@ impl Sim {
                 pause_max: 0,
                 pause_frames: 0,
                 credits: [Credits::new(ll.credit_bytes), Credits::new(ll.credit_bytes)],
+                credit_ret: [VecDeque::new(), VecDeque::new()],
+                credit_wait: [0; 2],
                 pfc_in: [PfcIngress::default(), PfcIngress::default()],
                 loss,
                 tx_pkts: 0,
@@ -661,8 +673,8 @@ impl Sim {
                     self.send_pause(link as usize, class, PAUSE_MAX_QUANTA);
                 }
             }
-            Ev::Credit { link, class, bytes } => {
-                self.links[link as usize].credits[class as usize].refund(u64::from(bytes));
+            Ev::Credit { link, class } => {
+                self.links[link as usize].credit_wait[class as usize] = 0;
                 self.kick(link as usize);
             }
             Ev::Timer { host } => {
@@ -948,8 +960,30 @@ impl Sim {
             }
             let p = self.pkts[id as usize].as_ref().expect("queued packet");
             let (wire, class, inl) = (u64::from(p.wire), p.class, p.in_link as usize);
-            if credit_checked && !l.credits[c].try_spend(wire) {
-                continue;
+            if credit_checked {
+                while let Some(&(t, b)) = l.credit_ret[c].front() {
+                    if t > now {
+                        break;
+                    }
+                    l.credits[c].refund(u64::from(b));
+                    l.credit_ret[c].pop_front();
+                }
+                if !l.credits[c].try_spend(wire) {
+                    if l.credit_wait[c] != 2 {
+                        if let Some(&(t, _)) = l.credit_ret[c].front() {
+                            l.credit_wait[c] = 2;
+                            self.seq += 1;
+                            let ev = Ev::Credit {
+                                link: li as u32,
+                                class: c as u8,
+                            };
+                            self.events.push(t, self.seq, ev);
+                        } else {
+                            l.credit_wait[c] = 1;
+                        }
+                    }
+                    continue;
+                }
             }
             l.q[c].pop_front();
             l.qbytes[c] -= wire;
@@ -1007,15 +1041,20 @@ impl Sim {
                 }
             }
             LinkKind::IbCredit => {
-                let at = self.now + self.links[inl].prop;
-                self.push(
-                    at,
-                    Ev::Credit {
-                        link: inl as u32,
-                        class,
-                        bytes: wire as u32,
-                    },
-                );
+                let l = &mut self.links[inl];
+                let at = self.now + l.prop;
+                let c = class as usize;
+                l.credit_ret[c].push_back((at, wire as u32));
+                if l.credit_wait[c] == 1 {
+                    l.credit_wait[c] = 2;
+                    self.push(
+                        at,
+                        Ev::Credit {
+                            link: inl as u32,
+                            class,
+                        },
+                    );
+                }
             }
             LinkKind::Lossy => {}
         }
