@@ -129,8 +129,7 @@ impl<T: Ord> CalendarQueue<T> {
             self.now.push(e);
         }
         if self.now.len() > 1 {
-            self.now
-                .sort_unstable_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+            self.now.sort_unstable_by_key(|e| Reverse((e.0, e.1)));
         }
     }
 }
