@@ -50,10 +50,13 @@ fn label(a: Axis, v: f64) -> String {
         Axis::Linear => v,
         Axis::Log => 10f64.powf(v),
     };
-    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-2) {
+    let m = v.abs();
+    if v != 0.0 && (m >= 1e5 || m < 1e-2) {
         format!("{v:.0e}")
-    } else if v.fract().abs() < 1e-9 {
+    } else if v.fract().abs() < 1e-9 || m >= 100.0 {
         format!("{v:.0}")
+    } else if m >= 10.0 {
+        format!("{v:.1}")
     } else {
         format!("{v:.2}")
     }
