@@ -51,7 +51,7 @@ fn label(a: Axis, v: f64) -> String {
         Axis::Log => 10f64.powf(v),
     };
     let m = v.abs();
-    if v != 0.0 && (m >= 1e5 || m < 1e-2) {
+    if v != 0.0 && !(1e-2..1e5).contains(&m) {
         format!("{v:.0e}")
     } else if v.fract().abs() < 1e-9 || m >= 100.0 {
         format!("{v:.0}")
