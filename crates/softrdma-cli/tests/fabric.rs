@@ -1,7 +1,6 @@
 //! `softrdma fabric`: a committed scenario with `--json` and `--report`,
 //! and a bad scenario refused with a reason.
 
-#[allow(dead_code)]
 mod common;
 
 use common::{softrdma, tmp};
