@@ -83,12 +83,43 @@ enum Ev {
     SharpEmit { sw: u32, op: u32, chunk: u32 },
 }
 
+/// A packet's stored bytes (its headers and ICRC, the payload elided):
+/// inline when they fit — they always do for what the simulator sends, a
+/// write's BTH, RETH and immediate, or an ACK — so a packet is one
+/// allocation-free record.
+#[derive(Debug)]
+enum Bytes {
+    Inline { len: u8, b: [u8; 54] },
+    Heap(Vec<u8>),
+}
+
+impl Bytes {
+    fn new(parts: [&[u8]; 2]) -> Bytes {
+        let n = parts[0].len() + parts[1].len();
+        if n <= 54 {
+            let mut b = [0u8; 54];
+            b[..parts[0].len()].copy_from_slice(parts[0]);
+            b[parts[0].len()..n].copy_from_slice(parts[1]);
+            Bytes::Inline { len: n as u8, b }
+        } else {
+            Bytes::Heap([parts[0], parts[1]].concat())
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Inline { len, b } => &b[..*len as usize],
+            Bytes::Heap(v) => v,
+        }
+    }
+}
+
 /// A packet in the fabric: its bytes with the payload (zeros, from
 /// [`NullMemory`]) left out — `data[..head]`, then `zeros` zero bytes,
 /// then `data[head..]` — so a packet in a queue costs its headers only.
 #[derive(Debug)]
 struct Pkt {
-    data: Vec<u8>,
+    data: Bytes,
     head: u32,
     zeros: u32,
     dst: u32,
@@ -244,7 +275,6 @@ pub struct Sim {
     hosts: Vec<HostState>,
     pkts: Vec<Option<Pkt>>,
     free: Vec<u32>,
-    pool: Vec<Vec<u8>>,
     rng: Rng,
     kind: LinkKind,
     pfc: PfcParams,
@@ -409,7 +439,6 @@ impl Sim {
             hosts,
             pkts: Vec::new(),
             free: Vec::new(),
-            pool: Vec::new(),
             rng: Rng::new(rng.next_u64()),
             kind: ll.kind,
             pfc: ll.pfc,
@@ -850,20 +879,16 @@ impl Sim {
         if dst >= self.tree.hosts {
             return;
         }
-        let mut data = self.pool.pop().unwrap_or_default();
-        data.clear();
-        let (head, zeros) = match t.payload {
-            Some(pl) => {
-                data.extend_from_slice(&self.txbuf[..pl.offset]);
-                data.extend_from_slice(&self.txbuf[pl.offset + pl.len..t.len]);
-                (pl.offset, pl.len)
-            }
-            None => {
-                data.extend_from_slice(&self.txbuf[..t.len]);
-                (t.len, 0)
-            }
+        let tb = &self.txbuf;
+        let (data, head, zeros) = match t.payload {
+            Some(pl) => (
+                Bytes::new([&tb[..pl.offset], &tb[pl.offset + pl.len..t.len]]),
+                pl.offset,
+                pl.len,
+            ),
+            None => (Bytes::new([&tb[..t.len], &[]]), t.len, 0),
         };
-        let class = class_of(&data);
+        let class = class_of(data.as_slice());
         let p = Pkt {
             wire: t.len as u32 + self.overhead,
             data,
@@ -920,8 +945,7 @@ impl Sim {
     }
 
     fn release(&mut self, id: u32) {
-        if let Some(p) = self.pkts[id as usize].take() {
-            self.pool.push(p.data);
+        if self.pkts[id as usize].take().is_some() {
             self.free.push(id);
         }
     }
@@ -1153,16 +1177,16 @@ impl Sim {
                 let now = self.eng_now();
                 let rx = &mut self.rxbuf;
                 rx.clear();
-                rx.extend_from_slice(&p.data[..p.head as usize]);
+                let d = p.data.as_slice();
+                rx.extend_from_slice(&d[..p.head as usize]);
                 rx.resize(rx.len() + p.zeros as usize, 0);
-                rx.extend_from_slice(&p.data[p.head as usize..]);
+                rx.extend_from_slice(&d[p.head as usize..]);
                 self.hosts[h as usize].engine.handle_packet_meta(
                     now,
                     ep,
                     RxMeta { ecn: p.ecn },
                     rx,
                 );
-                self.pool.push(p.data);
                 self.host_after(h);
             }
             Node::Switch(s) => self.switch_in(s, li, id),
@@ -1290,7 +1314,7 @@ impl Sim {
         let len = (bytes - u64::from(chunk) * cb).min(cb) as u32;
         self.totals.sharp_packets += 1;
         self.alloc(Pkt {
-            data: Vec::new(),
+            data: Bytes::Inline { len: 0, b: [0; 54] },
             head: 0,
             zeros: len,
             dst: 0,
