@@ -15,6 +15,10 @@ pub struct Args {
     /// Write the results as one JSON array to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Write an HTML report (tables and SVG plots, one self-contained
+    /// file) to FILE.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
     /// Sample switch queues every US microseconds of simulated time.
     #[arg(long, value_name = "US", default_value_t = 0)]
     sample_us: u64,
@@ -80,6 +84,12 @@ pub fn run(args: &Args) -> ExitCode {
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&ok).expect("reports serialise");
         if let Err(e) = std::fs::write(path, text) {
+            eprintln!("softrdma fabric: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if let Some(path) = &args.report {
+        if let Err(e) = std::fs::write(path, softrdma_fabric::html::html(&ok)) {
             eprintln!("softrdma fabric: {}: {e}", path.display());
             return ExitCode::from(2);
         }

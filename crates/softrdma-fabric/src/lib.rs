@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod html;
 pub mod link;
 pub mod queue;
 pub mod report;

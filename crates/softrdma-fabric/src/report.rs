@@ -32,10 +32,72 @@ pub struct CostReport {
     pub assumptions: Vec<String>,
 }
 
+/// What the scenario was, for tables and plots across scenarios.
+#[derive(Debug, Clone, Serialize)]
+pub struct Params {
+    /// "lossy", "pfc" or "ib_credit".
+    pub link_layer: String,
+    pub recovery: String,
+    pub dcqcn: bool,
+    /// Per-packet loss probability on the chosen links.
+    pub loss_rate: f64,
+    pub loss_links: String,
+    /// The workload's kind, and its algorithm for collectives.
+    pub workload: String,
+    pub algorithm: Option<String>,
+    pub link_gbps: f64,
+    pub tiers: u8,
+    pub k: u32,
+}
+
+impl Params {
+    fn of(sc: &Scenario) -> Params {
+        use crate::scenario::Workload as W;
+        let (workload, algorithm) = match &sc.workload {
+            W::Flows { .. } => ("flows", None),
+            W::Permutation { .. } => ("permutation", None),
+            W::AllToAll { .. } => ("all_to_all", None),
+            W::AllReduce { algorithm, .. } => ("all_reduce", Some(algorithm.text())),
+            W::Training { algorithm, .. } => ("training", Some(algorithm.text())),
+        };
+        Params {
+            link_layer: sc.link_layer.kind.text(),
+            recovery: sc.transport.recovery.clone(),
+            dcqcn: sc.transport.dcqcn,
+            loss_rate: sc.link_layer.loss.rate,
+            loss_links: sc.link_layer.loss.links.clone(),
+            workload: workload.into(),
+            algorithm,
+            link_gbps: sc.topology.link_gbps,
+            tiers: sc.topology.tiers,
+            k: sc.topology.k,
+        }
+    }
+}
+
+/// The serde name of a unit enum value.
+trait SerdeName {
+    fn text(&self) -> String;
+}
+
+impl<T: Serialize> SerdeName for T {
+    fn text(&self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
 /// The result of one scenario.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub name: String,
+    pub params: Params,
+    /// Bytes per host of one collective (or the largest flow).
+    pub bytes: u64,
+    /// Bytes of every message delivered.
+    pub delivered_bytes: u64,
     pub seed: u64,
     pub hosts: u32,
     pub completed: bool,
@@ -50,6 +112,11 @@ pub struct Report {
     pub algbw_gbps: Option<f64>,
     pub busbw_gbps: Option<f64>,
     pub fct: Fct,
+    /// The completion-time distribution: (µs, share of messages done by
+    /// then), at most 200 points.
+    pub fct_cdf: Vec<(f64, f64)>,
+    /// Payload reaching the hosts over time: (µs, Gb/s per host).
+    pub goodput: Vec<(f64, f64)>,
     /// Each message's completion time (µs; flows workloads only).
     pub flow_fct_us: Vec<Option<f64>>,
     pub totals: Totals,
@@ -189,6 +256,15 @@ fn report(sc: &Scenario, sim: &mut Sim, completed: bool, wall: f64) -> Report {
     });
     Report {
         name: sc.name.clone(),
+        params: Params::of(sc),
+        bytes: plan.bytes,
+        delivered_bytes: plan
+            .msgs
+            .iter()
+            .zip(&sim.times)
+            .filter(|(_, t)| t.delivered.is_some())
+            .map(|(m, _)| m.bytes)
+            .sum(),
         seed: sc.seed,
         hosts: sim.tree.hosts,
         completed,
@@ -204,6 +280,32 @@ fn report(sc: &Scenario, sim: &mut Sim, completed: bool, wall: f64) -> Report {
             p50_us: percentile(&fcts, 0.5),
             p99_us: percentile(&fcts, 0.99),
             max_us: fcts.last().copied().unwrap_or(0.0),
+        },
+        goodput: {
+            let w_ps = (1u64 << sim.goodput_shift) as f64;
+            let hosts = f64::from(sim.tree.hosts.max(1));
+            sim.goodput_bins
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| {
+                    (
+                        (i as f64 + 0.5) * w_ps / 1e6,
+                        b as f64 * 8.0 / (w_ps / 1e3) / hosts,
+                    )
+                })
+                .collect()
+        },
+        fct_cdf: {
+            let n = fcts.len();
+            let step = n.div_ceil(200).max(1);
+            let mut v: Vec<(f64, f64)> = (0..n)
+                .step_by(step)
+                .map(|i| (fcts[i], (i + 1) as f64 / n as f64))
+                .collect();
+            if let Some(&last) = fcts.last() {
+                v.push((last, 1.0));
+            }
+            v
         },
         flow_fct_us: if matches!(sc.workload, crate::scenario::Workload::Flows { .. }) {
             sim.times

@@ -24,6 +24,9 @@ pub struct Scenario {
     pub workload: Workload,
     #[serde(default)]
     pub cost: Cost,
+    /// In-network aggregation (SHARP-style), for the `sharp` algorithm.
+    #[serde(default)]
+    pub sharp: Sharp,
     /// Stop after this much simulated time (µs) whatever is left.
     #[serde(default = "default_limit")]
     pub time_limit_us: u64,
@@ -214,6 +217,11 @@ pub struct Transport {
     /// The path MTU (256 … 4096).
     #[serde(default = "default_mtu")]
     pub mtu: u32,
+    /// A host's own latency per message (ns): software, doorbell, WQE
+    /// fetch and completion, added between what a message waits for and
+    /// its post (0: an ideal host).
+    #[serde(default)]
+    pub host_ns: f64,
 }
 
 fn default_recovery() -> String {
@@ -237,6 +245,7 @@ impl Default for Transport {
             window: default_window(),
             timeout: default_timeout(),
             mtu: default_mtu(),
+            host_ns: 0.0,
         }
     }
 }
@@ -295,6 +304,40 @@ pub enum Algorithm {
     RecursiveDoubling,
     /// Reduce-scatter by recursive halving, all-gather by doubling.
     HalvingDoubling,
+    /// In-network aggregation (SHARP-style): every host sends its data
+    /// once up an aggregation tree of switches, which reduce and forward;
+    /// the root sends the result down, replicated at every branch.
+    Sharp,
+}
+
+/// The switches' aggregation engines (see docs/fabric.md).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sharp {
+    /// Time an aggregating switch takes to reduce a chunk once its last
+    /// contribution has arrived (ns), on top of `switch_ns`.
+    #[serde(default = "default_alu")]
+    pub alu_ns: f64,
+    /// Chunks one switch can be aggregating at once (its aggregation
+    /// buffers); a host keeps at most this many chunks outstanding.
+    #[serde(default = "default_slots")]
+    pub slots: u32,
+}
+
+fn default_alu() -> f64 {
+    100.0
+}
+fn default_slots() -> u32 {
+    64
+}
+
+impl Default for Sharp {
+    fn default() -> Self {
+        Sharp {
+            alu_ns: default_alu(),
+            slots: default_slots(),
+        }
+    }
 }
 
 /// What an idle GPU costs.
@@ -379,6 +422,25 @@ impl Scenario {
         }
         if tr.window == 0 || tr.window > 4096 || tr.timeout > 31 {
             return Err("transport.window 1..=4096, timeout 0..=31".into());
+        }
+        if !(0.0..=1e7).contains(&tr.host_ns) {
+            return Err("transport.host_ns must be 0..=1e7".into());
+        }
+        if !(0.0..=1e7).contains(&self.sharp.alu_ns) || !(1..=65_536).contains(&self.sharp.slots) {
+            return Err("sharp: alu_ns 0..=1e7, slots 1..=65536".into());
+        }
+        let sharp = match &self.workload {
+            Workload::AllReduce { algorithm, .. } | Workload::Training { algorithm, .. } => {
+                *algorithm == Algorithm::Sharp
+            }
+            _ => false,
+        };
+        if sharp && (l.kind == LinkKind::Lossy || l.loss.rate > 0.0 || l.loss.ber > 0.0) {
+            return Err(
+                "the sharp algorithm needs a lossless link layer (pfc or ib_credit) and no corruption loss: \
+                 the aggregation trees have no retransmission"
+                    .into(),
+            );
         }
         let max_msg = 1u64 << 31;
         match &self.workload {

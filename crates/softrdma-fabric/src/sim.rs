@@ -69,14 +69,49 @@ enum Ev {
     Pause { link: u32, class: u8, quanta: u16 },
     /// Refresh the XOFF that packets arriving on `link` caused.
     Refresh { link: u32, class: u8 },
-    /// IB credits for `link`'s VL `class` come back.
-    Credit { link: u32, class: u8, bytes: u32 },
+    /// IB credits for `link`'s VL `class` come back while it waits for
+    /// them (credits that come back while it does not are applied when it
+    /// next looks: see `LinkState::credit_ret`).
+    Credit { link: u32, class: u8 },
     /// A host's engine timer.
     Timer { host: u32 },
     /// A workload message is ready to be posted.
     Ready { msg: u32 },
     /// Sample queue occupancy.
     Sample,
+    /// Switch `sw` finished reducing `chunk` of aggregation `op`.
+    SharpEmit { sw: u32, op: u32, chunk: u32 },
+}
+
+/// A packet's stored bytes (its headers and ICRC, the payload elided):
+/// inline when they fit — they always do for what the simulator sends, a
+/// write's BTH, RETH and immediate, or an ACK — so a packet is one
+/// allocation-free record.
+#[derive(Debug)]
+enum Bytes {
+    Inline { len: u8, b: [u8; 54] },
+    Heap(Vec<u8>),
+}
+
+impl Bytes {
+    fn new(parts: [&[u8]; 2]) -> Bytes {
+        let n = parts[0].len() + parts[1].len();
+        if n <= 54 {
+            let mut b = [0u8; 54];
+            b[..parts[0].len()].copy_from_slice(parts[0]);
+            b[parts[0].len()..n].copy_from_slice(parts[1]);
+            Bytes::Inline { len: n as u8, b }
+        } else {
+            Bytes::Heap([parts[0], parts[1]].concat())
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Inline { len, b } => &b[..*len as usize],
+            Bytes::Heap(v) => v,
+        }
+    }
 }
 
 /// A packet in the fabric: its bytes with the payload (zeros, from
@@ -84,7 +119,7 @@ enum Ev {
 /// then `data[head..]` — so a packet in a queue costs its headers only.
 #[derive(Debug)]
 struct Pkt {
-    data: Vec<u8>,
+    data: Bytes,
     head: u32,
     zeros: u32,
     dst: u32,
@@ -94,33 +129,81 @@ struct Pkt {
     class: u8,
     wire: u32,
     in_link: u32,
+    /// In-network aggregation: 0, or the operation + 1.
+    sharp: u32,
+    chunk: u32,
+    /// A result going down the tree (else a contribution going up).
+    down: bool,
 }
 
+/// The aggregation tree (one for every in-network operation: all the
+/// hosts, rooted at the lowest switch above all of them, reached by every
+/// switch's first up-link).
+#[derive(Debug, Default)]
+struct SharpTree {
+    /// Per switch: the up-link to its parent in the tree (MAX: root or
+    /// not in the tree).
+    parent: Vec<usize>,
+    /// Per switch: the down-links to its children in the tree.
+    down: Vec<Vec<usize>>,
+    /// Per switch: contributions a chunk needs (its children).
+    need: Vec<u32>,
+    root: u32,
+    /// (switch, op, chunk) → contributions so far.
+    partial: HashMap<u64, u32>,
+    /// Per switch: chunks being aggregated now.
+    busy: Vec<u32>,
+    alu_ps: Ps,
+    slots: u32,
+    chunk_bytes: u64,
+    /// Per message: the next chunk to send, the result chunks received.
+    next: Vec<u32>,
+    got: Vec<u32>,
+    /// Per host: its operations with chunks left to send; chunks outstanding.
+    tx: Vec<VecDeque<u32>>,
+    out: Vec<u32>,
+}
+
+/// BTH, an aggregation header and ICRC on an in-network aggregation packet.
+const SHARP_HEADER: u32 = 12 + 16 + 4;
+
+/// A directed link. `repr(C)` keeps the fields every packet touches
+/// (arrival, enqueue, start of transmission) in the first two cache
+/// lines; the statistics come last.
 #[derive(Debug)]
+#[repr(C)]
 struct LinkState {
-    src: Node,
+    /// The packet on the wire finishes serialising then.
+    busy_until: Ps,
+    qbytes: [u64; 2],
     dst: Node,
+    src: Node,
+    loss: f64,
     bps: u64,
     prop: Ps,
     q: [VecDeque<u32>; 2],
-    qbytes: [u64; 2],
-    /// The packet on the wire finishes serialising then.
-    busy_until: Ps,
+    paused_until: [Ps; 2],
     /// A TxDone event is queued.
     done_pending: bool,
-    paused_until: [Ps; 2],
     /// A Wake event is queued for this instant (0: none).
     wake_at: Ps,
+    credits: [Credits; 2],
+    /// IB credit updates on their way back: (arrival, bytes), in arrival
+    /// order (one cable delay after each departure downstream). Applied
+    /// when the transmitter next looks at its credits, so a credit costs
+    /// an event only when the transmitter is waiting for it.
+    credit_ret: [VecDeque<(Ps, u32)>; 2],
+    /// The transmitter is out of credits for the class: 1 waiting with
+    /// nothing on the way back, 2 a Credit event is queued.
+    credit_wait: [u8; 2],
+    pfc_in: [PfcIngress; 2],
+    tx_pkts: u64,
+    tx_bytes: u64,
+    max_q: u64,
     pause_start: [Option<Ps>; 2],
     pause_total: Ps,
     pause_max: Ps,
     pause_frames: u64,
-    credits: [Credits; 2],
-    pfc_in: [PfcIngress; 2],
-    loss: f64,
-    tx_pkts: u64,
-    tx_bytes: u64,
-    max_q: u64,
     drops: [u64; 3],
 }
 
@@ -150,6 +233,10 @@ pub struct Totals {
     pub seq_naks: u64,
     pub cnps: u64,
     pub failed_wrs: u64,
+    /// In-network aggregation: the most chunks one switch aggregated at once.
+    pub sharp_max_slots: u64,
+    /// In-network aggregation packets sent (up and down).
+    pub sharp_packets: u64,
 }
 
 /// What happened to one message.
@@ -188,7 +275,6 @@ pub struct Sim {
     hosts: Vec<HostState>,
     pkts: Vec<Option<Pkt>>,
     free: Vec<u32>,
-    pool: Vec<Vec<u8>>,
     rng: Rng,
     kind: LinkKind,
     pfc: PfcParams,
@@ -211,7 +297,16 @@ pub struct Sim {
     /// (time µs, bytes in all switch buffers, deepest egress queue bytes).
     pub samples: Vec<(f64, u64, u64)>,
     spray: u64,
+    host_ps: Ps,
+    sh: SharpTree,
+    /// Payload bytes that reached hosts, in bins of 2^`gp_shift` ps (the
+    /// bins double in width to stay at most [`GOODPUT_BINS`]).
+    pub goodput_bins: Vec<u64>,
+    pub goodput_shift: u32,
 }
+
+/// The most bins of the goodput-over-time series.
+const GOODPUT_BINS: usize = 1024;
 
 fn host_addr(h: u32) -> SocketAddr {
     SocketAddr::new(
@@ -282,6 +377,8 @@ impl Sim {
                 pause_max: 0,
                 pause_frames: 0,
                 credits: [Credits::new(ll.credit_bytes), Credits::new(ll.credit_bytes)],
+                credit_ret: [VecDeque::new(), VecDeque::new()],
+                credit_wait: [0; 2],
                 pfc_in: [PfcIngress::default(), PfcIngress::default()],
                 loss,
                 tx_pkts: 0,
@@ -342,7 +439,6 @@ impl Sim {
             hosts,
             pkts: Vec::new(),
             free: Vec::new(),
-            pool: Vec::new(),
             rng: Rng::new(rng.next_u64()),
             kind: ll.kind,
             pfc: ll.pfc,
@@ -368,11 +464,18 @@ impl Sim {
             sample_ps: 0,
             samples: Vec::new(),
             spray: 0,
+            host_ps: (sc.transport.host_ns * 1000.0) as Ps,
+            sh: SharpTree::default(),
+            goodput_bins: Vec::new(),
+            goodput_shift: 20,
         };
         sim.connect(sc)?;
+        if !sim.plan.sharp_base.is_empty() {
+            sim.build_sharp(sc);
+        }
         for i in 0..n_msgs {
             if sim.deps_left[i] == 0 {
-                let at = sim.plan.msgs[i].delay_ps;
+                let at = sim.plan.msgs[i].delay_ps + sim.host_ps;
                 sim.push(at, Ev::Ready { msg: i as u32 });
             }
         }
@@ -406,6 +509,7 @@ impl Sim {
             .plan
             .msgs
             .iter()
+            .filter(|m| m.sharp.is_none())
             .map(|m| (m.src.min(m.dst), m.src.max(m.dst)))
             .collect();
         pairs.sort_unstable();
@@ -598,8 +702,8 @@ impl Sim {
                     self.send_pause(link as usize, class, PAUSE_MAX_QUANTA);
                 }
             }
-            Ev::Credit { link, class, bytes } => {
-                self.links[link as usize].credits[class as usize].refund(u64::from(bytes));
+            Ev::Credit { link, class } => {
+                self.links[link as usize].credit_wait[class as usize] = 0;
                 self.kick(link as usize);
             }
             Ev::Timer { host } => {
@@ -613,6 +717,7 @@ impl Sim {
                 self.host_after(host);
             }
             Ev::Ready { msg } => self.post(msg),
+            Ev::SharpEmit { sw, op, chunk } => self.sharp_emit(sw, op, chunk),
             Ev::Sample => {
                 let total: u64 = self.bufs.iter().map(|b| b.used).sum();
                 let deepest = self.links.iter().map(|l| l.qbytes[0] + l.qbytes[1]).max();
@@ -629,6 +734,10 @@ impl Sim {
         let m = &self.plan.msgs[msg as usize];
         let (src, dst, bytes) = (m.src, m.dst, m.bytes);
         self.times[msg as usize].ready = Some(self.now);
+        if m.sharp.is_some() {
+            self.sh.tx[src as usize].push_back(msg);
+            return self.pump(src);
+        }
         let now = self.eng_now();
         let d = &mut self.hosts[dst as usize];
         let dq = d.qps[&src];
@@ -685,15 +794,14 @@ impl Sim {
                     if t.acked.is_some() {
                         self.remaining -= 1;
                     }
-                    for &dep in &self.dependents[id] {
-                        let left = &mut self.deps_left[dep as usize];
-                        *left -= 1;
-                        if *left == 0 {
-                            let at = self.now + self.plan.msgs[dep as usize].delay_ps;
-                            self.seq += 1;
-                            self.events.push(at, self.seq, Ev::Ready { msg: dep });
-                        }
-                    }
+                    Self::release_dependents(
+                        &self.dependents[id],
+                        &mut self.deps_left,
+                        &self.plan,
+                        self.now + self.host_ps,
+                        &mut self.seq,
+                        &mut self.events,
+                    );
                 } else {
                     t.acked = Some(self.now);
                     if t.delivered.is_some() {
@@ -704,6 +812,28 @@ impl Sim {
         }
         self.pump(h);
         self.arm_timer(h);
+    }
+
+    /// The messages waiting for `deps` (one delivered message's
+    /// dependents): those with nothing else to wait for become ready at
+    /// `at` plus their own delay.
+    fn release_dependents(
+        deps: &[u32],
+        deps_left: &mut [u32],
+        plan: &Plan,
+        at: Ps,
+        seq: &mut u64,
+        events: &mut CalendarQueue<Ev>,
+    ) {
+        for &dep in deps {
+            let left = &mut deps_left[dep as usize];
+            *left -= 1;
+            if *left == 0 {
+                *seq += 1;
+                let when = at + plan.msgs[dep as usize].delay_ps;
+                events.push(when, *seq, Ev::Ready { msg: dep });
+            }
+        }
     }
 
     /// Queues a Timer event for the engine's next deadline (sending a
@@ -731,6 +861,9 @@ impl Sim {
         if l.busy_until > self.now || !l.q[0].is_empty() || !l.q[1].is_empty() {
             return self.kick(li);
         }
+        if !self.sh.tx.is_empty() && self.sharp_pump(h, li) {
+            return;
+        }
         let now = self.eng_now();
         let Some(t) = self.hosts[h as usize]
             .engine
@@ -746,20 +879,16 @@ impl Sim {
         if dst >= self.tree.hosts {
             return;
         }
-        let mut data = self.pool.pop().unwrap_or_default();
-        data.clear();
-        let (head, zeros) = match t.payload {
-            Some(pl) => {
-                data.extend_from_slice(&self.txbuf[..pl.offset]);
-                data.extend_from_slice(&self.txbuf[pl.offset + pl.len..t.len]);
-                (pl.offset, pl.len)
-            }
-            None => {
-                data.extend_from_slice(&self.txbuf[..t.len]);
-                (t.len, 0)
-            }
+        let tb = &self.txbuf;
+        let (data, head, zeros) = match t.payload {
+            Some(pl) => (
+                Bytes::new([&tb[..pl.offset], &tb[pl.offset + pl.len..t.len]]),
+                pl.offset,
+                pl.len,
+            ),
+            None => (Bytes::new([&tb[..t.len], &[]]), t.len, 0),
         };
-        let class = class_of(&data);
+        let class = class_of(data.as_slice());
         let p = Pkt {
             wire: t.len as u32 + self.overhead,
             data,
@@ -771,11 +900,38 @@ impl Sim {
             ecn: t.ecn,
             class,
             in_link: u32::MAX,
+            sharp: 0,
+            chunk: 0,
+            down: false,
         };
+        let wire = u64::from(p.wire);
         let id = self.alloc(p);
         let l = &mut self.links[li];
         l.q[class as usize].push_back(id);
+        l.qbytes[class as usize] += wire;
         self.kick(li);
+    }
+
+    /// Counts payload bytes that reached a host now.
+    fn count_goodput(&mut self, bytes: u32) {
+        let mut i = (self.now >> self.goodput_shift) as usize;
+        while i >= GOODPUT_BINS {
+            let b = &mut self.goodput_bins;
+            for j in 0..b.len() / 2 {
+                b[j] = b[2 * j] + b.get(2 * j + 1).copied().unwrap_or(0);
+            }
+            let half = b.len().div_ceil(2);
+            if b.len() % 2 == 1 {
+                b[half - 1] = b[b.len() - 1];
+            }
+            b.truncate(half);
+            self.goodput_shift += 1;
+            i >>= 1;
+        }
+        if self.goodput_bins.len() <= i {
+            self.goodput_bins.resize(i + 1, 0);
+        }
+        self.goodput_bins[i] += u64::from(bytes);
     }
 
     fn alloc(&mut self, p: Pkt) -> u32 {
@@ -789,8 +945,7 @@ impl Sim {
     }
 
     fn release(&mut self, id: u32) {
-        if let Some(p) = self.pkts[id as usize].take() {
-            self.pool.push(p.data);
+        if self.pkts[id as usize].take().is_some() {
             self.free.push(id);
         }
     }
@@ -829,8 +984,30 @@ impl Sim {
             }
             let p = self.pkts[id as usize].as_ref().expect("queued packet");
             let (wire, class, inl) = (u64::from(p.wire), p.class, p.in_link as usize);
-            if credit_checked && !l.credits[c].try_spend(wire) {
-                continue;
+            if credit_checked {
+                while let Some(&(t, b)) = l.credit_ret[c].front() {
+                    if t > now {
+                        break;
+                    }
+                    l.credits[c].refund(u64::from(b));
+                    l.credit_ret[c].pop_front();
+                }
+                if !l.credits[c].try_spend(wire) {
+                    if l.credit_wait[c] != 2 {
+                        if let Some(&(t, _)) = l.credit_ret[c].front() {
+                            l.credit_wait[c] = 2;
+                            self.seq += 1;
+                            let ev = Ev::Credit {
+                                link: li as u32,
+                                class: c as u8,
+                            };
+                            self.events.push(t, self.seq, ev);
+                        } else {
+                            l.credit_wait[c] = 1;
+                        }
+                    }
+                    continue;
+                }
             }
             l.q[c].pop_front();
             l.qbytes[c] -= wire;
@@ -857,7 +1034,9 @@ impl Sim {
             );
             if let Node::Switch(s) = src {
                 self.bufs[s as usize].release(wire);
-                self.free_ingress(inl, class, wire);
+                if inl != u32::MAX as usize {
+                    self.free_ingress(inl, class, wire);
+                }
             }
             return;
         }
@@ -886,15 +1065,20 @@ impl Sim {
                 }
             }
             LinkKind::IbCredit => {
-                let at = self.now + self.links[inl].prop;
-                self.push(
-                    at,
-                    Ev::Credit {
-                        link: inl as u32,
-                        class,
-                        bytes: wire as u32,
-                    },
-                );
+                let l = &mut self.links[inl];
+                let at = self.now + l.prop;
+                let c = class as usize;
+                l.credit_ret[c].push_back((at, wire as u32));
+                if l.credit_wait[c] == 1 {
+                    l.credit_wait[c] = 2;
+                    self.push(
+                        at,
+                        Ev::Credit {
+                            link: inl as u32,
+                            class,
+                        },
+                    );
+                }
             }
             LinkKind::Lossy => {}
         }
@@ -972,11 +1156,20 @@ impl Sim {
             }
             return self.drop_pkt(li, id, DropCause::Corruption);
         }
+        if self.pkts[id as usize]
+            .as_ref()
+            .is_some_and(|p| p.sharp != 0)
+        {
+            return self.sharp_arrive(li, id);
+        }
         match self.links[li].dst {
             Node::Host(h) => {
                 let p = self.pkts[id as usize].take().expect("arriving");
                 self.free.push(id);
                 self.totals.packets_delivered += 1;
+                if p.zeros > 0 {
+                    self.count_goodput(p.zeros);
+                }
                 let ep = Endpoints::new(
                     SocketAddr::new(host_addr(p.src).ip(), p.sport),
                     host_addr(h),
@@ -984,16 +1177,16 @@ impl Sim {
                 let now = self.eng_now();
                 let rx = &mut self.rxbuf;
                 rx.clear();
-                rx.extend_from_slice(&p.data[..p.head as usize]);
+                let d = p.data.as_slice();
+                rx.extend_from_slice(&d[..p.head as usize]);
                 rx.resize(rx.len() + p.zeros as usize, 0);
-                rx.extend_from_slice(&p.data[p.head as usize..]);
+                rx.extend_from_slice(&d[p.head as usize..]);
                 self.hosts[h as usize].engine.handle_packet_meta(
                     now,
                     ep,
                     RxMeta { ecn: p.ecn },
                     rx,
                 );
-                self.pool.push(p.data);
                 self.host_after(h);
             }
             Node::Switch(s) => self.switch_in(s, li, id),
@@ -1047,6 +1240,209 @@ impl Sim {
         self.kick(out);
     }
 
+    /// Builds the aggregation tree over all hosts: each host's leaf, then
+    /// every switch's first up-link, up to the lowest level that holds
+    /// every host below one switch.
+    fn build_sharp(&mut self, sc: &Scenario) {
+        let t = &self.tree;
+        let ns = t.switches.len();
+        let leaves: std::collections::BTreeSet<u32> = t.host_leaf.iter().copied().collect();
+        let pods: std::collections::BTreeSet<u32> =
+            leaves.iter().map(|&l| t.switches[l as usize].pod).collect();
+        let top = if leaves.len() == 1 {
+            0
+        } else if t.tiers == 2 || pods.len() == 1 {
+            1
+        } else {
+            2
+        };
+        let mut sh = SharpTree {
+            parent: vec![usize::MAX; ns],
+            down: vec![Vec::new(); ns],
+            need: vec![0; ns],
+            busy: vec![0; ns],
+            alu_ps: (sc.sharp.alu_ns * 1000.0) as Ps,
+            slots: sc.sharp.slots,
+            chunk_bytes: u64::from(sc.transport.mtu),
+            next: vec![0; self.plan.msgs.len()],
+            got: vec![0; self.plan.msgs.len()],
+            tx: vec![VecDeque::new(); t.hosts as usize],
+            out: vec![0; t.hosts as usize],
+            ..Default::default()
+        };
+        for h in 0..t.hosts as usize {
+            let mut cur = t.host_leaf[h];
+            // The leaf's down-link to the host is the cable's other half.
+            sh.down[cur as usize].push(t.host_up[h] + 1);
+            sh.need[cur as usize] += 1;
+            while t.switches[cur as usize].level < top {
+                let up = t.switches[cur as usize].up[0];
+                let Node::Switch(parent) = t.links[up].dst else {
+                    break;
+                };
+                if sh.parent[cur as usize] != usize::MAX {
+                    cur = parent;
+                    break;
+                }
+                sh.parent[cur as usize] = up;
+                sh.down[parent as usize].push(up + 1);
+                sh.need[parent as usize] += 1;
+                cur = parent;
+            }
+            while t.switches[cur as usize].level < top {
+                cur = match t.links[sh.parent[cur as usize]].dst {
+                    Node::Switch(p) => p,
+                    Node::Host(_) => break,
+                };
+            }
+            sh.root = cur;
+        }
+        self.sh = sh;
+    }
+
+    fn sharp_chunks(&self, msg: u32) -> u32 {
+        self.plan.msgs[msg as usize]
+            .bytes
+            .div_ceil(self.sh.chunk_bytes)
+            .max(1) as u32
+    }
+
+    fn sharp_packet(&mut self, op: u32, chunk: u32, down: bool) -> u32 {
+        let msg = self.plan.sharp_base[op as usize];
+        let bytes = self.plan.msgs[msg as usize].bytes;
+        let cb = self.sh.chunk_bytes;
+        let len = (bytes - u64::from(chunk) * cb).min(cb) as u32;
+        self.totals.sharp_packets += 1;
+        self.alloc(Pkt {
+            data: Bytes::Inline { len: 0, b: [0; 54] },
+            head: 0,
+            zeros: len,
+            dst: 0,
+            src: 0,
+            sport: 0,
+            ecn: Ecn::NotEct,
+            class: 0,
+            wire: len + SHARP_HEADER + self.overhead,
+            in_link: u32::MAX,
+            sharp: op + 1,
+            chunk,
+            down,
+        })
+    }
+
+    /// A host's NIC sends its next contribution if its window (the
+    /// switches' aggregation slots) allows. Whether it sent one.
+    fn sharp_pump(&mut self, h: u32, li: usize) -> bool {
+        let hu = h as usize;
+        let Some(&msg) = self.sh.tx[hu].front() else {
+            return false;
+        };
+        if self.sh.out[hu] >= self.sh.slots {
+            return false;
+        }
+        let chunk = self.sh.next[msg as usize];
+        self.sh.next[msg as usize] += 1;
+        if self.sh.next[msg as usize] >= self.sharp_chunks(msg) {
+            self.sh.tx[hu].pop_front();
+        }
+        self.sh.out[hu] += 1;
+        let op = self.plan.msgs[msg as usize].sharp.unwrap_or(0);
+        let id = self.sharp_packet(op, chunk, false);
+        let wire = u64::from(self.pkts[id as usize].as_ref().expect("new").wire);
+        let l = &mut self.links[li];
+        l.q[0].push_back(id);
+        l.qbytes[0] += wire;
+        self.kick(li);
+        true
+    }
+
+    /// An in-network aggregation packet arrived at the end of `li`.
+    fn sharp_arrive(&mut self, li: usize, id: u32) {
+        let p = self.pkts[id as usize].take().expect("arriving");
+        self.free.push(id);
+        let (op, chunk) = (p.sharp - 1, p.chunk);
+        match self.links[li].dst {
+            Node::Host(h) => {
+                self.count_goodput(p.zeros);
+                let msg = self.plan.sharp_base[op as usize] + h;
+                let m = msg as usize;
+                self.sh.got[m] += 1;
+                self.sh.out[h as usize] -= 1;
+                if self.sh.got[m] == self.sharp_chunks(msg) {
+                    let t = &mut self.times[m];
+                    t.delivered = Some(self.now);
+                    t.acked = Some(self.now);
+                    self.remaining -= 1;
+                    Self::release_dependents(
+                        &self.dependents[m],
+                        &mut self.deps_left,
+                        &self.plan,
+                        self.now + self.host_ps,
+                        &mut self.seq,
+                        &mut self.events,
+                    );
+                }
+                self.pump(h);
+            }
+            Node::Switch(s) => {
+                // The packet is consumed here (reduced into the switch's
+                // aggregation buffer, or replicated): on IB its credits go
+                // back upstream at once.
+                if self.kind == LinkKind::IbCredit {
+                    self.free_ingress(li, p.class, u64::from(p.wire));
+                }
+                if p.down {
+                    return self.sharp_down(s, op, chunk);
+                }
+                let key = (u64::from(s) << 44) | (u64::from(op) << 28) | u64::from(chunk);
+                let n = self.sh.partial.entry(key).or_insert(0);
+                *n += 1;
+                let n = *n;
+                if n == 1 {
+                    self.sh.busy[s as usize] += 1;
+                    let b = u64::from(self.sh.busy[s as usize]);
+                    self.totals.sharp_max_slots = self.totals.sharp_max_slots.max(b);
+                }
+                if n == self.sh.need[s as usize] {
+                    self.sh.partial.remove(&key);
+                    self.sh.busy[s as usize] -= 1;
+                    let at = self.now + self.sh.alu_ps;
+                    self.push(at, Ev::SharpEmit { sw: s, op, chunk });
+                }
+            }
+        }
+    }
+
+    /// Switch `s` has reduced `chunk`: up to its parent, or from the root
+    /// down the tree.
+    fn sharp_emit(&mut self, s: u32, op: u32, chunk: u32) {
+        if s == self.sh.root {
+            return self.sharp_down(s, op, chunk);
+        }
+        let up = self.sh.parent[s as usize];
+        let id = self.sharp_packet(op, chunk, false);
+        self.sharp_enqueue(s, up, id);
+    }
+
+    /// The result `chunk` goes out of `s` on every down-link of the tree.
+    fn sharp_down(&mut self, s: u32, op: u32, chunk: u32) {
+        for i in 0..self.sh.down[s as usize].len() {
+            let out = self.sh.down[s as usize][i];
+            let id = self.sharp_packet(op, chunk, true);
+            self.sharp_enqueue(s, out, id);
+        }
+    }
+
+    fn sharp_enqueue(&mut self, s: u32, out: usize, id: u32) {
+        let wire = u64::from(self.pkts[id as usize].as_ref().expect("new").wire);
+        self.bufs[s as usize].force(wire);
+        let l = &mut self.links[out];
+        l.q[0].push_back(id);
+        l.qbytes[0] += wire;
+        l.max_q = l.max_q.max(l.qbytes[0] + l.qbytes[1]);
+        self.kick(out);
+    }
+
     fn node_name(&self, n: Node) -> String {
         match n {
             Node::Host(h) => format!("host{h}"),
@@ -1095,6 +1491,13 @@ impl Sim {
                 break;
             }
             if t.delivered.is_some() && t.acked.is_some() {
+                continue;
+            }
+            if m.sharp.is_some() {
+                out.push(format!(
+                    "msg {i}: host {}'s part of in-network aggregation {:?}, {} B: ready {:?}, {} result chunks received",
+                    m.src, m.sharp, m.bytes, t.ready, self.sh.got[i]
+                ));
                 continue;
             }
             let q = self.hosts[m.src as usize].qps[&m.dst];

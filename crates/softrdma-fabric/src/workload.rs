@@ -18,6 +18,9 @@ pub struct Msg {
     pub delay_ps: Ps,
     /// Which collective instance (training step) it belongs to.
     pub group: u32,
+    /// In-network aggregation: the operation this is host `src`'s part of
+    /// (then `dst == src`, and its delivery is the whole result's arrival).
+    pub sharp: Option<u32>,
 }
 
 /// The messages of a workload, and what one instance of it moves.
@@ -31,6 +34,9 @@ pub struct Plan {
     pub bus_factor: f64,
     /// Compute time per step (training), else 0.
     pub compute_ps: Ps,
+    /// In-network aggregation operations: the first message of each (host
+    /// h's part of operation o is message `sharp_base[o] + h`).
+    pub sharp_base: Vec<u32>,
 }
 
 fn log2_exact(n: u32) -> Result<u32, String> {
@@ -46,8 +52,10 @@ fn log2_exact(n: u32) -> Result<u32, String> {
 /// Appends one all-reduce among hosts `0..n`; `entry[i]` are the messages
 /// host i waits for before it starts (the previous step's), `delay` its
 /// compute time. Returns, per host, the messages whose delivery ends its part.
+#[allow(clippy::too_many_arguments)]
 fn all_reduce(
     msgs: &mut Vec<Msg>,
+    sharp_base: &mut Vec<u32>,
     n: u32,
     bytes: u64,
     alg: Algorithm,
@@ -68,10 +76,27 @@ fn all_reduce(
             deps,
             delay_ps: if first { delay } else { 0 },
             group,
+            sharp: None,
         });
         (msgs.len() - 1) as u32
     };
     match alg {
+        Algorithm::Sharp => {
+            let op = sharp_base.len() as u32;
+            sharp_base.push(msgs.len() as u32);
+            for i in 0..n {
+                msgs.push(Msg {
+                    src: i,
+                    dst: i,
+                    bytes,
+                    deps: last[i as usize].clone(),
+                    delay_ps: delay,
+                    group,
+                    sharp: Some(op),
+                });
+                last[i as usize] = vec![(msgs.len() - 1) as u32];
+            }
+        }
         Algorithm::Ring => {
             let chunk = bytes.div_ceil(u64::from(n));
             for k in 0..2 * (n - 1) {
@@ -116,6 +141,7 @@ pub fn plan(w: &Workload, n: u32, seed: u64) -> Result<Plan, String> {
         bytes: 0,
         bus_factor: 0.0,
         compute_ps: 0,
+        sharp_base: Vec::new(),
     };
     match w {
         Workload::Flows { flows } => {
@@ -130,6 +156,7 @@ pub fn plan(w: &Workload, n: u32, seed: u64) -> Result<Plan, String> {
                     deps: Vec::new(),
                     delay_ps: (f.start_us * 1e6) as Ps,
                     group: 0,
+                    sharp: None,
                 });
             }
             p.bytes = flows.iter().map(|f| f.bytes).max().unwrap_or(0);
@@ -153,6 +180,7 @@ pub fn plan(w: &Workload, n: u32, seed: u64) -> Result<Plan, String> {
                     deps: Vec::new(),
                     delay_ps: 0,
                     group: 0,
+                    sharp: None,
                 });
             }
             p.bytes = *bytes;
@@ -168,6 +196,7 @@ pub fn plan(w: &Workload, n: u32, seed: u64) -> Result<Plan, String> {
                         deps: Vec::new(),
                         delay_ps: 0,
                         group: 0,
+                        sharp: None,
                     });
                 }
             }
@@ -180,7 +209,16 @@ pub fn plan(w: &Workload, n: u32, seed: u64) -> Result<Plan, String> {
         } => {
             let mut entry = vec![Vec::new(); n as usize];
             for r in 0..*repeat {
-                entry = all_reduce(&mut msgs, n, *bytes, *algorithm, &entry, 0, r)?;
+                entry = all_reduce(
+                    &mut msgs,
+                    &mut p.sharp_base,
+                    n,
+                    *bytes,
+                    *algorithm,
+                    &entry,
+                    0,
+                    r,
+                )?;
             }
             p.groups = *repeat;
             p.bytes = *bytes;
@@ -195,7 +233,16 @@ pub fn plan(w: &Workload, n: u32, seed: u64) -> Result<Plan, String> {
             let c = (compute_us * 1e6) as Ps;
             let mut entry = vec![Vec::new(); n as usize];
             for r in 0..*steps {
-                entry = all_reduce(&mut msgs, n, *gradient_bytes, *algorithm, &entry, c, r)?;
+                entry = all_reduce(
+                    &mut msgs,
+                    &mut p.sharp_base,
+                    n,
+                    *gradient_bytes,
+                    *algorithm,
+                    &entry,
+                    c,
+                    r,
+                )?;
             }
             p.groups = *steps;
             p.bytes = *gradient_bytes;
