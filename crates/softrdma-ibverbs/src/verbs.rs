@@ -1314,6 +1314,7 @@ unsafe fn post_one_with(
     };
     let sg = std::mem::take(buf);
     let mut swr = SendWr {
+        xrc_srqn: None,
         wr_id: w.wr_id,
         op,
         sg_list: sg,

@@ -1398,6 +1398,7 @@ impl<N: HarnessNode> World<N> {
         }
         let sg_list = self.sges(node, &local);
         let wr = SendWr {
+            xrc_srqn: None,
             wr_id,
             op: sop,
             sg_list,
@@ -1474,6 +1475,7 @@ impl<N: HarnessNode> World<N> {
             SendFlags(0)
         };
         let wr = SendWr {
+            xrc_srqn: None,
             wr_id,
             op: sop,
             sg_list: Vec::new(),
@@ -1631,6 +1633,7 @@ impl<N: HarnessNode> World<N> {
         let qpn = q.qpn;
         self.log(|| format!("post q{qi} POISON wr {wr_id:#x} {kind:?}"));
         let wr = SendWr {
+            xrc_srqn: None,
             wr_id,
             op: sop,
             sg_list,
@@ -1745,6 +1748,7 @@ impl<N: HarnessNode> World<N> {
             self.qps[qi].sent.entry(len).or_default().push(msg.clone());
         }
         let wr = SendWr {
+            xrc_srqn: None,
             wr_id,
             op: match imm {
                 Some(imm) => SendOp::SendWithImm { imm },
