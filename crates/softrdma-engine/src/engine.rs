@@ -1187,6 +1187,7 @@ impl Engine {
             kind: "QP",
             handle: qpn.raw(),
         })?;
+        let mask = crate::qp_attr::xrc_modify_mask(qp.qp_type, mask);
         let new = validate_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
         if mask.contains(AttrMask::PATH_MTU) && attr.path_mtu.bytes() > active_mtu.bytes() {
             return Err(VerbsError::inval(format!(

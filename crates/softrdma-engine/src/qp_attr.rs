@@ -1068,6 +1068,23 @@ pub fn allowed_masks(qp_type: QpType, from: QpState, to: QpState) -> Option<(Att
     Some(masks)
 }
 
+/// The attribute mask `ibv_modify_qp` hands an XRC QP's modify: as the
+/// kernel's uverbs (`modify_qp_mask`), an XRC initiator loses the
+/// responder's MAX_DEST_RD_ATOMIC and MIN_RNR_TIMER, and an XRC target the
+/// requester's MAX_QP_RD_ATOMIC, RETRY_CNT and RNR_RETRY, silently: so a
+/// program may move both as RC QPs (perftest's `-c XRC` does). Other types
+/// keep their mask.
+pub fn xrc_modify_mask(qp_type: QpType, mask: AttrMask) -> AttrMask {
+    type M = AttrMask;
+    match qp_type {
+        QpType::XrcIni => AttrMask(mask.0 & !(M::MAX_DEST_RD_ATOMIC.0 | M::MIN_RNR_TIMER.0)),
+        QpType::XrcTgt => {
+            AttrMask(mask.0 & !(M::MAX_QP_RD_ATOMIC.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0))
+        }
+        _ => mask,
+    }
+}
+
 /// Checks a modify request the way `ibv_modify_qp` would and returns the
 /// state the QP ends up in.
 ///
