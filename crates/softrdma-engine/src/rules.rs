@@ -16,8 +16,8 @@
 //! from either, the function's comment says so. `docs/engine.md` ("Rules")
 //! lists every function with its callers.
 
-use softrdma_wire::NakCode;
 use crate::handle::{PdHandle, Qpn};
+use softrdma_wire::NakCode;
 use softrdma_wire::OpKind;
 
 use crate::qp_attr::{AccessFlags, QpCap, QpState, QpType};

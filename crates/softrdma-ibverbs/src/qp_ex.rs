@@ -617,7 +617,9 @@ unsafe extern "C" fn wr_atomic_write(qp: QpX, _rkey: u32, _addr: u64, _wr: *cons
 
 unsafe extern "C" fn wr_set_xrc_srqn(qp: QpX, srqn: u32) {
     // SAFETY: as wr_send.
-    guard((), || unsafe { current(qp, |w, _| w.wr.remote_srqn = srqn) })
+    guard((), || unsafe {
+        current(qp, |w, _| w.wr.remote_srqn = srqn)
+    })
 }
 
 unsafe extern "C" fn wr_set_ud_addr(qp: QpX, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {

@@ -769,7 +769,6 @@ pub(crate) unsafe fn soft_cq<'a>(verb: &str, cq: *mut ibv_cq) -> Result<&'a soft
 /// `pd` is a live PD; the CQs and SRQ of `a` are NULL or live objects.
 unsafe fn new_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<softrdma::Qp, c_int> {
     const VERB: &str = "ibv_create_qp";
-    // SAFETY: per the contract.
     // An XRC_SEND QP receives nothing: its recv_cq may be NULL (the send
     // CQ stands in, unused).
     let recv_cq = if a.qp_type == QpType::XrcIni.to_ibv() && a.recv_cq.is_null() {
@@ -777,6 +776,7 @@ unsafe fn new_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<softrdma::Qp, 
     } else {
         a.recv_cq
     };
+    // SAFETY: per the contract.
     let (p, scq, rcq) = unsafe {
         (
             (*pd.cast::<Pd>()).soft(VERB)?,

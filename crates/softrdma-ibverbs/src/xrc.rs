@@ -91,9 +91,12 @@ pub struct Xrcd {
 
 /// The domains of files, per context: (device, inode) → the `Xrcd`'s
 /// address. One lock for every context (opening domains is rare).
-static FILE_DOMAINS: Mutex<Vec<(usize, HashMap<(u64, u64), usize>)>> = Mutex::new(Vec::new());
+static FILE_DOMAINS: Mutex<Vec<(usize, FileDomains)>> = Mutex::new(Vec::new());
 
-fn with_files<R>(ctx: &Ctx, f: impl FnOnce(&mut HashMap<(u64, u64), usize>) -> R) -> R {
+/// One context's domains of files: (device, inode) → the `Xrcd`'s address.
+type FileDomains = HashMap<(u64, u64), usize>;
+
+fn with_files<R>(ctx: &Ctx, f: impl FnOnce(&mut FileDomains) -> R) -> R {
     let key = ctx as *const Ctx as usize;
     let mut all = FILE_DOMAINS.lock().unwrap_or_else(|e| e.into_inner());
     let i = match all.iter().position(|(k, _)| *k == key) {
@@ -304,7 +307,11 @@ pub unsafe extern "C" fn create_srq_ex(
         let r = if srq_type == IBV_SRQT_XRC {
             let want = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
             if a.comp_mask & want != want || a.cq.is_null() {
-                fail_with(VERB, libc::EINVAL, "an XRC SRQ needs an XRC domain and a CQ");
+                fail_with(
+                    VERB,
+                    libc::EINVAL,
+                    "an XRC SRQ needs an XRC domain and a CQ",
+                );
                 return null_mut();
             }
             // SAFETY: NULL or live objects of this library.

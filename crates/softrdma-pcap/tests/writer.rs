@@ -238,7 +238,9 @@ fn tshark_reads_what_the_writer_writes() {
 /// request and in no response, then RC's headers.
 #[test]
 fn tshark_reads_xrc_packets() {
-    use softrdma_wire::{AethRepr, AtomicEthRepr, BthRepr, Headers, Opcode, Psn, RethRepr, Syndrome};
+    use softrdma_wire::{
+        AethRepr, AtomicEthRepr, BthRepr, Headers, Opcode, Psn, RethRepr, Syndrome,
+    };
     if !have("tshark") {
         assert!(std::env::var_os("SOFTRDMA_STRICT_TESTS").is_none(), "an outside tool or file this test needs is missing, and SOFTRDMA_STRICT_TESTS (set by CI) forbids skipping");
         eprintln!("skipping: tshark not installed");
@@ -257,7 +259,12 @@ fn tshark_reads_xrc_packets() {
     };
     let data = [0x5Au8; 16];
     let pkts: Vec<(Opcode, Headers, &[u8], &str)> = vec![
-        (Opcode::XRC_SEND_ONLY, Headers::Xrc(0x12_3456), &data[..], "SEND Only"),
+        (
+            Opcode::XRC_SEND_ONLY,
+            Headers::Xrc(0x12_3456),
+            &data[..],
+            "SEND Only",
+        ),
         (
             Opcode::XRC_SEND_ONLY_IMM,
             Headers::XrcImm(0x12_3456, 0xBEEF),
@@ -340,8 +347,16 @@ fn tshark_reads_xrc_packets() {
         // (The field is listed twice, the sequence's first 4 bytes then all of it.)
         let vendor = f[3].rsplit(',').next().unwrap_or("").replace(':', "");
         assert_eq!(vendor, rest, "{line}");
-        assert_eq!(rest.starts_with("00123456"), headers.xrc_srqn().is_some(), "{line}");
-        assert_eq!(f.get(4).copied().unwrap_or(""), "", "tshark found a malformed packet: {line}");
+        assert_eq!(
+            rest.starts_with("00123456"),
+            headers.xrc_srqn().is_some(),
+            "{line}"
+        );
+        assert_eq!(
+            f.get(4).copied().unwrap_or(""),
+            "",
+            "tshark found a malformed packet: {line}"
+        );
     }
     // And it names each opcode as XRC's.
     let out = Command::new("tshark")
@@ -350,7 +365,10 @@ fn tshark_reads_xrc_packets() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     for (op, _, _, name) in &pkts {
-        let want = format!("Opcode: Extended Reliable Connection (XRC) - {name} ({})", op.value());
+        let want = format!(
+            "Opcode: Extended Reliable Connection (XRC) - {name} ({})",
+            op.value()
+        );
         assert!(text.contains(&want), "tshark did not name {op:?}: {want}");
     }
 }

@@ -535,23 +535,43 @@ mod tests {
 
     #[test]
     fn xrc_is_rc_with_an_xrceth_on_requests() {
-        for x in OPCODE_TABLE.iter().filter(|i| i.transport == Transport::Xrc) {
+        for x in OPCODE_TABLE
+            .iter()
+            .filter(|i| i.transport == Transport::Xrc)
+        {
             let rc = Opcode::from_u8(x.code & 0x1F).unwrap().info();
             assert_eq!(rc.transport, Transport::Rc);
             assert_eq!((x.kind, x.position), (rc.kind, rc.position), "{}", x.name);
             assert_eq!(x.name.strip_prefix("XRC_"), rc.name.strip_prefix("RC_"));
             assert_eq!(
-                (x.has_payload, x.is_request, x.has_imm, x.has_inv, x.needs_ack),
-                (rc.has_payload, rc.is_request, rc.has_imm, rc.has_inv, rc.needs_ack)
+                (
+                    x.has_payload,
+                    x.is_request,
+                    x.has_imm,
+                    x.has_inv,
+                    x.needs_ack
+                ),
+                (
+                    rc.has_payload,
+                    rc.is_request,
+                    rc.has_imm,
+                    rc.has_inv,
+                    rc.needs_ack
+                )
             );
             // Requests carry the XRCETH, responses do not.
             assert_eq!(x.layout.has_xrceth(), x.is_request, "{}", x.name);
             assert_eq!(x.layout.without_xrceth(), rc.layout, "{}", x.name);
-            assert_eq!(x.layout.len(), rc.layout.len() + 4 * usize::from(x.is_request));
+            assert_eq!(
+                x.layout.len(),
+                rc.layout.len() + 4 * usize::from(x.is_request)
+            );
         }
         // Every RC opcode has its XRC twin.
         let rc = OPCODE_TABLE.iter().filter(|i| i.transport == Transport::Rc);
-        let xrc = OPCODE_TABLE.iter().filter(|i| i.transport == Transport::Xrc);
+        let xrc = OPCODE_TABLE
+            .iter()
+            .filter(|i| i.transport == Transport::Xrc);
         assert_eq!(rc.count(), xrc.count());
     }
 

@@ -13,7 +13,8 @@ use std::time::Duration;
 use softrdma_engine::{
     AccessFlags, AhAttr, AhHandle, AttrMask, Counters, CqHandle, Ece, Engine, Event, Gid, Lkey,
     Mtu, MwBind, MwHandle, MwType, PdHandle, QpAttr, QpCap, QpInit, QpState, QpType, Qpn, RecvWr,
-    RegionMemory, Rkey, SendFlags, SendOp, SendWr, Sge, SrqHandle, SrqInit, WorkCompletion, XrcdHandle,
+    RegionMemory, Rkey, SendFlags, SendOp, SendWr, Sge, SrqHandle, SrqInit, WorkCompletion,
+    XrcdHandle,
 };
 use softrdma_wire::Psn;
 
@@ -1938,7 +1939,7 @@ impl Qp {
         };
         let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
         if self.qp_type == QpType::XrcTgt {
-            m = m | AttrMask::TIMEOUT;
+            m |= AttrMask::TIMEOUT;
         }
         if matches!(self.qp_type, QpType::Rc | QpType::XrcIni) {
             m = m

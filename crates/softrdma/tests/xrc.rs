@@ -69,7 +69,9 @@ fn run(transport: Transport) {
     let mut ids: Vec<(u64, u32)> = rx.iter().map(|w| (w.wr_id, w.byte_len)).collect();
     ids.sort();
     assert_eq!(ids, vec![(11, 16), (22, 17)]);
-    assert!(rx.iter().all(|w| w.status == WcStatus::Success && w.qp_num == tgt.qpn()));
+    assert!(rx
+        .iter()
+        .all(|w| w.status == WcStatus::Success && w.qp_num == tgt.qpn()));
     assert_eq!(rd(&mb, 0, 16), b"to the first SRQ");
     assert_eq!(rd(&mb, 256, 17), b"to the second SRQ");
     // WRITE, READ and a fetch-and-add through the target, into the SRQ's PD.

@@ -1143,6 +1143,7 @@ impl<N: HarnessNode> World<N> {
         match q.qp_type {
             QpType::Rc | QpType::Uc => self.post_connected(qi),
             QpType::Ud => self.post_ud(qi),
+            QpType::XrcIni | QpType::XrcTgt => Err(format!("q{qi}: the workloads make no XRC QPs")),
         }
     }
 
@@ -2495,6 +2496,9 @@ impl<N: HarnessNode> World<N> {
                     wc.wr_id
                 );
             }
+            QpType::XrcIni | QpType::XrcTgt => {
+                return Err(format!("q{qi}: the workloads make no XRC QPs"))
+            }
         }
         Ok(())
     }
@@ -2836,6 +2840,9 @@ impl<N: HarnessNode> World<N> {
                     }
                 }
                 QpType::Ud => {}
+                QpType::XrcIni | QpType::XrcTgt => {
+                    return Err(format!("q{qi}: the workloads make no XRC QPs"))
+                }
             }
         }
         if self.never_late() && self.sc.poison.is_none() {
