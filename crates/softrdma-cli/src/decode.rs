@@ -101,6 +101,8 @@ struct Decoded {
     becn: bool,
     payload_len: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
+    xrc_srqn: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     reth: Option<RethJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     aeth: Option<AethJson>,
@@ -227,6 +229,7 @@ fn decode_roce(ip: &[u8]) -> Result<Decoded, String> {
         fecn: p.bth.fecn,
         becn: p.bth.becn,
         payload_len: p.payload.len(),
+        xrc_srqn: p.headers.xrc_srqn(),
         reth: None,
         aeth: None,
         atomic: None,
@@ -238,7 +241,8 @@ fn decode_roce(ip: &[u8]) -> Result<Decoded, String> {
         icrc_ok: stored == computed,
         kind: Some(info.kind),
     };
-    match p.headers {
+    // An XRC request's XRCETH is reported above; the rest is RC's headers.
+    match p.headers.without_xrceth() {
         Headers::None | Headers::Cnp => {}
         Headers::Imm(i) => d.imm = Some(i),
         Headers::Ieth(k) => d.ieth = Some(k),
@@ -268,6 +272,13 @@ fn decode_roce(ip: &[u8]) -> Result<Decoded, String> {
                 src_qp: x.src_qp,
             })
         }
+        // `without_xrceth` leaves none of these.
+        Headers::Xrc(_)
+        | Headers::XrcImm(..)
+        | Headers::XrcIeth(..)
+        | Headers::XrcReth(..)
+        | Headers::XrcRethImm(..)
+        | Headers::XrcAtomic(..) => {}
     }
     if let Some(i) = p.headers.imm() {
         d.imm = Some(i);
@@ -351,6 +362,9 @@ fn text_line(r: &Record) -> String {
         } else {
             fields.push(format!("swap={:#x} compare={:#x}", x.swap_add, x.compare));
         }
+    }
+    if let Some(x) = d.xrc_srqn {
+        fields.push(format!("xrc_srqn={x:#x}"));
     }
     if let Some(x) = &d.aeth {
         fields.push(aeth_text(x));

@@ -361,6 +361,7 @@ impl WritePipe {
                 let slot = self.posted % slots;
                 let off = slot * MSG as u64;
                 let wr = SendWr {
+                    xrc_srqn: None,
                     wr_id: self.posted,
                     op: SendOp::Write {
                         remote_addr: self.b.base + off,

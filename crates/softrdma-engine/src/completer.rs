@@ -16,7 +16,6 @@ use std::time::Duration;
 use softrdma_wire::{aeth, Headers, NakCode, OpKind, PacketRepr, Position, Psn, Syndrome};
 
 use crate::qp::Qp;
-use crate::qp_attr::QpType;
 use crate::requester::consumes_rq;
 use crate::resources::Resources;
 use crate::rules;
@@ -172,7 +171,7 @@ impl Qp {
         pkt: &PacketRepr<'_>,
         now: Instant,
     ) {
-        if !self.is_active() || self.qp_type != QpType::Rc {
+        if !self.is_active() || !crate::rules::sends_requests_reliably(self.qp_type) {
             self.counters.dropped += 1;
             res.counters.dropped += 1;
             return;

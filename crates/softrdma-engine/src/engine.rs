@@ -7,7 +7,9 @@
 //! must happen next. A driver (UDP sockets, shared memory, the simulator)
 //! only moves bytes and time.
 
-use crate::handle::{AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle};
+use crate::handle::{
+    AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle, XrcdHandle,
+};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -633,6 +635,7 @@ impl Engine {
             h,
             Srq {
                 pd,
+                xrc: None,
                 wqes: std::collections::VecDeque::new(),
                 max_wr: init.max_wr,
                 max_sge: init.max_sge,
@@ -642,6 +645,120 @@ impl Engine {
         );
         self.res.pd_ref(pd, 1);
         Ok(h)
+    }
+
+    // ----- XRC: domains, SRQs, target QPs -----
+
+    /// `ibv_open_xrcd` (a new domain).
+    pub fn alloc_xrcd(&mut self) -> XrcdHandle {
+        let h = XrcdHandle::from_raw(self.res.handle());
+        self.res.xrcds.insert(h, 0);
+        h
+    }
+
+    /// `ibv_close_xrcd`: EBUSY while an XRC SRQ or target QP is in it.
+    pub fn dealloc_xrcd(&mut self, xrcd: XrcdHandle) -> Result<()> {
+        match self.res.xrcds.get(&xrcd) {
+            None => Err(VerbsError::NotFound {
+                kind: "XRC domain",
+                handle: xrcd.raw(),
+            }),
+            Some(&users) if users > 0 => Err(VerbsError::Busy(format!(
+                "XRC domain {xrcd} still has {users} XRC SRQs or target QPs"
+            ))),
+            Some(_) => {
+                self.res.xrcds.remove(&xrcd);
+                Ok(())
+            }
+        }
+    }
+
+    fn check_xrcd(&self, xrcd: XrcdHandle, what: &str) -> Result<()> {
+        if self.res.xrcds.contains_key(&xrcd) {
+            Ok(())
+        } else {
+            Err(VerbsError::inval(format!(
+                "{what}: XRC domain {xrcd} does not exist"
+            )))
+        }
+    }
+
+    /// `ibv_create_srq_ex` with IBV_SRQT_XRC: an SRQ in XRC domain `xrcd`
+    /// whose receives complete on `cq` (an XRC target has no CQ of its
+    /// own), under `pd` (whose regions its WQEs and the requests for it
+    /// reach). Its number for XRCETHs is [`Engine::srq_num`].
+    pub fn create_xrc_srq(
+        &mut self,
+        pd: PdHandle,
+        xrcd: XrcdHandle,
+        cq: CqHandle,
+        init: SrqInit,
+    ) -> Result<SrqHandle> {
+        self.check_xrcd(xrcd, "create_srq_ex")?;
+        if !self.res.cqs.contains_key(&cq) {
+            return Err(VerbsError::inval(format!(
+                "create_srq_ex: cq {cq} does not exist"
+            )));
+        }
+        let h = self.create_srq(pd, init)?;
+        if h.raw() > rules::MAX_XRC_SRQN {
+            let _ = self.destroy_srq(h);
+            return Err(VerbsError::NoMemory(
+                "create_srq_ex: no XRC SRQ number left (24 bits)".into(),
+            ));
+        }
+        if let Some(s) = self.res.srqs.get_mut(&h) {
+            s.xrc = Some((xrcd, cq));
+        }
+        if let Some(c) = self.res.cqs.get_mut(&cq) {
+            c.users += 1;
+        }
+        if let Some(u) = self.res.xrcds.get_mut(&xrcd) {
+            *u += 1;
+        }
+        Ok(h)
+    }
+
+    /// `ibv_get_srq_num`: the number an XRCETH names XRC SRQ `srq` by;
+    /// EINVAL for an SRQ that is not an XRC SRQ.
+    pub fn srq_num(&self, srq: SrqHandle) -> Result<u32> {
+        match self.res.srqs.get(&srq) {
+            None => Err(VerbsError::NotFound {
+                kind: "shared receive queue",
+                handle: srq.raw(),
+            }),
+            Some(s) if s.xrc.is_none() => Err(VerbsError::inval(format!(
+                "get_srq_num: SRQ {srq} is not an XRC SRQ"
+            ))),
+            Some(_) => Ok(srq.raw()),
+        }
+    }
+
+    /// `ibv_create_qp_ex` with IBV_QPT_XRC_RECV: an XRC target QP in
+    /// `xrcd`. It has no PD, CQ, send or receive queue of its own: each
+    /// request it takes runs against the XRC SRQ its XRCETH names (that
+    /// SRQ's PD, WQEs and CQ), which must be in the same domain.
+    pub fn create_xrc_tgt_qp(&mut self, xrcd: XrcdHandle) -> Result<Qpn> {
+        self.check_xrcd(xrcd, "create_qp_ex")?;
+        let init = QpInit {
+            pd: PdHandle::from_raw(0),
+            qp_type: QpType::XrcTgt,
+            send_cq: CqHandle::from_raw(0),
+            recv_cq: CqHandle::from_raw(0),
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        };
+        let qpn = self.create_qp_in(init, Some(xrcd))?;
+        if let Some(u) = self.res.xrcds.get_mut(&xrcd) {
+            *u += 1;
+        }
+        Ok(qpn)
+    }
+
+    /// The XRC domain of an XRC target QP (`None` for other QPs).
+    pub fn qp_xrcd(&self, qpn: Qpn) -> Option<XrcdHandle> {
+        self.qps.get(&qpn).and_then(|q| q.xrcd)
     }
 
     /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm the low-watermark event.
@@ -678,8 +795,17 @@ impl Engine {
             ))),
             Some(s) => {
                 let pd = s.pd;
+                let xrc = s.xrc;
                 self.res.srqs.remove(&srq);
                 self.res.pd_ref(pd, -1);
+                if let Some((xrcd, cq)) = xrc {
+                    if let Some(c) = self.res.cqs.get_mut(&cq) {
+                        c.users = c.users.saturating_sub(1);
+                    }
+                    if let Some(u) = self.res.xrcds.get_mut(&xrcd) {
+                        *u = u.saturating_sub(1);
+                    }
+                }
                 Ok(())
             }
         }
@@ -755,12 +881,32 @@ impl Engine {
 
     /// `ibv_create_qp`: returns the QP number.
     pub fn create_qp(&mut self, init: QpInit) -> Result<Qpn> {
-        self.res.check_pd(init.pd)?;
-        for (what, cq) in [("send_cq", init.send_cq), ("recv_cq", init.recv_cq)] {
-            if !self.res.cqs.contains_key(&cq) {
-                return Err(VerbsError::inval(format!(
-                    "create_qp: {what} {cq} does not exist"
-                )));
+        if init.qp_type == QpType::XrcTgt {
+            return Err(VerbsError::inval(
+                "create_qp: an XRC target QP is created in its XRC domain (create_xrc_tgt_qp)",
+            ));
+        }
+        self.create_qp_in(init, None)
+    }
+
+    /// [`Engine::create_qp`], and for an XRC target (`xrcd`) without the
+    /// PD and CQ checks (it has neither).
+    fn create_qp_in(&mut self, init: QpInit, xrcd: Option<XrcdHandle>) -> Result<Qpn> {
+        let mut init = init;
+        if init.qp_type.is_xrc() {
+            // Neither XRC type has a receive queue (rules::has_recv_queue).
+            init.srq = None;
+            init.cap.max_recv_wr = 0;
+            init.cap.max_recv_sge = 0;
+        }
+        if xrcd.is_none() {
+            self.res.check_pd(init.pd)?;
+            for (what, cq) in [("send_cq", init.send_cq), ("recv_cq", init.recv_cq)] {
+                if !self.res.cqs.contains_key(&cq) {
+                    return Err(VerbsError::inval(format!(
+                        "create_qp: {what} {cq} does not exist"
+                    )));
+                }
             }
         }
         if let Some(s) = init.srq {
@@ -838,6 +984,7 @@ impl Engine {
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,
             srq: init.srq,
+            xrcd,
             cap,
             sq_sig_all: init.sq_sig_all,
             state: QpState::Reset,
@@ -882,6 +1029,15 @@ impl Engine {
             handle: qpn.raw(),
         })?;
         self.res.retire_qpn(qpn.raw());
+        if let Some(xrcd) = qp.xrcd {
+            // An XRC target's PD, CQ and SRQ were those of the last request's
+            // XRC SRQ, which it never held a reference on.
+            if let Some(u) = self.res.xrcds.get_mut(&xrcd) {
+                *u = u.saturating_sub(1);
+            }
+            push_change(&mut self.changes, ResourceChange::QpDestroyed { qpn });
+            return Ok(());
+        }
         self.res.pd_ref(qp.pd, -1);
         // Type-2 windows bound through it are invalidated with it (IBTA
         // ch. 10: they belong to the QP).
@@ -1007,7 +1163,7 @@ impl Engine {
     pub fn unacked_packets(&self, qpn: Qpn) -> u32 {
         self.qps
             .get(&qpn)
-            .filter(|q| q.qp_type == QpType::Rc)
+            .filter(|q| rules::sends_requests_reliably(q.qp_type))
             .map_or(0, |q| q.req.psn.distance_from(q.comp.una))
     }
 
@@ -1031,6 +1187,7 @@ impl Engine {
             kind: "QP",
             handle: qpn.raw(),
         })?;
+        let mask = crate::qp_attr::xrc_modify_mask(qp.qp_type, mask);
         let new = validate_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
         if mask.contains(AttrMask::PATH_MTU) && attr.path_mtu.bytes() > active_mtu.bytes() {
             return Err(VerbsError::inval(format!(
@@ -1203,6 +1360,12 @@ impl Engine {
             kind: "QP",
             handle: qpn.raw(),
         })?;
+        if !rules::has_recv_queue(qp.qp_type) {
+            return Err(VerbsError::inval(format!(
+                "post_recv: QP {qpn:#x} is an {} QP and has no receive queue",
+                qp.qp_type
+            )));
+        }
         if qp.srq.is_some() {
             return Err(VerbsError::inval(format!(
                 "post_recv: QP {qpn:#x} uses an SRQ; post to the SRQ"
@@ -1602,6 +1765,10 @@ fn post_send_error(e: PostSendError, qpn: Qpn, qp: &Qp, wr: &SendWr) -> VerbsErr
         PostSendError::AtomicSges => {
             VerbsError::inval("post_send: atomics need exactly one 8-byte SGE")
         }
+        PostSendError::XrcWithoutSrqn => VerbsError::inval(format!(
+            "post_send: a WR on XRC initiator QP {qpn:#x} needs the remote XRC SRQ number (24 bits), not {:?}",
+            wr.xrc_srqn
+        )),
     }
 }
 
@@ -1615,7 +1782,7 @@ fn settle(
 ) {
     let qpn = qp.qpn;
     debug_assert!(
-        qp.qp_type != QpType::Rc
+        !rules::sends_requests_reliably(qp.qp_type)
             || !rules::requester_active(qp.state)
             || qp.req.records.cover(qp.comp.una, qp.req.high),
         "QP {qpn:#x}: the send records do not cover [una {:?}, high {:?})",
@@ -1672,6 +1839,7 @@ fn enqueue_send(
         first_psn: Psn::new(0),
         npkts: 0,
         read_done: 0,
+        xrc_srqn: wr.xrc_srqn.unwrap_or(0),
     };
     qp.req.sq.push_back(w);
     qp.req.next_serial += 1;

@@ -111,6 +111,10 @@ handle!(
     SrqHandle
 );
 handle!(
+    /// An XRC domain ([`crate::Engine::alloc_xrcd`]).
+    XrcdHandle
+);
+handle!(
     /// An address handle ([`crate::Engine::create_ah`]).
     AhHandle
 );

@@ -56,7 +56,7 @@ pub use engine::{
 };
 pub use error::{errno, Result, VerbsError};
 pub use gsi::{GsiMad, DEFAULT_PKEY, GSI_RX_MAX, GSI_TX_MAX};
-pub use handle::{AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle};
+pub use handle::{AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle, XrcdHandle};
 pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};
 pub use qp_attr::{
     AccessFlags, AhAttr, AttrLimits, AttrMask, Gid, GidParseError, ModifyQpError, Mtu, QpAttr,

@@ -76,6 +76,8 @@ pub(crate) struct SendWqe {
     pub npkts: u32,
     /// READ: response packets received in order so far.
     pub read_done: u32,
+    /// XRC initiator: the remote XRC SRQ the WR is for (its XRCETH).
+    pub xrc_srqn: u32,
 }
 
 /// The `Copy` part of a send WQE that packet building reads, so that the
@@ -239,7 +241,12 @@ pub(crate) struct Qp {
     pub pd: PdHandle,
     pub send_cq: CqHandle,
     pub recv_cq: CqHandle,
+    /// The SRQ receives come from. An XRC target has none of its own: it
+    /// is the XRC SRQ the request being executed names (with `pd` and
+    /// `recv_cq` that SRQ's), set for each request ([`Qp::xrc_target`]).
     pub srq: Option<SrqHandle>,
+    /// The XRC domain of an XRC target QP.
+    pub xrcd: Option<crate::handle::XrcdHandle>,
     pub cap: QpCap,
     pub sq_sig_all: bool,
     pub state: QpState,
@@ -417,7 +424,7 @@ impl Qp {
     pub fn fail_head(&mut self, res: &mut Resources, status: WcStatus) {
         self.complete_head(res, status);
         match self.qp_type {
-            QpType::Rc => self.enter_error(res, true),
+            QpType::Rc | QpType::XrcIni | QpType::XrcTgt => self.enter_error(res, true),
             QpType::Uc | QpType::Ud => {
                 self.state = QpState::Sqe;
                 self.attr.qp_state = QpState::Sqe;

@@ -64,11 +64,20 @@ pub enum QpType {
     Uc,
     /// Unreliable Datagram (`IBV_QPT_UD`).
     Ud,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`): an RC send queue whose every WR
+    /// names the XRC SRQ it is for; no receive queue.
+    XrcIni,
+    /// XRC target (`IBV_QPT_XRC_RECV`): an RC responder in an XRC domain,
+    /// with no send or receive queue of its own; incoming SENDs take their
+    /// WQEs from the XRC SRQ each request's XRCETH names.
+    XrcTgt,
 }
 
 impl QpType {
-    /// Every QP type softrdma supports.
+    /// The QP types of the non-XRC transports (the XRC ones are [`Self::XRC`]).
     pub const ALL: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
+    /// The two XRC QP types.
+    pub const XRC: [QpType; 2] = [QpType::XrcIni, QpType::XrcTgt];
 
     /// The libibverbs `enum ibv_qp_type` value.
     pub const fn to_ibv(self) -> u32 {
@@ -76,27 +85,44 @@ impl QpType {
             QpType::Rc => 2,
             QpType::Uc => 3,
             QpType::Ud => 4,
+            QpType::XrcIni => 9,
+            QpType::XrcTgt => 10,
         }
     }
 
     /// Parses a libibverbs `enum ibv_qp_type` value; `None` for types
-    /// softrdma does not implement (raw packet, XRC, driver-specific).
+    /// softrdma does not implement (raw packet, driver-specific).
     pub const fn from_ibv(v: u32) -> Option<QpType> {
         match v {
             2 => Some(QpType::Rc),
             3 => Some(QpType::Uc),
             4 => Some(QpType::Ud),
+            9 => Some(QpType::XrcIni),
+            10 => Some(QpType::XrcTgt),
             _ => None,
         }
     }
 
-    /// The short upper-case name: `"RC"`, `"UC"` or `"UD"`.
+    /// The short upper-case name: `"RC"`, `"UC"`, `"UD"`, `"XRC_INI"`, `"XRC_TGT"`.
     pub const fn name(self) -> &'static str {
         match self {
             QpType::Rc => "RC",
             QpType::Uc => "UC",
             QpType::Ud => "UD",
+            QpType::XrcIni => "XRC_INI",
+            QpType::XrcTgt => "XRC_TGT",
         }
+    }
+
+    /// RC and both XRC types: acknowledged, with READ, atomics, RNR and
+    /// transport retries (XRC is RC's transport with an XRCETH).
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcIni | QpType::XrcTgt)
+    }
+
+    /// The XRC initiator or target.
+    pub const fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcIni | QpType::XrcTgt)
     }
 }
 
@@ -944,8 +970,9 @@ pub fn allowed_masks(qp_type: QpType, from: QpState, to: QpState) -> Option<(Att
     let rc = qp_type == QpType::Rc;
     let ud = qp_type == QpType::Ud;
 
-    // Attributes a connected QP may change on the way to, or while in, RTS.
-    let connected_rts_opt = if rc {
+    // Attributes a connected QP may change on the way to, or while in, RTS
+    // (the XRC target, a responder, also its RNR timer; the initiator not).
+    let connected_rts_opt = if rc || qp_type == QpType::XrcTgt {
         M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE | M::MIN_RNR_TIMER
     } else {
         M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE
@@ -977,17 +1004,31 @@ pub fn allowed_masks(qp_type: QpType, from: QpState, to: QpState) -> Option<(Att
                     | M::MIN_RNR_TIMER,
                 M::PKEY_INDEX | M::ACCESS_FLAGS | M::ALT_PATH,
             ),
-            QpType::Uc => (
+            // The kernel's table (ib_modify_qp_is_ok): the XRC target
+            // needs the responder's two, the initiator (no responder) not.
+            QpType::XrcTgt => (
+                M::DEST_QPN
+                    | M::RQ_PSN
+                    | M::PATH_MTU
+                    | M::AV
+                    | M::MAX_DEST_RD_ATOMIC
+                    | M::MIN_RNR_TIMER,
+                M::PKEY_INDEX | M::ACCESS_FLAGS | M::ALT_PATH,
+            ),
+            QpType::Uc | QpType::XrcIni => (
                 M::DEST_QPN | M::RQ_PSN | M::PATH_MTU | M::AV,
                 M::PKEY_INDEX | M::ACCESS_FLAGS | M::ALT_PATH,
             ),
             QpType::Ud => (none, M::PKEY_INDEX | M::QKEY),
         },
         (Rtr, Rts) => {
-            let req = if rc {
-                M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
-            } else {
-                M::SQ_PSN
+            let req = match qp_type {
+                QpType::Rc | QpType::XrcIni => {
+                    M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
+                }
+                // The target sends no requests: no retry counts, no READ depth.
+                QpType::XrcTgt => M::SQ_PSN | M::TIMEOUT,
+                QpType::Uc | QpType::Ud => M::SQ_PSN,
             };
             (req, rts_opt)
         }
@@ -995,7 +1036,7 @@ pub fn allowed_masks(qp_type: QpType, from: QpState, to: QpState) -> Option<(Att
         (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
         (Sqd, Sqd) => {
             let opt = match qp_type {
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcIni | QpType::XrcTgt => {
                     M::PKEY_INDEX
                         | M::PORT
                         | M::ACCESS_FLAGS
@@ -1017,14 +1058,31 @@ pub fn allowed_masks(qp_type: QpType, from: QpState, to: QpState) -> Option<(Att
             (none, opt)
         }
         (Sqe, Rts) => match qp_type {
-            // An RC QP never enters SQE.
-            QpType::Rc => return None,
+            // An RC (or XRC) QP never enters SQE.
+            QpType::Rc | QpType::XrcIni | QpType::XrcTgt => return None,
             QpType::Uc => (none, M::CUR_STATE | M::ACCESS_FLAGS),
             QpType::Ud => (none, ud_rts_opt),
         },
         _ => return None,
     };
     Some(masks)
+}
+
+/// The attribute mask `ibv_modify_qp` hands an XRC QP's modify: as the
+/// kernel's uverbs (`modify_qp_mask`), an XRC initiator loses the
+/// responder's MAX_DEST_RD_ATOMIC and MIN_RNR_TIMER, and an XRC target the
+/// requester's MAX_QP_RD_ATOMIC, RETRY_CNT and RNR_RETRY, silently: so a
+/// program may move both as RC QPs (perftest's `-c XRC` does). Other types
+/// keep their mask.
+pub fn xrc_modify_mask(qp_type: QpType, mask: AttrMask) -> AttrMask {
+    type M = AttrMask;
+    match qp_type {
+        QpType::XrcIni => AttrMask(mask.0 & !(M::MAX_DEST_RD_ATOMIC.0 | M::MIN_RNR_TIMER.0)),
+        QpType::XrcTgt => {
+            AttrMask(mask.0 & !(M::MAX_QP_RD_ATOMIC.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0))
+        }
+        _ => mask,
+    }
 }
 
 /// Checks a modify request the way `ibv_modify_qp` would and returns the

@@ -115,6 +115,17 @@ pub(crate) fn transport_of(t: QpType) -> Transport {
         QpType::Rc => Transport::Rc,
         QpType::Uc => Transport::Uc,
         QpType::Ud => Transport::Ud,
+        QpType::XrcIni | QpType::XrcTgt => Transport::Xrc,
+    }
+}
+
+/// The XRC twin of an RC opcode (same low five bits, transport bits
+/// 0b101); the opcode itself when it has none.
+pub(crate) fn xrc_opcode(op: Opcode) -> Opcode {
+    if op.info().transport == Transport::Rc {
+        Opcode::from_u8(op.value() | Transport::Xrc.base()).unwrap_or(op)
+    } else {
+        op
     }
 }
 
@@ -152,6 +163,11 @@ impl Qp {
         // atomic ACKs) carries its P_Key, which the peer checks.
         let mut bth = bth;
         bth.pkey = self.pkey();
+        // An XRC QP's packets are RC's with XRC opcodes (its requests got
+        // their XRCETH when they were built, `Qp::xrc_request`).
+        if self.qp_type.is_xrc() {
+            bth.opcode = xrc_opcode(bth.opcode);
+        }
         let ep = self.endpoints(ctx, dst);
         let (len, payload) = match zc {
             None => (
@@ -341,7 +357,7 @@ impl Qp {
         // UC and UD have no acknowledgements: nothing is ever in flight.
         let inflight = match self.qp_type {
             QpType::Rc if self.sr() => self.sr_window_inflight(self.req.psn),
-            QpType::Rc => self.req.psn.distance_from(self.comp.una),
+            QpType::Rc | QpType::XrcIni => self.req.psn.distance_from(self.comp.una),
             _ => 0,
         };
         let bytes = if w.op.is_read_or_atomic() {
@@ -471,7 +487,7 @@ impl Qp {
         }
         self.req.psn = psn.add(b.span);
         let retransmit = psn.is_before(self.req.high);
-        if self.qp_type == QpType::Rc {
+        if crate::rules::sends_requests_reliably(self.qp_type) {
             self.record_sent(ctx.now, idx, offset, psn, &b, retransmit);
         }
         if retransmit {
@@ -562,10 +578,12 @@ impl Qp {
     ) -> Option<BuiltRequest> {
         let w = self.req.sq[idx].view();
         let remote_qpn = self.attr.dest_qp_num;
+        let xrc = self.xrc_srqn_of(idx);
         let atomic = |opcode, a: AtomicEthRepr| {
             let mut bth = BthRepr::new(opcode, remote_qpn.raw(), psn);
             bth.ack_req = true;
-            Some(BuiltRequest::header_only(bth, Headers::Atomic(a), 1))
+            let h = xrc_request(xrc, Headers::Atomic(a))?;
+            Some(BuiltRequest::header_only(bth, h, 1))
         };
         match w.op {
             SendOp::Read { remote_addr, rkey } => {
@@ -579,7 +597,7 @@ impl Qp {
                 let remaining_pkts = w.npkts - (offset / u64::from(self.mtu)) as u32;
                 Some(BuiltRequest::header_only(
                     bth,
-                    Headers::Reth(reth),
+                    xrc_request(xrc, Headers::Reth(reth))?,
                     remaining_pkts,
                 ))
             }
@@ -635,6 +653,7 @@ impl Qp {
             (false, true) => Position::Last,
         };
         let (kind, headers) = message_headers(&w.op, position, w.len);
+        let headers = xrc_request(self.xrc_srqn_of(idx), headers)?;
         let opcode = Opcode::find(transport_of(self.qp_type), kind, position, headers.layout())?;
         let mut bth = BthRepr::new(opcode, self.attr.dest_qp_num.raw(), psn);
         bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
@@ -645,7 +664,7 @@ impl Qp {
             psn.next().distance_from(self.comp.una)
         };
         let window_full = inflight >= self.cc.window();
-        bth.ack_req = self.qp_type == QpType::Rc
+        bth.ack_req = self.qp_type.is_reliable()
             && (last || window_full || self.req.since_ack_req >= ctx.ack_req_every);
         let off = payload_offset(&headers);
         let dstbuf = ctx.buf.get_mut(off..off + seg as usize)?;
@@ -731,6 +750,28 @@ impl Qp {
             }
         }
         (self.req.sq.len(), 0)
+    }
+}
+
+/// A request's headers on its QP: an XRC initiator's (`xrc` is its WQE's
+/// remote XRC SRQ number) get the XRCETH in front; other QPs' stay as they
+/// are. `None` only for headers no request has.
+fn xrc_request(xrc: Option<u32>, headers: Headers) -> Option<Headers> {
+    match xrc {
+        Some(n) => headers.with_xrceth(n),
+        None => Some(headers),
+    }
+}
+
+impl Qp {
+    /// The remote XRC SRQ number of send WQE `idx` on an XRC initiator;
+    /// `None` on other QPs.
+    fn xrc_srqn_of(&self, idx: usize) -> Option<u32> {
+        if self.qp_type == QpType::XrcIni {
+            Some(self.req.sq[idx].xrc_srqn)
+        } else {
+            None
+        }
     }
 }
 

@@ -174,6 +174,8 @@ impl RecvWqe {
 
 pub(crate) struct Srq {
     pub pd: PdHandle,
+    /// An XRC SRQ's domain and the CQ its receives complete on.
+    pub xrc: Option<(crate::handle::XrcdHandle, CqHandle)>,
     pub wqes: VecDeque<RecvWqe>,
     pub max_wr: u32,
     pub max_sge: u32,
@@ -230,6 +232,8 @@ impl Quarantine {
 /// Everything but the QPs.
 pub(crate) struct Resources {
     pub pds: KeyMap<PdHandle, u32>, // pd -> users
+    /// XRC domains -> users (XRC SRQs and target QPs).
+    pub xrcds: KeyMap<crate::handle::XrcdHandle, u32>,
     pub mrs: KeyMap<Lkey, Mr>,
     pub rkeys: KeyMap<Rkey, Lkey>,
     /// Memory windows by index (the upper 24 bits of their rkeys).
@@ -260,6 +264,7 @@ impl Resources {
     pub fn new(secret_seed: [u8; 32]) -> Self {
         Resources {
             pds: KeyMap::default(),
+            xrcds: KeyMap::default(),
             mrs: KeyMap::default(),
             rkeys: KeyMap::default(),
             mws: KeyMap::default(),

@@ -99,8 +99,37 @@ impl Qp {
         match self.qp_type {
             QpType::Ud => self.handle_ud(res, pkt, src, local),
             QpType::Uc => self.handle_uc(res, pkt),
-            QpType::Rc => self.handle_rc(res, pkt),
+            QpType::Rc | QpType::XrcTgt => self.handle_rc(res, pkt),
+            // No responder (rules::takes_requests).
+            QpType::XrcIni => {
+                self.counters.dropped += 1;
+                res.counters.dropped += 1;
+            }
         }
+    }
+
+    /// An XRC target's check of a request it is about to execute
+    /// ([`rules::check_xrc_target`]): on success the request runs against
+    /// the XRC SRQ its XRCETH names, so the QP takes that SRQ's WQEs, PD
+    /// and CQ for it.
+    fn xrc_target(&mut self, res: &Resources, pkt: &PacketRepr<'_>) -> Result<(), Fail> {
+        let srqn = pkt.headers.xrc_srqn();
+        let handle = srqn.map(crate::handle::SrqHandle::from_raw);
+        let found = handle.and_then(|h| res.srqs.get(&h));
+        rules::check_xrc_target(self.xrcd, srqn, |_| {
+            found.map(|s| rules::XrcSrqFacts {
+                xrcd: s.xrc.map(|x| x.0),
+            })
+        })
+        .map_err(Fail::Nak)?;
+        if let (Some(h), Some(s)) = (handle, found) {
+            self.srq = Some(h);
+            self.pd = s.pd;
+            if let Some((_, cq)) = s.xrc {
+                self.recv_cq = cq;
+            }
+        }
+        Ok(())
     }
 
     fn handle_rc(&mut self, res: &mut Resources, pkt: &PacketRepr<'_>) {
@@ -297,6 +326,9 @@ impl Qp {
         let psn = pkt.bth.psn;
         let mtu = self.mtu as usize;
         let pos = info.position;
+        if self.qp_type == QpType::XrcTgt {
+            self.xrc_target(res, pkt)?;
+        }
         // Opcode sequence: a FIRST/ONLY may not interrupt a message, MIDDLE/LAST must continue one.
         let continues = matches!(
             (&self.resp.cur, info.kind),
@@ -323,7 +355,7 @@ impl Qp {
                     _ => match self.take_recv_wqe(res) {
                         Some(w) => (w, 0),
                         None => {
-                            return Err(if self.qp_type == QpType::Rc {
+                            return Err(if self.qp_type.is_reliable() {
                                 Fail::Rnr
                             } else {
                                 Fail::Drop
@@ -343,7 +375,7 @@ impl Qp {
                 }
                 let offset = offset + pkt.payload.len() as u64;
                 if pos.ends_message() {
-                    if let Headers::Ieth(k) = pkt.headers {
+                    if let Some(k) = pkt.headers.ieth() {
                         // SEND with invalidate: the window goes before the
                         // receive completes (IBTA ch. 9); a refused one
                         // completes the receive in error and NAKs (rxe:
@@ -359,12 +391,12 @@ impl Qp {
                     let mut wc = self.recv_completion(&wqe, WcStatus::Success, WcOpcode::Recv);
                     wc.byte_len = offset as u32;
                     wc.solicited = pkt.bth.solicited;
-                    match pkt.headers {
-                        Headers::Imm(i) => {
+                    match (pkt.headers.imm(), pkt.headers.ieth()) {
+                        (Some(i), _) => {
                             wc.imm_data = i;
                             wc.wc_flags = WcFlags::WITH_IMM;
                         }
-                        Headers::Ieth(k) => {
+                        (None, Some(k)) => {
                             wc.imm_data = k;
                             wc.wc_flags = WcFlags::WITH_INV;
                         }
@@ -448,7 +480,7 @@ impl Qp {
                                     total,
                                 });
                             }
-                            return Err(if self.qp_type == QpType::Rc {
+                            return Err(if self.qp_type.is_reliable() {
                                 Fail::Rnr
                             } else {
                                 Fail::Drop
@@ -517,7 +549,7 @@ impl Qp {
                 return Ok(());
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
-                let Headers::Atomic(a) = pkt.headers else {
+                let Some(a) = pkt.headers.atomic() else {
                     return Err(Fail::Nak(NakCode::InvalidRequest));
                 };
                 if !rules::atomic_va_aligned(a.va) {
@@ -557,7 +589,7 @@ impl Qp {
             _ => return Err(Fail::Drop),
         }
         self.resp.epsn = psn.next();
-        if pkt.bth.ack_req && self.qp_type == QpType::Rc {
+        if pkt.bth.ack_req && self.qp_type.is_reliable() {
             self.queue_ack(psn);
         }
         Ok(())

@@ -17,6 +17,7 @@
 //! lists every function with its callers.
 
 use crate::handle::{PdHandle, Qpn};
+use softrdma_wire::NakCode;
 use softrdma_wire::OpKind;
 
 use crate::qp_attr::{AccessFlags, QpCap, QpState, QpType};
@@ -103,7 +104,9 @@ pub const fn local_access(op: &SendOp) -> AccessFlags {
 #[inline]
 pub const fn op_allowed(qp_type: QpType, op: &SendOp) -> bool {
     match qp_type {
-        QpType::Rc => true,
+        // The XRC initiator is RC's send side; the target has no send queue.
+        QpType::Rc | QpType::XrcIni => true,
+        QpType::XrcTgt => false,
         QpType::Uc => matches!(
             op,
             SendOp::Send
@@ -114,6 +117,70 @@ pub const fn op_allowed(qp_type: QpType, op: &SendOp) -> bool {
                 | SendOp::LocalInv { .. }
         ),
         QpType::Ud => matches!(op, SendOp::Send | SendOp::SendWithImm { .. }),
+    }
+}
+
+// ----- XRC -----
+
+/// Whether a QP of `qp_type` sends requests on a reliable connection and
+/// takes their ACKs and responses: RC and the XRC initiator (the XRC
+/// target only answers).
+#[inline]
+pub const fn sends_requests_reliably(qp_type: QpType) -> bool {
+    matches!(qp_type, QpType::Rc | QpType::XrcIni)
+}
+
+/// Whether a QP of `qp_type` executes incoming requests: every type but
+/// the XRC initiator, which has no responder (its peer is an XRC target).
+#[inline]
+pub const fn takes_requests(qp_type: QpType) -> bool {
+    !matches!(qp_type, QpType::XrcIni)
+}
+
+/// Whether a QP of `qp_type` has a receive queue of its own that
+/// `ibv_post_recv` may fill: neither XRC type has one (the initiator
+/// receives nothing; the target's receives come from XRC SRQs), and
+/// `ibv_post_recv` on them is EINVAL.
+#[inline]
+pub const fn has_recv_queue(qp_type: QpType) -> bool {
+    !qp_type.is_xrc()
+}
+
+/// Whether a QP of `qp_type` may execute one-sided WRs on the same-host
+/// direct path: not an XRC QP (the target's PD is that of the XRC SRQ
+/// each request names, which the grants do not carry).
+#[inline]
+pub const fn direct_path_allowed(qp_type: QpType) -> bool {
+    !qp_type.is_xrc()
+}
+
+/// The largest XRC SRQ number an XRCETH carries (24 bits).
+pub const MAX_XRC_SRQN: u32 = 0x00FF_FFFF;
+
+/// What the XRC rule needs to know of the SRQ a request's XRCETH names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XrcSrqFacts {
+    /// The SRQ's XRC domain; `None` for an ordinary (basic) SRQ.
+    pub xrcd: Option<crate::handle::XrcdHandle>,
+}
+
+/// The XRC target's check of each request (IBTA annex A14, XRC; rdma-core
+/// and the kernel's mlx5 behave so): the request carries an XRCETH, the
+/// SRQ it names exists (`srq`, `None` when the lookup found nothing), is
+/// an XRC SRQ, and belongs to the target QP's XRC domain `qp_xrcd`.
+/// Any failure is answered with an invalid request NAK (and the target
+/// goes to ERR, as after every such NAK).
+#[inline]
+pub fn check_xrc_target(
+    qp_xrcd: Option<crate::handle::XrcdHandle>,
+    srqn: Option<u32>,
+    srq: impl FnOnce(u32) -> Option<XrcSrqFacts>,
+) -> Result<(), NakCode> {
+    let n = srqn.ok_or(NakCode::InvalidRequest)?;
+    let facts = srq(n).ok_or(NakCode::InvalidRequest)?;
+    match (facts.xrcd, qp_xrcd) {
+        (Some(s), Some(q)) if s == q => Ok(()),
+        _ => Err(NakCode::InvalidRequest),
     }
 }
 
@@ -608,6 +675,9 @@ pub enum PostSendError {
     UdWithoutDest,
     /// An atomic without exactly one 8-byte SGE ([`atomic_sges_ok`]): EINVAL.
     AtomicSges,
+    /// A WR on an XRC initiator without a remote XRC SRQ number of at
+    /// most 24 bits (`wr.xrc_srqn`): EINVAL.
+    XrcWithoutSrqn,
 }
 
 /// The checks of `ibv_post_send` that do not depend on memory contents, in
@@ -637,6 +707,9 @@ pub fn check_post_send(
     }
     if qp_type == QpType::Ud && wr.ud.is_none() {
         return Err(PostSendError::UdWithoutDest);
+    }
+    if qp_type == QpType::XrcIni && !matches!(wr.xrc_srqn, Some(n) if n <= MAX_XRC_SRQN) {
+        return Err(PostSendError::XrcWithoutSrqn);
     }
     let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
     if wr.op.is_atomic() && !atomic_sges_ok(wr.sg_list.len(), len) {

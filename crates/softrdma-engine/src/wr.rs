@@ -193,12 +193,17 @@ pub struct SendWr {
     pub flags: SendFlags,
     /// Required for UD QPs, ignored otherwise.
     pub ud: Option<UdDest>,
+    /// The remote XRC SRQ number (24 bits) a WR on an XRC initiator QP is
+    /// for (`wr.qp_type.xrc.remote_srqn`, `ibv_wr_set_xrc_srqn`); required
+    /// there, ignored on other QPs.
+    pub xrc_srqn: Option<u32>,
 }
 
 impl SendWr {
     /// A signaled WR of `op` over `sg_list`.
     pub fn new(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> Self {
         SendWr {
+            xrc_srqn: None,
             wr_id,
             op,
             sg_list,

@@ -643,6 +643,7 @@ pub const IBV_ATOMIC_HCA: c_uint = 1;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
 pub const IBV_DEVICE_SRQ_RESIZE: c_uint = 1 << 13;
 pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
+pub const IBV_DEVICE_XRC: c_uint = 1 << 20;
 pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
 
 pub const IBV_MW_TYPE_1: c_uint = 1;
@@ -683,6 +684,9 @@ pub const ODP_CAPS_AT: usize = 4;
 /// Where `max_dm_size` (u64) sits in [`ibv_device_attr_ex::_caps`]: at
 /// byte 376 of the struct (checked against Debian's header).
 pub const MAX_DM_SIZE_AT: usize = 376 - 236;
+/// Where `xrc_odp_caps` (u32) sits in [`ibv_device_attr_ex::_caps`]: at
+/// byte 392 of the struct, after `pci_atomic_caps` (three u16 at 384).
+pub const XRC_ODP_CAPS_AT: usize = 392 - 236;
 
 pub const IBV_QP_STATE: c_int = 1;
 

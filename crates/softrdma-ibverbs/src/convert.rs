@@ -308,6 +308,7 @@ pub fn device_attr(d: &DeviceAttr) -> ibv_device_attr {
         max_qp: clamp(d.max_qp),
         max_qp_wr: clamp(d.max_qp_wr),
         device_cap_flags: IBV_DEVICE_RC_RNR_NAK_GEN
+            | IBV_DEVICE_XRC
             | if d.max_mw > 0 {
                 IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B
             } else {

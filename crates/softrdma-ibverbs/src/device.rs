@@ -291,10 +291,10 @@ fn new_vctx(device: *mut ibv_device, async_fd: c_int) -> verbs_context {
         abi_placeholder1: n,
         open_qp: n,
         create_qp_ex: crate::qp_ex::create_qp_ex as *mut c_void,
-        get_srq_num: n,
-        create_srq_ex: n,
-        open_xrcd: n,
-        close_xrcd: n,
+        get_srq_num: crate::xrc::get_srq_num as *mut c_void,
+        create_srq_ex: crate::xrc::create_srq_ex as *mut c_void,
+        open_xrcd: crate::xrc::open_xrcd as *mut c_void,
+        close_xrcd: crate::xrc::close_xrcd as *mut c_void,
         abi_placeholder3: 0,
         sz: std::mem::size_of::<verbs_context>(),
         context: ibv_context {
@@ -397,6 +397,9 @@ fn odp_caps(ex: &mut ibv_device_attr_ex, caps: &softrdma::OdpCaps) {
         let o = at + 8 + 4 * i;
         ex._caps[o..o + 4].copy_from_slice(&v.to_ne_bytes());
     }
+    // XRC is RC's transport: its regions are reached as RC's are.
+    let x = XRC_ODP_CAPS_AT;
+    ex._caps[x..x + 4].copy_from_slice(&caps.rc_odp_caps.to_ne_bytes());
 }
 
 /// The `query_device_ex` slot of the verbs_context (`ibv_query_device_ex`).

@@ -52,6 +52,7 @@ mod rereg;
 mod strings;
 mod stubs;
 mod verbs;
+mod xrc;
 
 /// rsockets' wire formats, public for the tests (`tests/rsocket_wire.rs`);
 /// not an API.

@@ -117,6 +117,7 @@ pub unsafe extern "C" fn bind_mw(
             };
             let rkey = next_rkey(Rkey::from_raw(w.ibv.rkey));
             let wr = SendWr {
+                xrc_srqn: None,
                 wr_id: b.wr_id,
                 op: SendOp::BindMw {
                     mw: win.handle(),

@@ -181,7 +181,7 @@ const WITH_SEND_WITH_INV: u64 = 1 << 9;
 /// The operations each QP type offers through the builder.
 fn ops_for(qp_type: c_uint) -> u64 {
     match qp_type {
-        IBV_QPT_RC => {
+        IBV_QPT_RC | IBV_QPT_XRC_SEND => {
             WITH_RDMA_WRITE
                 | WITH_RDMA_WRITE_WITH_IMM
                 | WITH_SEND
@@ -209,8 +209,11 @@ fn ops_for(qp_type: c_uint) -> u64 {
 const IBV_QPT_RC: c_uint = 2;
 const IBV_QPT_UC: c_uint = 3;
 const IBV_QPT_UD: c_uint = 4;
+const IBV_QPT_XRC_SEND: c_uint = 9;
+const IBV_QPT_XRC_RECV: c_uint = 10;
 
 const INIT_ATTR_PD: u32 = 1 << 0;
+const INIT_ATTR_XRCD: u32 = 1 << 1;
 const INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const INIT_ATTR_MAX_TSO_HEADER: u32 = 1 << 3;
 const INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
@@ -266,14 +269,28 @@ pub unsafe extern "C" fn create_qp_ex(
         }
         // SAFETY: readable and writable attributes (the verb's contract).
         let a = unsafe { &mut *attr };
-        let known = INIT_ATTR_PD | INIT_ATTR_CREATE_FLAGS | INIT_ATTR_MAX_TSO_HEADER;
+        let known =
+            INIT_ATTR_PD | INIT_ATTR_XRCD | INIT_ATTR_CREATE_FLAGS | INIT_ATTR_MAX_TSO_HEADER;
         if a.comp_mask & !(known | INIT_ATTR_SEND_OPS_FLAGS) != 0 {
             fail_with(
                 VERB,
                 libc::EOPNOTSUPP,
-                "XRC domains, RSS and WQ indirection tables are not supported",
+                "RSS and WQ indirection tables are not supported",
             );
             return null_mut();
+        }
+        if a.qp_type == IBV_QPT_XRC_RECV {
+            // An XRC target: in its domain, with no PD, CQs or send ops.
+            if a.comp_mask & INIT_ATTR_XRCD == 0 || a.xrcd.is_null() {
+                fail_with(VERB, libc::EINVAL, "an XRC_RECV QP needs an XRC domain");
+                return null_mut();
+            }
+            if a.comp_mask & INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags != 0 {
+                fail_with(VERB, libc::EOPNOTSUPP, "an XRC_RECV QP sends nothing");
+                return null_mut();
+            }
+            // SAFETY: a live context and attributes (the verb's contract).
+            return unsafe { crate::xrc::create_tgt_qp(context, a) };
         }
         if a.comp_mask & INIT_ATTR_PD == 0 || a.pd.is_null() {
             fail_with(VERB, libc::EINVAL, "a QP needs a PD");
@@ -598,9 +615,11 @@ unsafe extern "C" fn wr_atomic_write(qp: QpX, _rkey: u32, _addr: u64, _wr: *cons
     guard((), || unsafe { unsupported(qp) })
 }
 
-unsafe extern "C" fn wr_set_xrc_srqn(qp: QpX, _srqn: u32) {
+unsafe extern "C" fn wr_set_xrc_srqn(qp: QpX, srqn: u32) {
     // SAFETY: as wr_send.
-    guard((), || unsafe { unsupported(qp) })
+    guard((), || unsafe {
+        current(qp, |w, _| w.wr.remote_srqn = srqn)
+    })
 }
 
 unsafe extern "C" fn wr_set_ud_addr(qp: QpX, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {

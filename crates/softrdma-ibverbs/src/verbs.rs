@@ -84,7 +84,7 @@ pub(crate) fn live<'a, T>(verb: &str, slot: &'a Option<T>) -> Result<&'a T, c_in
 /// `obj` is NULL or a live object of this library whose first field is an
 /// `ibv_context *`, and `slot` gives the address of its softrdma object;
 /// on success it is freed and must not be used again.
-unsafe fn destroy<O, T>(
+pub(crate) unsafe fn destroy<O, T>(
     verb: &str,
     obj: *mut O,
     slot: impl FnOnce(*mut O) -> *mut Option<T>,
@@ -747,7 +747,7 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 ///
 /// # Safety
 /// `cq` is NULL or a live CQ of this library.
-unsafe fn soft_cq<'a>(verb: &str, cq: *mut ibv_cq) -> Result<&'a softrdma::Cq, c_int> {
+pub(crate) unsafe fn soft_cq<'a>(verb: &str, cq: *mut ibv_cq) -> Result<&'a softrdma::Cq, c_int> {
     if cq.is_null() {
         return Err(fail_with(
             verb,
@@ -765,21 +765,38 @@ unsafe fn soft_cq<'a>(verb: &str, cq: *mut ibv_cq) -> Result<&'a softrdma::Cq, c
 /// `pd` is a live PD; the CQs and SRQ of `a` are NULL or live objects.
 unsafe fn new_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<softrdma::Qp, c_int> {
     const VERB: &str = "ibv_create_qp";
+    // An XRC_SEND QP receives nothing: its recv_cq may be NULL (the send
+    // CQ stands in, unused).
+    let recv_cq = if a.qp_type == QpType::XrcIni.to_ibv() && a.recv_cq.is_null() {
+        a.send_cq
+    } else {
+        a.recv_cq
+    };
     // SAFETY: per the contract.
     let (p, scq, rcq) = unsafe {
         (
             (*pd.cast::<Pd>()).soft(VERB)?,
             soft_cq(VERB, a.send_cq)?,
-            soft_cq(VERB, a.recv_cq)?,
+            soft_cq(VERB, recv_cq)?,
         )
     };
     let Some(qp_type) = QpType::from_ibv(a.qp_type) else {
         return Err(fail_with(
             VERB,
             libc::EOPNOTSUPP,
-            &format!("QP type {} (softrdma has RC, UC and UD)", a.qp_type),
+            &format!(
+                "QP type {} (softrdma has RC, UC, UD, XRC_SEND and XRC_RECV)",
+                a.qp_type
+            ),
         ));
     };
+    if qp_type == QpType::XrcTgt {
+        return Err(fail_with(
+            VERB,
+            libc::EINVAL,
+            "an XRC_RECV QP is made by ibv_create_qp_ex in an XRC domain",
+        ));
+    }
     let mut b = p
         .create_qp(qp_type, scq, rcq)
         .cap(convert::qp_cap(&a.cap))
@@ -1168,6 +1185,8 @@ unsafe fn gather_inline(sg: &[Sge], out: &mut Vec<u8>) {
 struct SendQueue<'a> {
     qp: &'a softrdma::Qp,
     ud: bool,
+    /// An XRC initiator: each WR's `qp_type.xrc.remote_srqn` names the SRQ.
+    xrc: bool,
     cap: softrdma::QpCap,
 }
 
@@ -1200,6 +1219,7 @@ pub unsafe extern "C" fn post_send(
             let q = SendQueue {
                 qp: soft,
                 ud: soft.qp_type() == QpType::Ud,
+                xrc: soft.qp_type() == QpType::XrcIni,
                 cap: soft.cap(),
             };
             let mut cur = wr;
@@ -1310,6 +1330,7 @@ unsafe fn post_one_with(
     };
     let sg = std::mem::take(buf);
     let mut swr = SendWr {
+        xrc_srqn: q.xrc.then_some(w.remote_srqn),
         wr_id: w.wr_id,
         op,
         sg_list: sg,

@@ -479,3 +479,43 @@ fn completion_events_on_both_transports() {
         }
     }
 }
+
+/// XRC (`-c XRC`): perftest's XRC domain (opened from a file), XRC SRQ,
+/// XRC_SEND and XRC_RECV QPs, the SRQ numbers it exchanges in every WR,
+/// with both post-send APIs asked for (perftest 4.5 takes `ibv_post_send`
+/// on this device either way, see `ib_send_bw_post_send_apis`), over UDP
+/// and shared memory.
+#[test]
+fn perftest_xrc() {
+    let tools = ["ib_send_bw", "ib_write_bw", "ib_read_bw"];
+    if !have(&tools) {
+        return;
+    }
+    let titles = ["Send BW Test", "RDMA_Write BW Test", "RDMA_Read BW Test"];
+    let mut port = 19600u16;
+    for transport in ["udp", "shm"] {
+        for (tool, title) in tools.iter().zip(titles) {
+            for extra in [&[][..], &["--use_old_post_send"][..]] {
+                let mut args = vec!["-c", "XRC", "-n", "200"];
+                args.extend_from_slice(extra);
+                let (_s, c) = Run {
+                    tool,
+                    args: &args,
+                    port,
+                    transport,
+                    load: Load::LibraryPath,
+                }
+                .go();
+                port += 2;
+                let what = format!("{tool} {} ({transport})", args.join(" "));
+                header(&what, &c, title);
+                assert!(
+                    c.stdout.contains("Connection type : XRC"),
+                    "{what}:\n{}",
+                    c.stdout
+                );
+                check_bw(&what, &c, 65536.0);
+            }
+        }
+    }
+}

@@ -16,6 +16,9 @@ pub enum Transport {
     Ud,
     /// Congestion Notification Packet (0x81).
     Cnp,
+    /// Extended Reliable Connected (base 0xA0): RC's opcodes (same low five
+    /// bits), with an XRCETH after the BTH of every request.
+    Xrc,
 }
 
 impl Transport {
@@ -26,6 +29,7 @@ impl Transport {
             Transport::Uc => "UC",
             Transport::Ud => "UD",
             Transport::Cnp => "CNP",
+            Transport::Xrc => "XRC",
         }
     }
 
@@ -36,7 +40,14 @@ impl Transport {
             Transport::Uc => 0x20,
             Transport::Ud => 0x60,
             Transport::Cnp => 0x80,
+            Transport::Xrc => 0xA0,
         }
+    }
+
+    /// True for the reliable transports (RC and XRC): acknowledged requests,
+    /// READ and atomics, go-back-N.
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, Transport::Rc | Transport::Xrc)
     }
 }
 
@@ -65,6 +76,18 @@ pub enum HeaderLayout {
     DethImm,
     /// CNP: 16 reserved bytes.
     Cnp,
+    /// XRCETH.
+    Xrc,
+    /// XRCETH, ImmDt.
+    XrcImm,
+    /// XRCETH, IETH.
+    XrcIeth,
+    /// XRCETH, RETH.
+    XrcReth,
+    /// XRCETH, RETH, ImmDt.
+    XrcRethImm,
+    /// XRCETH, AtomicETH.
+    XrcAtomic,
 }
 
 impl HeaderLayout {
@@ -80,7 +103,53 @@ impl HeaderLayout {
             HeaderLayout::Deth => 8,
             HeaderLayout::DethImm => 12,
             HeaderLayout::Cnp => 16,
+            HeaderLayout::Xrc
+            | HeaderLayout::XrcImm
+            | HeaderLayout::XrcIeth
+            | HeaderLayout::XrcReth
+            | HeaderLayout::XrcRethImm
+            | HeaderLayout::XrcAtomic => XRCETH_LEN + self.without_xrceth().len(),
         }
+    }
+
+    /// This layout with an XRCETH in front (an XRC request's layout from
+    /// the RC one); `None` for layouts no XRC request has (AETH, DETH, CNP).
+    pub const fn with_xrceth(self) -> Option<HeaderLayout> {
+        Some(match self {
+            HeaderLayout::None => HeaderLayout::Xrc,
+            HeaderLayout::Imm => HeaderLayout::XrcImm,
+            HeaderLayout::Ieth => HeaderLayout::XrcIeth,
+            HeaderLayout::Reth => HeaderLayout::XrcReth,
+            HeaderLayout::RethImm => HeaderLayout::XrcRethImm,
+            HeaderLayout::Atomic => HeaderLayout::XrcAtomic,
+            _ => return None,
+        })
+    }
+
+    /// This layout without its XRCETH (itself when it has none).
+    pub const fn without_xrceth(self) -> HeaderLayout {
+        match self {
+            HeaderLayout::Xrc => HeaderLayout::None,
+            HeaderLayout::XrcImm => HeaderLayout::Imm,
+            HeaderLayout::XrcIeth => HeaderLayout::Ieth,
+            HeaderLayout::XrcReth => HeaderLayout::Reth,
+            HeaderLayout::XrcRethImm => HeaderLayout::RethImm,
+            HeaderLayout::XrcAtomic => HeaderLayout::Atomic,
+            other => other,
+        }
+    }
+
+    /// True when the layout starts with an XRCETH.
+    pub const fn has_xrceth(self) -> bool {
+        matches!(
+            self,
+            HeaderLayout::Xrc
+                | HeaderLayout::XrcImm
+                | HeaderLayout::XrcIeth
+                | HeaderLayout::XrcReth
+                | HeaderLayout::XrcRethImm
+                | HeaderLayout::XrcAtomic
+        )
     }
 
     /// True for the BTH-only layout.
@@ -189,9 +258,9 @@ macro_rules! opcodes {
                     layout: HeaderLayout::$layout,
                     has_payload: $payload,
                     is_request: $req,
-                    has_imm: matches!(HeaderLayout::$layout, HeaderLayout::Imm | HeaderLayout::RethImm | HeaderLayout::DethImm),
-                    has_inv: matches!(HeaderLayout::$layout, HeaderLayout::Ieth),
-                    needs_ack: $req && matches!(Transport::$tr, Transport::Rc),
+                    has_imm: matches!(HeaderLayout::$layout, HeaderLayout::Imm | HeaderLayout::RethImm | HeaderLayout::DethImm | HeaderLayout::XrcImm | HeaderLayout::XrcRethImm),
+                    has_inv: matches!(HeaderLayout::$layout, HeaderLayout::Ieth | HeaderLayout::XrcIeth),
+                    needs_ack: $req && Transport::$tr.is_reliable(),
                 },
             )*
         ];
@@ -237,6 +306,29 @@ opcodes! {
     UD_SEND_ONLY = 0x64, "UD_SEND_ONLY", Ud, Send, Only, Deth, true, true;
     UD_SEND_ONLY_IMM = 0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", Ud, Send, Only, DethImm, true, true;
     CNP = 0x81, "CNP", Cnp, Cnp, Only, Cnp, false, false;
+    XRC_SEND_FIRST = 0xA0, "XRC_SEND_FIRST", Xrc, Send, First, Xrc, true, true;
+    XRC_SEND_MIDDLE = 0xA1, "XRC_SEND_MIDDLE", Xrc, Send, Middle, Xrc, true, true;
+    XRC_SEND_LAST = 0xA2, "XRC_SEND_LAST", Xrc, Send, Last, Xrc, true, true;
+    XRC_SEND_LAST_IMM = 0xA3, "XRC_SEND_LAST_WITH_IMMEDIATE", Xrc, Send, Last, XrcImm, true, true;
+    XRC_SEND_ONLY = 0xA4, "XRC_SEND_ONLY", Xrc, Send, Only, Xrc, true, true;
+    XRC_SEND_ONLY_IMM = 0xA5, "XRC_SEND_ONLY_WITH_IMMEDIATE", Xrc, Send, Only, XrcImm, true, true;
+    XRC_WRITE_FIRST = 0xA6, "XRC_RDMA_WRITE_FIRST", Xrc, Write, First, XrcReth, true, true;
+    XRC_WRITE_MIDDLE = 0xA7, "XRC_RDMA_WRITE_MIDDLE", Xrc, Write, Middle, Xrc, true, true;
+    XRC_WRITE_LAST = 0xA8, "XRC_RDMA_WRITE_LAST", Xrc, Write, Last, Xrc, true, true;
+    XRC_WRITE_LAST_IMM = 0xA9, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", Xrc, Write, Last, XrcImm, true, true;
+    XRC_WRITE_ONLY = 0xAA, "XRC_RDMA_WRITE_ONLY", Xrc, Write, Only, XrcReth, true, true;
+    XRC_WRITE_ONLY_IMM = 0xAB, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", Xrc, Write, Only, XrcRethImm, true, true;
+    XRC_READ_REQUEST = 0xAC, "XRC_RDMA_READ_REQUEST", Xrc, ReadRequest, Only, XrcReth, false, true;
+    XRC_READ_RESPONSE_FIRST = 0xAD, "XRC_RDMA_READ_RESPONSE_FIRST", Xrc, ReadResponse, First, Aeth, true, false;
+    XRC_READ_RESPONSE_MIDDLE = 0xAE, "XRC_RDMA_READ_RESPONSE_MIDDLE", Xrc, ReadResponse, Middle, None, true, false;
+    XRC_READ_RESPONSE_LAST = 0xAF, "XRC_RDMA_READ_RESPONSE_LAST", Xrc, ReadResponse, Last, Aeth, true, false;
+    XRC_READ_RESPONSE_ONLY = 0xB0, "XRC_RDMA_READ_RESPONSE_ONLY", Xrc, ReadResponse, Only, Aeth, true, false;
+    XRC_ACK = 0xB1, "XRC_ACKNOWLEDGE", Xrc, Ack, Only, Aeth, false, false;
+    XRC_ATOMIC_ACK = 0xB2, "XRC_ATOMIC_ACKNOWLEDGE", Xrc, AtomicAck, Only, AtomicAck, false, false;
+    XRC_COMPARE_SWAP = 0xB3, "XRC_COMPARE_SWAP", Xrc, CompareSwap, Only, XrcAtomic, false, true;
+    XRC_FETCH_ADD = 0xB4, "XRC_FETCH_ADD", Xrc, FetchAdd, Only, XrcAtomic, false, true;
+    XRC_SEND_LAST_INV = 0xB6, "XRC_SEND_LAST_WITH_INVALIDATE", Xrc, Send, Last, XrcIeth, true, true;
+    XRC_SEND_ONLY_INV = 0xB7, "XRC_SEND_ONLY_WITH_INVALIDATE", Xrc, Send, Only, XrcIeth, true, true;
 }
 
 impl Opcode {
@@ -276,15 +368,18 @@ impl Opcode {
     }
 }
 
-const N_TRANSPORT: usize = 4;
+const N_TRANSPORT: usize = 5;
 const N_KIND: usize = 9;
 const N_POSITION: usize = 4;
-const N_LAYOUT: usize = 11;
+const N_LAYOUT: usize = 17;
 // The counts above are those of the enums (each one's last variant).
-const _: () = assert!(Transport::Cnp as usize + 1 == N_TRANSPORT);
+const _: () = assert!(Transport::Xrc as usize + 1 == N_TRANSPORT);
 const _: () = assert!(OpKind::Cnp as usize + 1 == N_KIND);
 const _: () = assert!(Position::Only as usize + 1 == N_POSITION);
-const _: () = assert!(HeaderLayout::Cnp as usize + 1 == N_LAYOUT);
+const _: () = assert!(HeaderLayout::XrcAtomic as usize + 1 == N_LAYOUT);
+
+/// XRCETH length in bytes (8 reserved bits, the 24-bit XRC SRQ number).
+pub const XRCETH_LEN: usize = 4;
 
 const fn find_key(t: Transport, k: OpKind, p: Position, l: HeaderLayout) -> usize {
     ((t as usize * N_KIND + k as usize) * N_POSITION + p as usize) * N_LAYOUT + l as usize
@@ -344,7 +439,13 @@ mod tests {
     #[test]
     fn find_agrees_with_a_search_of_the_table() {
         use super::*;
-        let ts = [Transport::Rc, Transport::Uc, Transport::Ud, Transport::Cnp];
+        let ts = [
+            Transport::Rc,
+            Transport::Uc,
+            Transport::Ud,
+            Transport::Cnp,
+            Transport::Xrc,
+        ];
         let ks = [
             OpKind::Send,
             OpKind::Write,
@@ -374,6 +475,12 @@ mod tests {
             HeaderLayout::Deth,
             HeaderLayout::DethImm,
             HeaderLayout::Cnp,
+            HeaderLayout::Xrc,
+            HeaderLayout::XrcImm,
+            HeaderLayout::XrcIeth,
+            HeaderLayout::XrcReth,
+            HeaderLayout::XrcRethImm,
+            HeaderLayout::XrcAtomic,
         ];
         for t in ts {
             for k in ks {
@@ -412,7 +519,7 @@ mod tests {
     #[test]
     fn unknown_opcodes_rejected() {
         for code in [
-            0x15u8, 0x18, 0x1f, 0x2c, 0x40, 0x41, 0x63, 0x66, 0x80, 0x82, 0xff,
+            0x15u8, 0x18, 0x1f, 0x2c, 0x40, 0x41, 0x63, 0x66, 0x80, 0x82, 0xb5, 0xb8, 0xff,
         ] {
             assert!(Opcode::from_u8(code).is_none(), "0x{code:02x}");
         }
@@ -424,6 +531,48 @@ mod tests {
             let op = Opcode::find(info.transport, info.kind, info.position, info.layout).unwrap();
             assert_eq!(op.value(), info.code);
         }
+    }
+
+    #[test]
+    fn xrc_is_rc_with_an_xrceth_on_requests() {
+        for x in OPCODE_TABLE
+            .iter()
+            .filter(|i| i.transport == Transport::Xrc)
+        {
+            let rc = Opcode::from_u8(x.code & 0x1F).unwrap().info();
+            assert_eq!(rc.transport, Transport::Rc);
+            assert_eq!((x.kind, x.position), (rc.kind, rc.position), "{}", x.name);
+            assert_eq!(x.name.strip_prefix("XRC_"), rc.name.strip_prefix("RC_"));
+            assert_eq!(
+                (
+                    x.has_payload,
+                    x.is_request,
+                    x.has_imm,
+                    x.has_inv,
+                    x.needs_ack
+                ),
+                (
+                    rc.has_payload,
+                    rc.is_request,
+                    rc.has_imm,
+                    rc.has_inv,
+                    rc.needs_ack
+                )
+            );
+            // Requests carry the XRCETH, responses do not.
+            assert_eq!(x.layout.has_xrceth(), x.is_request, "{}", x.name);
+            assert_eq!(x.layout.without_xrceth(), rc.layout, "{}", x.name);
+            assert_eq!(
+                x.layout.len(),
+                rc.layout.len() + 4 * usize::from(x.is_request)
+            );
+        }
+        // Every RC opcode has its XRC twin.
+        let rc = OPCODE_TABLE.iter().filter(|i| i.transport == Transport::Rc);
+        let xrc = OPCODE_TABLE
+            .iter()
+            .filter(|i| i.transport == Transport::Xrc);
+        assert_eq!(rc.count(), xrc.count());
     }
 
     #[test]

@@ -42,6 +42,18 @@ pub enum Headers {
     DethImm(DethRepr, u32),
     /// The 16 reserved bytes of a CNP (emitted as zeros, ignored on parse).
     Cnp,
+    /// XRCETH (the XRC SRQ number) alone.
+    Xrc(u32),
+    /// XRCETH then ImmDt.
+    XrcImm(u32, u32),
+    /// XRCETH then IETH.
+    XrcIeth(u32, u32),
+    /// XRCETH then RETH.
+    XrcReth(u32, RethRepr),
+    /// XRCETH, RETH, ImmDt.
+    XrcRethImm(u32, RethRepr, u32),
+    /// XRCETH then AtomicETH.
+    XrcAtomic(u32, AtomicEthRepr),
 }
 
 impl Headers {
@@ -59,6 +71,69 @@ impl Headers {
             Headers::Deth(_) => HeaderLayout::Deth,
             Headers::DethImm(..) => HeaderLayout::DethImm,
             Headers::Cnp => HeaderLayout::Cnp,
+            Headers::Xrc(_) => HeaderLayout::Xrc,
+            Headers::XrcImm(..) => HeaderLayout::XrcImm,
+            Headers::XrcIeth(..) => HeaderLayout::XrcIeth,
+            Headers::XrcReth(..) => HeaderLayout::XrcReth,
+            Headers::XrcRethImm(..) => HeaderLayout::XrcRethImm,
+            Headers::XrcAtomic(..) => HeaderLayout::XrcAtomic,
+        }
+    }
+
+    /// These headers with an XRCETH naming `srqn` in front: an XRC request's
+    /// headers from the RC request's. `None` for headers no XRC request has
+    /// (AETH, DETH, CNP, or an XRCETH already).
+    pub const fn with_xrceth(self, srqn: u32) -> Option<Headers> {
+        Some(match self {
+            Headers::None => Headers::Xrc(srqn),
+            Headers::Imm(i) => Headers::XrcImm(srqn, i),
+            Headers::Ieth(k) => Headers::XrcIeth(srqn, k),
+            Headers::Reth(r) => Headers::XrcReth(srqn, r),
+            Headers::RethImm(r, i) => Headers::XrcRethImm(srqn, r, i),
+            Headers::Atomic(a) => Headers::XrcAtomic(srqn, a),
+            _ => return None,
+        })
+    }
+
+    /// The headers without their XRCETH (themselves when they have none).
+    pub const fn without_xrceth(self) -> Headers {
+        match self {
+            Headers::Xrc(_) => Headers::None,
+            Headers::XrcImm(_, i) => Headers::Imm(i),
+            Headers::XrcIeth(_, k) => Headers::Ieth(k),
+            Headers::XrcReth(_, r) => Headers::Reth(r),
+            Headers::XrcRethImm(_, r, i) => Headers::RethImm(r, i),
+            Headers::XrcAtomic(_, a) => Headers::Atomic(a),
+            other => other,
+        }
+    }
+
+    /// The XRC SRQ number of the XRCETH, if any.
+    pub const fn xrc_srqn(&self) -> Option<u32> {
+        match *self {
+            Headers::Xrc(n)
+            | Headers::XrcImm(n, _)
+            | Headers::XrcIeth(n, _)
+            | Headers::XrcReth(n, _)
+            | Headers::XrcRethImm(n, ..)
+            | Headers::XrcAtomic(n, _) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The rkey to invalidate (IETH), if any.
+    pub const fn ieth(&self) -> Option<u32> {
+        match *self {
+            Headers::Ieth(k) | Headers::XrcIeth(_, k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The AtomicETH, if any.
+    pub const fn atomic(&self) -> Option<AtomicEthRepr> {
+        match *self {
+            Headers::Atomic(a) | Headers::XrcAtomic(_, a) => Some(a),
+            _ => None,
         }
     }
 
@@ -75,7 +150,10 @@ impl Headers {
     /// The RETH, if any.
     pub const fn reth(&self) -> Option<RethRepr> {
         match *self {
-            Headers::Reth(r) | Headers::RethImm(r, _) => Some(r),
+            Headers::Reth(r)
+            | Headers::RethImm(r, _)
+            | Headers::XrcReth(_, r)
+            | Headers::XrcRethImm(_, r, _) => Some(r),
             _ => None,
         }
     }
@@ -91,7 +169,11 @@ impl Headers {
     /// The immediate data, if any.
     pub const fn imm(&self) -> Option<u32> {
         match *self {
-            Headers::Imm(i) | Headers::RethImm(_, i) | Headers::DethImm(_, i) => Some(i),
+            Headers::Imm(i)
+            | Headers::RethImm(_, i)
+            | Headers::DethImm(_, i)
+            | Headers::XrcImm(_, i)
+            | Headers::XrcRethImm(_, _, i) => Some(i),
             _ => None,
         }
     }
@@ -134,12 +216,32 @@ impl Headers {
                 crate::util::check("CNP", b, HeaderLayout::Cnp.len())?;
                 Headers::Cnp
             }
+            HeaderLayout::Xrc
+            | HeaderLayout::XrcImm
+            | HeaderLayout::XrcIeth
+            | HeaderLayout::XrcReth
+            | HeaderLayout::XrcRethImm
+            | HeaderLayout::XrcAtomic => {
+                let srqn = small::parse_xrceth(b)?;
+                let inner = Headers::parse(layout.without_xrceth(), &b[small::XRCETH_LEN..])?;
+                // `without_xrceth` of an XRC layout is one `with_xrceth` takes.
+                inner.with_xrceth(srqn).unwrap_or(Headers::Xrc(srqn))
+            }
         })
     }
 
     /// Rejects values the wire fields cannot hold, which `emit` would
     /// otherwise truncate silently (and the peer would parse as something else).
     fn check_fields(&self) -> Result<()> {
+        if let Some(n) = self.xrc_srqn() {
+            if n > small::XRC_SRQN_MASK {
+                return Err(Error::BadField {
+                    header: "XRCETH",
+                    field: "XRCSRQ",
+                    value: u64::from(n),
+                });
+            }
+        }
         if let Some(d) = self.deth() {
             if d.src_qp > bth::QPN_MASK {
                 return Err(Error::BadField {
@@ -189,6 +291,15 @@ impl Headers {
                 small::emit_immdt(&mut b[small::DETH_LEN..], i);
             }
             Headers::Cnp => b.fill(0),
+            Headers::Xrc(n)
+            | Headers::XrcImm(n, _)
+            | Headers::XrcIeth(n, _)
+            | Headers::XrcReth(n, _)
+            | Headers::XrcRethImm(n, ..)
+            | Headers::XrcAtomic(n, _) => {
+                small::emit_xrceth(b, n);
+                self.without_xrceth().emit(&mut b[small::XRCETH_LEN..]);
+            }
         }
     }
 }

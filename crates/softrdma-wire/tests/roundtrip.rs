@@ -165,10 +165,82 @@ fn every_opcode_round_trips_at_the_boundaries() {
         }
     }
     let with_payload = OPCODE_TABLE.iter().filter(|i| i.has_payload).count();
-    assert_eq!(OPCODE_TABLE.len(), 38);
-    assert_eq!(with_payload, 32);
-    // 32 opcodes with payload x 4 scenarios x 11 lengths + 6 without x 4.
-    assert_eq!(count, 32 * 4 * 11 + 6 * 4);
+    // RC, UC, UD, CNP, and XRC's 23 (RC's twins).
+    assert_eq!(OPCODE_TABLE.len(), 38 + 23);
+    assert_eq!(with_payload, 32 + 18);
+    // 50 opcodes with payload x 4 scenarios x 11 lengths + 11 without x 4.
+    assert_eq!(count, 50 * 4 * 11 + 11 * 4);
+}
+
+#[test]
+fn xrceth_sits_after_the_bth_and_before_the_other_headers() {
+    let ep = Endpoints::new(
+        "10.0.0.1:49152".parse().unwrap(),
+        "10.0.0.2:4791".parse().unwrap(),
+    );
+    let reth = softrdma_wire::RethRepr {
+        va: 0x1122_3344_5566_7788,
+        rkey: 0xA1B2_C3D4,
+        dma_len: 8,
+    };
+    let data = [7u8; 8];
+    let p = PacketRepr {
+        bth: BthRepr::new(Opcode::XRC_WRITE_ONLY_IMM, 0x42, Psn::new(9)),
+        headers: Headers::XrcRethImm(0xAB_CDEF, reth, 0xDEAD_BEEF),
+        payload: &data,
+    };
+    let wire = emit_checked(&p, &ep);
+    // BTH (12), XRCETH (reserved byte, 24-bit SRQ number), RETH, ImmDt.
+    assert_eq!(wire[0], 0xAB);
+    assert_eq!(&wire[12..16], &[0, 0xAB, 0xCD, 0xEF]);
+    assert_eq!(&wire[16..24], &0x1122_3344_5566_7788u64.to_be_bytes());
+    assert_eq!(&wire[24..28], &0xA1B2_C3D4u32.to_be_bytes());
+    assert_eq!(&wire[32..36], &0xDEAD_BEEFu32.to_be_bytes());
+    assert_eq!(&wire[36..44], &data);
+    let back = PacketRepr::parse(&wire).unwrap();
+    assert_eq!(back, p);
+    assert_eq!(back.headers.xrc_srqn(), Some(0xAB_CDEF));
+    assert_eq!(back.headers.reth(), Some(reth));
+    assert_eq!(back.headers.imm(), Some(0xDEAD_BEEF));
+    assert_eq!(
+        back.headers.without_xrceth(),
+        Headers::RethImm(reth, 0xDEAD_BEEF)
+    );
+    // The reserved byte is ignored on receipt.
+    let mut odd = wire.clone();
+    odd[12] = 0xFF;
+    assert_eq!(
+        PacketRepr::parse(&odd).unwrap().headers.xrc_srqn(),
+        Some(0xAB_CDEF)
+    );
+    // The view reads and writes the same bytes.
+    let mut b = [0xFFu8; 4];
+    let mut v = softrdma_wire::small::XrcEth::new_unchecked(&mut b[..]);
+    v.set_srq_num(0x12_3456);
+    assert_eq!(v.srq_num(), 0x12_3456);
+    assert_eq!(b, [0, 0x12, 0x34, 0x56]);
+    assert!(softrdma_wire::small::XrcEth::new_checked(&b[..3]).is_err());
+    // A 25-bit SRQ number is refused, not truncated.
+    let bad = PacketRepr {
+        headers: Headers::Xrc(0x100_0000),
+        bth: BthRepr::new(Opcode::XRC_SEND_ONLY, 1, Psn::new(0)),
+        payload: &[],
+    };
+    let mut buf = vec![0u8; bad.buffer_len()];
+    assert!(bad.emit(&mut buf, &ep).is_err());
+    // An XRC request cut inside its XRCETH names it.
+    let send = PacketRepr {
+        bth: BthRepr::new(Opcode::XRC_SEND_ONLY, 1, Psn::new(0)),
+        headers: Headers::Xrc(5),
+        payload: &[],
+    };
+    let w = emit_checked(&send, &ep);
+    assert!(PacketRepr::parse(&w[..14]).is_err());
+    // Responses carry no XRCETH: an XRC ACK is RC's AETH alone.
+    assert_eq!(
+        Opcode::XRC_ACK.info().layout,
+        softrdma_wire::HeaderLayout::Aeth
+    );
 }
 
 #[test]

@@ -73,12 +73,14 @@ pub use softrdma_engine::{
 /// Typed handles of the engine's objects: what [`Pd::handle`], [`Cq::handle`],
 /// [`Qp::qpn`], [`Mr::lkey`], [`Mr::rkey`] and friends return, and what
 /// [`Sge`], [`SendOp`] and [`WorkCompletion`] hold (`.raw()` gives the number).
-pub use softrdma_engine::{AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle};
+pub use softrdma_engine::{
+    AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle, XrcdHandle,
+};
 /// Packet sequence numbers (24 bits), as [`QpAttr`]'s `sq_psn` and `rq_psn` hold them.
 pub use softrdma_wire::Psn;
 pub use verbs::{
     next_rkey, Ah, CompChannel, ConnectOptions, Context, Cq, DeviceAttr, Mr, Mw, OdpCaps, Pd,
-    PortAttr, Qp, QpBuilder, QpEndpoint, RemoteRegion, Srq,
+    PortAttr, Qp, QpBuilder, QpEndpoint, RemoteRegion, Srq, Xrcd,
 };
 
 /// Errors of the softrdma API.

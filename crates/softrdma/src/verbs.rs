@@ -14,6 +14,7 @@ use softrdma_engine::{
     AccessFlags, AhAttr, AhHandle, AttrMask, Counters, CqHandle, Ece, Engine, Event, Gid, Lkey,
     Mtu, MwBind, MwHandle, MwType, PdHandle, QpAttr, QpCap, QpInit, QpState, QpType, Qpn, RecvWr,
     RegionMemory, Rkey, SendFlags, SendOp, SendWr, Sge, SrqHandle, SrqInit, WorkCompletion,
+    XrcdHandle,
 };
 use softrdma_wire::Psn;
 
@@ -247,6 +248,18 @@ impl Context {
     pub fn alloc_pd(&self) -> Result<Pd> {
         let handle = self.dev.with_engine(|e, _| e.alloc_pd());
         Ok(Pd {
+            ctx: self.clone(),
+            handle,
+            destroyed: false,
+        })
+    }
+
+    /// `ibv_open_xrcd` (`O_CREAT`, a new domain): an XRC domain, in which
+    /// XRC SRQs ([`Pd::create_xrc_srq`]) and XRC target QPs
+    /// ([`Xrcd::create_tgt_qp`]) are made.
+    pub fn open_xrcd(&self) -> Result<Xrcd> {
+        let handle = self.dev.with_engine(|e, _| e.alloc_xrcd());
+        Ok(Xrcd {
             ctx: self.clone(),
             handle,
             destroyed: false,
@@ -742,6 +755,26 @@ impl Pd {
     pub fn create_srq_with(&self, init: SrqInit) -> Result<Srq> {
         let pd = self.handle;
         let handle = self.ctx.dev.with_engine(|e, _| e.create_srq(pd, init))?;
+        Ok(Srq {
+            ctx: self.ctx.clone(),
+            handle,
+            max_wr: init.max_wr,
+            max_sge: init.max_sge,
+            destroyed: false,
+        })
+    }
+
+    /// `ibv_create_srq_ex` with IBV_SRQT_XRC: an SRQ in XRC domain `xrcd`
+    /// whose receives complete on `cq`. XRC initiators address it by
+    /// [`Srq::srq_num`] (each WR's [`SendWr::xrc_srqn`]); a target QP of the
+    /// same domain delivers their SENDs into it, and their WRITEs, READs and
+    /// atomics reach this PD's regions.
+    pub fn create_xrc_srq(&self, xrcd: &Xrcd, cq: &Cq, init: SrqInit) -> Result<Srq> {
+        let (pd, x, c) = (self.handle, xrcd.handle, cq.handle);
+        let handle = self
+            .ctx
+            .dev
+            .with_engine(|e, _| e.create_xrc_srq(pd, x, c, init))?;
         Ok(Srq {
             ctx: self.ctx.clone(),
             handle,
@@ -1585,14 +1618,7 @@ impl<'a> QpBuilder<'a> {
             let cap = e.query_qp(qpn).map_or(init.cap, |(_, i)| i.cap);
             Ok::<_, softrdma_engine::VerbsError>((qpn, cap))
         })?;
-        let psn = {
-            let mut b = [0u8; 4];
-            if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-                use std::io::Read;
-                let _ = f.read_exact(&mut b);
-            }
-            u32::from_ne_bytes(b) & 0xFF_FFFF
-        };
+        let psn = random_psn();
         Ok(Qp {
             ctx,
             qpn,
@@ -1604,6 +1630,16 @@ impl<'a> QpBuilder<'a> {
             destroyed: false,
         })
     }
+}
+
+/// A first send PSN for a new QP, from /dev/urandom (0 without it).
+fn random_psn() -> u32 {
+    let mut b = [0u8; 4];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    u32::from_ne_bytes(b) & 0xFF_FFFF
 }
 
 /// A queue pair.
@@ -1879,7 +1915,9 @@ impl Qp {
             | AttrMask::PATH_MTU
             | AttrMask::DEST_QPN
             | AttrMask::RQ_PSN;
-        if self.qp_type == QpType::Rc {
+        // The responder's attributes: RC and the XRC target (not the
+        // initiator, which has no responder).
+        if matches!(self.qp_type, QpType::Rc | QpType::XrcTgt) {
             m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
         }
         self.modify(&a, m)
@@ -1897,7 +1935,10 @@ impl Qp {
             ..Default::default()
         };
         let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
-        if self.qp_type == QpType::Rc {
+        if self.qp_type == QpType::XrcTgt {
+            m |= AttrMask::TIMEOUT;
+        }
+        if matches!(self.qp_type, QpType::Rc | QpType::XrcIni) {
             m = m
                 | AttrMask::TIMEOUT
                 | AttrMask::RETRY_CNT
@@ -1962,6 +2003,7 @@ impl Qp {
     pub fn bind_mw(&self, mw: &Mw, wr_id: u64, flags: SendFlags, bind: MwBind) -> Result<Rkey> {
         let rkey = next_rkey(mw.rkey());
         let wr = SendWr {
+            xrc_srqn: None,
             wr_id,
             op: SendOp::BindMw {
                 mw: mw.handle,
@@ -1991,6 +2033,70 @@ impl Qp {
     {
         let q = self.qpn;
         post_recv_list(&self.ctx, wrs, |e, wr| e.post_recv(q, wr))
+    }
+}
+
+/// An XRC domain (`ibv_open_xrcd`): the XRC SRQs and target QPs made in
+/// it may serve each other. Closing it while any remains is EBUSY.
+pub struct Xrcd {
+    ctx: Context,
+    handle: XrcdHandle,
+    /// Set by [`Xrcd::close`], so that the drop after it does nothing.
+    destroyed: bool,
+}
+
+impl fmt::Debug for Xrcd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Xrcd({})", self.handle)
+    }
+}
+
+impl Drop for Xrcd {
+    fn drop(&mut self) {
+        release_unless_destroyed(self);
+    }
+}
+
+impl Release for Xrcd {
+    fn release(&self) -> Result<()> {
+        let h = self.handle;
+        Ok(self.ctx.dev.with_engine(|e, _| e.dealloc_xrcd(h))?)
+    }
+
+    fn destroyed(&mut self) -> &mut bool {
+        &mut self.destroyed
+    }
+}
+
+impl Xrcd {
+    /// `ibv_close_xrcd`. While XRC SRQs or target QPs are in the domain it
+    /// stays, and comes back with the error (EBUSY).
+    pub fn close(self) -> std::result::Result<(), (Xrcd, Error)> {
+        destroy_or_return(self)
+    }
+
+    /// The engine handle.
+    pub fn handle(&self) -> XrcdHandle {
+        self.handle
+    }
+
+    /// `ibv_create_qp_ex` with IBV_QPT_XRC_RECV: an XRC target QP in this
+    /// domain (no PD, CQ or queues of its own). Connect it to an XRC
+    /// initiator ([`QpType::XrcIni`], made by [`Pd::create_qp`]) as an RC
+    /// QP is connected ([`Qp::connect`]).
+    pub fn create_tgt_qp(&self) -> Result<Qp> {
+        let x = self.handle;
+        let qpn = self.ctx.dev.with_engine(|e, _| e.create_xrc_tgt_qp(x))?;
+        Ok(Qp {
+            ctx: self.ctx.clone(),
+            qpn,
+            qp_type: QpType::XrcTgt,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+            psn: random_psn(),
+            qkey: 0x1111_1111,
+            destroyed: false,
+        })
     }
 }
 
@@ -2060,6 +2166,13 @@ impl Srq {
     {
         let h = self.handle;
         post_recv_list(&self.ctx, wrs, |e, wr| e.post_srq_recv(h, wr))
+    }
+
+    /// `ibv_get_srq_num`: the number XRC initiators name this XRC SRQ by;
+    /// EINVAL for an SRQ that is not an XRC SRQ.
+    pub fn srq_num(&self) -> Result<u32> {
+        let h = self.handle;
+        Ok(self.ctx.dev.lock().engine.srq_num(h)?)
     }
 
     /// Arms the limit event (`ibv_modify_srq` with IBV_SRQ_LIMIT): an

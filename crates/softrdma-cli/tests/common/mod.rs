@@ -229,6 +229,17 @@ fn headers_for(info_layout: HeaderLayout, kind: OpKind, code: u8, i: u32) -> Hea
         HeaderLayout::Deth => Headers::Deth(deth),
         HeaderLayout::DethImm => Headers::DethImm(deth, imm),
         HeaderLayout::Cnp => Headers::Cnp,
+        // An XRC request: an XRCETH, then the RC request's headers.
+        HeaderLayout::Xrc
+        | HeaderLayout::XrcImm
+        | HeaderLayout::XrcIeth
+        | HeaderLayout::XrcReth
+        | HeaderLayout::XrcRethImm
+        | HeaderLayout::XrcAtomic => {
+            headers_for(info_layout.without_xrceth(), kind, code & 0x1F, i)
+                .with_xrceth(0x5C_0000 | i)
+                .unwrap()
+        }
     }
 }
 

@@ -1143,6 +1143,7 @@ impl<N: HarnessNode> World<N> {
         match q.qp_type {
             QpType::Rc | QpType::Uc => self.post_connected(qi),
             QpType::Ud => self.post_ud(qi),
+            QpType::XrcIni | QpType::XrcTgt => Err(format!("q{qi}: the workloads make no XRC QPs")),
         }
     }
 
@@ -1398,6 +1399,7 @@ impl<N: HarnessNode> World<N> {
         }
         let sg_list = self.sges(node, &local);
         let wr = SendWr {
+            xrc_srqn: None,
             wr_id,
             op: sop,
             sg_list,
@@ -1474,6 +1476,7 @@ impl<N: HarnessNode> World<N> {
             SendFlags(0)
         };
         let wr = SendWr {
+            xrc_srqn: None,
             wr_id,
             op: sop,
             sg_list: Vec::new(),
@@ -1631,6 +1634,7 @@ impl<N: HarnessNode> World<N> {
         let qpn = q.qpn;
         self.log(|| format!("post q{qi} POISON wr {wr_id:#x} {kind:?}"));
         let wr = SendWr {
+            xrc_srqn: None,
             wr_id,
             op: sop,
             sg_list,
@@ -1745,6 +1749,7 @@ impl<N: HarnessNode> World<N> {
             self.qps[qi].sent.entry(len).or_default().push(msg.clone());
         }
         let wr = SendWr {
+            xrc_srqn: None,
             wr_id,
             op: match imm {
                 Some(imm) => SendOp::SendWithImm { imm },
@@ -2491,6 +2496,9 @@ impl<N: HarnessNode> World<N> {
                     wc.wr_id
                 );
             }
+            QpType::XrcIni | QpType::XrcTgt => {
+                return Err(format!("q{qi}: the workloads make no XRC QPs"))
+            }
         }
         Ok(())
     }
@@ -2832,6 +2840,9 @@ impl<N: HarnessNode> World<N> {
                     }
                 }
                 QpType::Ud => {}
+                QpType::XrcIni | QpType::XrcTgt => {
+                    return Err(format!("q{qi}: the workloads make no XRC QPs"))
+                }
             }
         }
         if self.never_late() && self.sc.poison.is_none() {

@@ -584,6 +584,8 @@ impl Harness {
             QpType::Ud => AttrMask::STATE,
             QpType::Uc => conn,
             QpType::Rc => conn | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER,
+            // The harness makes no XRC QPs (tests/xrc.rs covers them).
+            QpType::XrcIni | QpType::XrcTgt => conn,
         };
         self.engine.modify_qp(now, qpn, &a, m).unwrap();
         self.qps[i].epsn = Psn::new(rq_psn);
@@ -989,7 +991,8 @@ impl Harness {
         mtu: usize,
         pd: usize,
     ) -> Headers {
-        let (layout, kind, pos) = (info.layout, info.kind, info.position);
+        // An XRC request: RC's headers, then an XRCETH in front (below).
+        let (layout, kind, pos) = (info.layout.without_xrceth(), info.kind, info.position);
         let reth = |inp: &mut Input<'_>| -> RethRepr {
             let dma_len: u32 = match inp.u8() {
                 0..=149 => match (kind, pos) {
@@ -1012,7 +1015,7 @@ impl Harness {
             let va = Self::pick_va(inp, r, u64::from(dma_len), false);
             RethRepr { va, rkey, dma_len }
         };
-        match layout {
+        let h = match layout {
             HeaderLayout::None => Headers::None,
             HeaderLayout::Imm => Headers::Imm(inp.u32()),
             HeaderLayout::Ieth => Headers::Ieth(inp.u32()),
@@ -1043,6 +1046,14 @@ impl Harness {
                 }
             }
             HeaderLayout::Cnp => Headers::Cnp,
+            // `without_xrceth` left none of these.
+            _ => Headers::None,
+        };
+        if info.layout.has_xrceth() {
+            let srqn = inp.u32() & 0xFF_FFFF;
+            h.with_xrceth(srqn).unwrap_or(h)
+        } else {
+            h
         }
     }
 
@@ -1254,6 +1265,7 @@ impl Harness {
                 QpType::Rc => Transport::Rc,
                 QpType::Uc => Transport::Uc,
                 QpType::Ud => Transport::Ud,
+                QpType::XrcIni | QpType::XrcTgt => Transport::Xrc,
             };
         let peer_ok = spec.qp_type == QpType::Ud || ep.src.ip() == peer_ip();
         let reaches =

@@ -108,6 +108,10 @@ pub enum NotDirect {
     TooLong,
     /// The QP has no destination.
     NoDest,
+    /// An XRC QP ([`rules::direct_path_allowed`]): which PD the target
+    /// checks depends on the XRC SRQ each request names, which a grant does
+    /// not carry; its WRs go as packets.
+    Xrc,
     /// SGE `index` fails [`rules::check_local_sge`]; the engine completes
     /// the WR with `status`.
     LocalSge { index: u8, status: WcStatus },
@@ -308,6 +312,9 @@ impl Engine {
             return Err(NotDirect::TooManySges);
         }
         let q = self.qps.get(&plan.qpn).ok_or(NotDirect::NoQp)?;
+        if !rules::direct_path_allowed(q.qp_type) {
+            return Err(NotDirect::Xrc);
+        }
         let len = rules::check_post_send(q.qp_type, q.state, &q.cap, q.req.sq.len(), wr)
             .map_err(NotDirect::Post)?;
         // UD has none of these operations: check_post_send refused it.

@@ -140,7 +140,7 @@ pub fn bring_up(
     a.qp_state = QpState::Rtr;
     let m = match qp_type {
         QpType::Ud => AttrMask::STATE,
-        QpType::Uc => {
+        QpType::Uc | QpType::XrcIni => {
             a.ah_attr = av_for(remote.node);
             a.path_mtu = o.mtu;
             a.dest_qp_num = remote.qpn;
@@ -151,7 +151,7 @@ pub fn bring_up(
                 | AttrMask::DEST_QPN
                 | AttrMask::RQ_PSN
         }
-        QpType::Rc => {
+        QpType::Rc | QpType::XrcTgt => {
             a.ah_attr = av_for(remote.node);
             a.path_mtu = o.mtu;
             a.dest_qp_num = remote.qpn;
@@ -171,7 +171,11 @@ pub fn bring_up(
     a.qp_state = QpState::Rts;
     a.sq_psn = Psn::new(my_psn);
     let m = match qp_type {
-        QpType::Rc => {
+        QpType::XrcTgt => {
+            a.timeout = o.timeout;
+            AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT
+        }
+        QpType::Rc | QpType::XrcIni => {
             a.timeout = o.timeout;
             a.retry_cnt = o.retry_cnt;
             a.rnr_retry = o.rnr_retry;

@@ -166,6 +166,17 @@ impl Fields {
             HeaderLayout::Deth => Headers::Deth(deth),
             HeaderLayout::DethImm => Headers::DethImm(deth, self.imm),
             HeaderLayout::Cnp => Headers::Cnp,
+            // An XRC request: the XRC SRQ number (24 bits) from the source QP
+            // field, then the RC request's headers.
+            HeaderLayout::Xrc
+            | HeaderLayout::XrcImm
+            | HeaderLayout::XrcIeth
+            | HeaderLayout::XrcReth
+            | HeaderLayout::XrcRethImm
+            | HeaderLayout::XrcAtomic => self
+                .headers(layout.without_xrceth())
+                .with_xrceth(self.src_qp & 0xFF_FFFF)
+                .unwrap(),
         }
     }
 }
