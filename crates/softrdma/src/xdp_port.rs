@@ -174,7 +174,7 @@ impl Port for XdpPort {
             let Some((src, ecn, d)) = self.to_self.pop_front() else {
                 break;
             };
-            rx(src, RxMeta { ecn }, &d);
+            rx(src, RxMeta { ecn, group: None }, &d);
             got += 1;
         }
         let mut ready = self.xsk.rx_ready();
@@ -193,7 +193,7 @@ impl Port for XdpPort {
             };
             match parse_frame(f, self.addr) {
                 Some((src, ecn, payload)) => {
-                    rx(src, RxMeta { ecn }, payload);
+                    rx(src, RxMeta { ecn, group: None }, payload);
                     got += 1;
                 }
                 None => self.rx_dropped += 1,
