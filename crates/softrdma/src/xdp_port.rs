@@ -331,6 +331,28 @@ pub(crate) enum NetPort {
     Xdp(Box<XdpPort>),
 }
 
+impl NetPort {
+    /// The multicast groups the port receives (UDP only: an AF_XDP port
+    /// takes only frames addressed to the device).
+    pub fn set_groups(&mut self, want: &[std::net::IpAddr]) -> std::io::Result<()> {
+        match self {
+            NetPort::Udp(p) => p.set_groups(want),
+            NetPort::Xdp(_) if want.is_empty() => Ok(()),
+            NetPort::Xdp(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "multicast is not supported on an AF_XDP device",
+            )),
+        }
+    }
+
+    /// The sockets of the groups, for the device's waits.
+    pub fn group_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        if let NetPort::Udp(p) = self {
+            p.group_fds(out)
+        }
+    }
+}
+
 impl Port for NetPort {
     type Peers = softrdma_core::NoPeers;
 
