@@ -883,14 +883,22 @@ unsafe fn mcast(verb: &str, qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) 
 
 /// # Safety
 /// `qp` a live QP of this library and `gid` readable, or NULL.
-pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
+pub unsafe extern "C" fn ibv_attach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
     // SAFETY: the verb's contract, passed on.
     unsafe { mcast("ibv_attach_mcast", qp, gid, true) }
 }
 
 /// # Safety
 /// `qp` a live QP of this library and `gid` readable, or NULL.
-pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
+pub unsafe extern "C" fn ibv_detach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
     // SAFETY: the verb's contract, passed on.
     unsafe { mcast("ibv_detach_mcast", qp, gid, false) }
 }
