@@ -1276,23 +1276,27 @@ pub fn set_multicast_if(sock: &UdpSocket, local: std::net::Ipv4Addr) -> io::Resu
 /// before the bind, so that every device of this host (each process) can
 /// bind a multicast group's address and port, and each gets a copy.
 pub fn bind_reuse_udp(addr: std::net::SocketAddr) -> io::Result<UdpSocket> {
-    let (family, sa_v4, sa_v6) = match addr {
-        std::net::SocketAddr::V4(a) => (
-            libc::AF_INET,
-            Some(libc::sockaddr_in {
+    // The address as the kernel takes it: a sockaddr_in6 is large enough
+    // for either family.
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: a.port().to_be(),
                 sin_addr: libc::in_addr {
                     s_addr: u32::from_ne_bytes(a.ip().octets()),
                 },
                 sin_zero: [0; 8],
-            }),
-            None,
-        ),
-        std::net::SocketAddr::V6(a) => (
-            libc::AF_INET6,
-            None,
-            Some(libc::sockaddr_in6 {
+            };
+            // SAFETY: a sockaddr_in fits in a sockaddr_storage, which is
+            // aligned for it.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: 0,
@@ -1300,9 +1304,13 @@ pub fn bind_reuse_udp(addr: std::net::SocketAddr) -> io::Result<UdpSocket> {
                     s6_addr: a.ip().octets(),
                 },
                 sin6_scope_id: a.scope_id(),
-            }),
-        ),
+            };
+            // SAFETY: as above, for a sockaddr_in6.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
     };
+    let family = libc::c_int::from(ss.ss_family);
     // SAFETY: plain system call with constant arguments.
     let fd = unsafe {
         libc::socket(
@@ -1319,22 +1327,14 @@ pub fn bind_reuse_udp(addr: std::net::SocketAddr) -> io::Result<UdpSocket> {
     if !set_int_opt(&sock, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1) {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: the sockaddr lives on this stack frame for the call, and its
-    // size is the one passed.
+    // SAFETY: the sockaddr lives on this stack frame for the call, and
+    // `len` is the size of what was written into it.
     let r = unsafe {
-        match (&sa_v4, &sa_v6) {
-            (Some(v4), _) => libc::bind(
-                fd,
-                (v4 as *const libc::sockaddr_in).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            ),
-            (_, Some(v6)) => libc::bind(
-                fd,
-                (v6 as *const libc::sockaddr_in6).cast(),
-                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-            ),
-            _ => unreachable!("one of the two is set"),
-        }
+        libc::bind(
+            fd,
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len as libc::socklen_t,
+        )
     };
     if r != 0 {
         return Err(io::Error::last_os_error());
