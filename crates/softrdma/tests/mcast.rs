@@ -58,7 +58,7 @@ fn wait_one(r: &Rx, timeout: Duration) -> Option<WorkCompletion> {
 fn run(transport: softrdma::shm::Transport, group: Ipv4Addr, base: u8) {
     let cfg = |i: u8| {
         let mut c = DeviceConfig::new(
-            &format!("mc{i}"),
+            format!("mc{i}"),
             format!("127.0.{base}.{i}:4791").parse().unwrap(),
         )
         .transport(transport);

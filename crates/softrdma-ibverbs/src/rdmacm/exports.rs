@@ -431,7 +431,9 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_join_multicast_ex(
         // SAFETY: a live id (or NULL); the attributes are NULL or readable,
         // their sockaddr valid.
         let r = unsafe { id_mut(id) }.and_then(|id| {
+            // SAFETY: per the contract, NULL or readable.
             let (addr, send_only) = unsafe { super::mcast::ex_attr(attr) }?;
+            // SAFETY: the attributes' sockaddr, valid per the contract.
             unsafe { super::mcast::join(id, addr, send_only, context) }
         });
         ret("rdma_join_multicast_ex", r)
