@@ -65,7 +65,12 @@ impl<P: Port> Port for Capture<P> {
         let mut any = false;
         let r = self.inner.receive(now, from, budget, |src, meta, d| {
             // A capture that cannot be written must not stop the traffic.
-            let _ = w.write_roce(ts, src, local, d);
+            // A datagram to a multicast group was addressed to it.
+            let dst = match meta.group {
+                None => local,
+                Some(g) => SocketAddr::new(g, local.port()),
+            };
+            let _ = w.write_roce(ts, src, dst, d);
             any = true;
             rx(src, meta, d)
         });

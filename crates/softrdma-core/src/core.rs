@@ -325,7 +325,12 @@ impl<P: Port> DeviceCore<P> {
         for _ in 0..RX_ROUNDS {
             let engine = &mut self.engine;
             let got = self.port.receive(now, from, RX_BUDGET, |src, meta, d| {
-                engine.handle_packet_meta(now, Endpoints::new(src, local), meta, d)
+                // A datagram sent to a multicast group was addressed to it.
+                let dst = match meta.group {
+                    None => local,
+                    Some(g) => SocketAddr::new(g, local.port()),
+                };
+                engine.handle_packet_meta(now, Endpoints::new(src, dst), meta, d)
             });
             if got.slow > 0 {
                 self.slow_idle = 0;

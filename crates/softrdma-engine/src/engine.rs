@@ -62,6 +62,10 @@ pub enum SrcPortPolicy {
 pub struct RxMeta {
     /// The ECN bits of its IP header (`NotEct` where the port cannot read them).
     pub ecn: softrdma_wire::Ecn,
+    /// The multicast group the datagram was sent to, when the port took it
+    /// from a socket joined to one (its destination IP); `None`: sent to
+    /// this device's own address.
+    pub group: Option<std::net::IpAddr>,
 }
 
 /// Engine configuration.
@@ -169,6 +173,10 @@ pub struct Engine {
     changes: VecDeque<ResourceChange>,
     /// QP1 (`gsi.rs`).
     gsi: crate::gsi::Gsi,
+    /// Multicast groups and their attached QPs (`mcast.rs`).
+    mcast: crate::mcast::McastTable,
+    /// Scratch list of a multicast datagram's receivers.
+    mcast_rx: Vec<Qpn>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -196,6 +204,8 @@ impl Engine {
             parting: VecDeque::new(),
             changes: VecDeque::new(),
             gsi: crate::gsi::Gsi::default(),
+            mcast: Default::default(),
+            mcast_rx: Vec::new(),
         }
     }
 
@@ -1039,6 +1049,8 @@ impl Engine {
             return Ok(());
         }
         self.res.pd_ref(qp.pd, -1);
+        // A destroyed QP leaves its groups (the kernel detaches it too).
+        self.mcast.forget_qp(qpn);
         // Type-2 windows bound through it are invalidated with it (IBTA
         // ch. 10: they belong to the QP).
         for w in self.res.mws.values_mut() {
@@ -1057,6 +1069,43 @@ impl Engine {
             s.users = s.users.saturating_sub(1);
         }
         Ok(())
+    }
+
+    /// `ibv_attach_mcast`: QP `qpn` (UD) receives every datagram sent to
+    /// the multicast group `gid` from now on. Attaching twice succeeds.
+    /// True when the group is new on this device (the driver then joins it
+    /// on its port).
+    pub fn attach_mcast(&mut self, qpn: Qpn, gid: crate::qp_attr::Gid) -> Result<bool> {
+        let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound {
+            kind: "QP",
+            handle: qpn.raw(),
+        })?;
+        crate::rules::check_mcast_attach(qp.qp_type, gid)?;
+        self.mcast.attach(qpn, gid.to_ip())
+    }
+
+    /// `ibv_detach_mcast` (EINVAL when the QP is not attached to `gid`).
+    /// True when no QP of this device is left in the group (the driver
+    /// then leaves it).
+    pub fn detach_mcast(&mut self, qpn: Qpn, gid: crate::qp_attr::Gid) -> Result<bool> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(VerbsError::NotFound {
+                kind: "QP",
+                handle: qpn.raw(),
+            });
+        }
+        if !crate::rules::is_multicast_gid(gid) {
+            return Err(VerbsError::inval(format!(
+                "detach_mcast: {gid} is not a multicast GID"
+            )));
+        }
+        self.mcast.detach(qpn, gid.to_ip())
+    }
+
+    /// The multicast groups (their IP addresses) that QPs of this device
+    /// are attached to: what the port must receive.
+    pub fn mcast_groups(&self) -> impl Iterator<Item = std::net::IpAddr> + '_ {
+        self.mcast.groups()
     }
 
     fn qp_mut(&mut self, qpn: Qpn) -> Result<&mut Qp> {
@@ -1456,14 +1505,51 @@ impl Engine {
             self.gsi.receive(&mut self.res.counters, ep.src, &pkt);
             return;
         }
-        let qpn = Qpn::from_raw(pkt.bth.dest_qp);
-        let local_ip = self.cfg.local.ip();
+        match crate::rules::is_mcast_datagram(pkt.bth.dest_qp, ep.dst.ip()) {
+            Some(false) => {
+                let local_ip = self.cfg.local.ip();
+                let qpn = Qpn::from_raw(pkt.bth.dest_qp);
+                self.deliver(now, qpn, ep, meta, &pkt, data.len(), local_ip);
+            }
+            Some(true) => {
+                // Every QP of this device attached to the group gets it.
+                let group = ep.dst.ip();
+                let mut members = std::mem::take(&mut self.mcast_rx);
+                self.mcast.members(group, &mut members);
+                if members.is_empty() {
+                    self.res.counters.dropped += 1;
+                }
+                for &qpn in &members {
+                    self.deliver(now, qpn, ep, meta, &pkt, data.len(), group);
+                }
+                self.mcast_rx = members;
+            }
+            // The multicast DQPN to a unicast address, or a unicast DQPN
+            // to a group: no conforming sender makes either.
+            None => self.res.counters.dropped += 1,
+        }
+    }
+
+    /// A packet for QP `qpn`, which received it at `local` (this device's
+    /// address, or the multicast group it was sent to).
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        ep: Endpoints,
+        meta: RxMeta,
+        pkt: &PacketRepr<'_>,
+        len: usize,
+        local_ip: std::net::IpAddr,
+    ) {
+        let info = pkt.bth.opcode.info();
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.res.counters.dropped += 1;
             return;
         };
         qp.counters.rx_packets += 1;
-        qp.counters.rx_bytes += data.len() as u64;
+        qp.counters.rx_bytes += len as u64;
         let connected_peer_ok =
             qp.qp_type == QpType::Ud || qp.dest.is_some_and(|d| d.ip() == ep.src.ip());
         if info.transport != transport_of(qp.qp_type) || !connected_peer_ok {
@@ -1484,9 +1570,9 @@ impl Engine {
             qp.cnp_due = true;
         }
         if info.is_request {
-            qp.handle_request(&mut self.res, &pkt, ep.src, local_ip);
+            qp.handle_request(&mut self.res, pkt, ep.src, local_ip);
         } else if info.kind != OpKind::Cnp {
-            qp.handle_response(&mut self.res, &pkt, now);
+            qp.handle_response(&mut self.res, pkt, now);
         }
         settle(qp, &mut self.ready, &mut self.timers, &mut self.res, true);
     }

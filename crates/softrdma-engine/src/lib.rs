@@ -28,6 +28,7 @@ mod error;
 mod fasthash;
 mod gsi;
 mod handle;
+mod mcast;
 mod memory;
 mod qp;
 pub mod qp_attr;
@@ -57,6 +58,7 @@ pub use engine::{
 pub use error::{errno, Result, VerbsError};
 pub use gsi::{GsiMad, DEFAULT_PKEY, GSI_RX_MAX, GSI_TX_MAX};
 pub use handle::{AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle, XrcdHandle};
+pub use mcast::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH, MCAST_QPN};
 pub use memory::{RegionMemory, VecMemory, VEC_MEMORY_TX_BASE};
 pub use qp_attr::{
     AccessFlags, AhAttr, AttrLimits, AttrMask, Gid, GidParseError, ModifyQpError, Mtu, QpAttr,

@@ -17,6 +17,7 @@
 //! lists every function with its callers.
 
 use crate::handle::{PdHandle, Qpn};
+use crate::VerbsError;
 use softrdma_wire::NakCode;
 use softrdma_wire::OpKind;
 
@@ -746,6 +747,87 @@ pub const fn send_byte_len(atomic: bool, len: u64) -> u32 {
         u32::MAX
     } else {
         len as u32
+    }
+}
+
+// ----- multicast -----
+
+/// The DQPN of every multicast datagram (IBA 9.6.1.3: the multicast QPN).
+pub const MCAST_QPN: u32 = 0x00FF_FFFF;
+/// Groups one device may have QPs attached to (`max_mcast_grp`); each is a
+/// socket joined to the group on the UDP port.
+pub const MAX_MCAST_GRP: usize = 64;
+/// QPs one group may have attached on one device (`max_mcast_qp_attach`,
+/// rxe's number).
+pub const MAX_MCAST_QP_ATTACH: usize = 56;
+/// Attachments on one device in all (`max_total_mcast_qp_attach`).
+pub const MAX_TOTAL_MCAST_QP_ATTACH: usize = MAX_MCAST_GRP * MAX_MCAST_QP_ATTACH;
+
+/// Whether `gid` is a multicast GID, as the kernel's
+/// `rdma_is_multicast_addr`: IPv6 `ff00::/8`, or an IPv4-mapped
+/// `224.0.0.0/4` address.
+pub fn is_multicast_gid(gid: crate::qp_attr::Gid) -> bool {
+    is_multicast_ip(gid.to_ip())
+}
+
+/// Whether `ip` is a multicast address (the IP form of a multicast GID).
+#[inline]
+pub fn is_multicast_ip(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_multicast(),
+        std::net::IpAddr::V6(v6) => v6.octets()[0] == 0xFF,
+    }
+}
+
+/// `ibv_attach_mcast`'s checks (the kernel's `ib_attach_mcast`): a UD QP
+/// and a multicast GID, EINVAL otherwise. The LID is not looked at on
+/// RoCE.
+pub fn check_mcast_attach(qp_type: QpType, gid: crate::qp_attr::Gid) -> Result<(), VerbsError> {
+    if qp_type != QpType::Ud {
+        return Err(VerbsError::InvalidArgument(format!(
+            "attach_mcast: only UD QPs join multicast groups, not {qp_type:?}"
+        )));
+    }
+    if !is_multicast_gid(gid) {
+        return Err(VerbsError::InvalidArgument(format!(
+            "attach_mcast: {gid} is not a multicast GID"
+        )));
+    }
+    Ok(())
+}
+
+/// The device's multicast limits, for an attach that would make `groups`
+/// groups, `in_group` QPs in its group and `total` attachments (ENOMEM past
+/// any, as rxe).
+pub fn check_mcast_limits(groups: usize, in_group: usize, total: usize) -> Result<(), VerbsError> {
+    if groups > MAX_MCAST_GRP {
+        return Err(VerbsError::NoMemory(format!(
+            "attach_mcast: the device has {MAX_MCAST_GRP} groups already (max_mcast_grp)"
+        )));
+    }
+    if in_group > MAX_MCAST_QP_ATTACH {
+        return Err(VerbsError::NoMemory(format!(
+            "attach_mcast: the group has {MAX_MCAST_QP_ATTACH} QPs attached (max_mcast_qp_attach)"
+        )));
+    }
+    if total > MAX_TOTAL_MCAST_QP_ATTACH {
+        return Err(VerbsError::NoMemory(
+            "attach_mcast: max_total_mcast_qp_attach reached".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a UD datagram arriving for `dest_qp` at IP `dst` is a
+/// multicast one: DQPN [`MCAST_QPN`] and a multicast destination address
+/// (a datagram with one but not the other is dropped).
+#[inline]
+pub fn is_mcast_datagram(dest_qp: u32, dst: std::net::IpAddr) -> Option<bool> {
+    let group = is_multicast_ip(dst);
+    match (dest_qp == MCAST_QPN, group) {
+        (true, true) => Some(true),
+        (false, false) => Some(false),
+        _ => None,
     }
 }
 

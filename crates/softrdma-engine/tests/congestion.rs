@@ -190,7 +190,10 @@ fn ecn_marks_packets_and_ce_is_answered_with_a_cnp() {
         .poll_transmit(now, &mut buf)
         .expect("the WRITE");
     assert_eq!(t.ecn, Ecn::Ect0, "the controller picks the codepoint");
-    let meta = RxMeta { ecn: Ecn::Ce };
+    let meta = RxMeta {
+        ecn: Ecn::Ce,
+        group: None,
+    };
     net.nodes[1].handle_packet_meta(now, t.endpoints, meta, &buf[..t.len]);
     assert_eq!(mem(&b, 0, 100), data);
     assert_eq!(log_b.lock().unwrap().ce, 1);

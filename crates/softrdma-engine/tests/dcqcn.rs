@@ -255,7 +255,10 @@ fn our_cnp_is_the_connectx_cnp_byte_for_byte() {
         reqs.push((t.endpoints, buf[..t.len].to_vec()));
     }
     assert_eq!(reqs.len(), 1);
-    let ce = RxMeta { ecn: Ecn::Ce };
+    let ce = RxMeta {
+        ecn: Ecn::Ce,
+        group: None,
+    };
     net.nodes[1].handle_packet_meta(now, reqs[0].0, ce, &reqs[0].1);
     let mut cnp = None;
     while let Some(t) = net.nodes[1].poll_transmit(now, &mut buf) {

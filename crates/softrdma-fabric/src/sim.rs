@@ -1184,7 +1184,10 @@ impl Sim {
                 self.hosts[h as usize].engine.handle_packet_meta(
                     now,
                     ep,
-                    RxMeta { ecn: p.ecn },
+                    RxMeta {
+                        ecn: p.ecn,
+                        group: None,
+                    },
                     rx,
                 );
                 self.host_after(h);

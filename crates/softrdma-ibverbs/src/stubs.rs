@@ -68,8 +68,6 @@ macro_rules! noop {
 }
 
 eopnotsupp_int! {
-    ibv_attach_mcast: "multicast is not supported";
-    ibv_detach_mcast: "multicast is not supported";
     ibv_resolve_eth_l2_from_gid: "no Ethernet L2 addresses (softrdma runs over UDP)";
 }
 

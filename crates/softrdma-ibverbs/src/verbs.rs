@@ -865,6 +865,57 @@ pub(crate) unsafe fn soft_qp<'a>(verb: &str, qp: *mut ibv_qp) -> Result<&'a soft
     live(verb, unsafe { &*ptr::addr_of!((*qp.cast::<Qp>()).qp) })
 }
 
+/// `ibv_attach_mcast` (`attach`) and `ibv_detach_mcast`: 0 or the errno,
+/// as rdma-core's (EINVAL for a NULL argument, a QP that is not UD, a GID
+/// that is not multicast, or a detach of a QP not attached; ENOMEM past
+/// the device's multicast limits). The LID is not used on RoCE.
+unsafe fn mcast(verb: &str, qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
+    guard(libc::EIO, || {
+        if qp.is_null() || gid.is_null() {
+            return fail_with(verb, libc::EINVAL, "NULL argument");
+        }
+        // SAFETY: a live QP and a readable GID, per the verb's contract.
+        unsafe {
+            let soft = match soft_qp(verb, qp) {
+                Ok(q) => q,
+                Err(n) => return n,
+            };
+            let g = softrdma::Gid::from((*gid).raw);
+            let r = if attach {
+                soft.attach_mcast(g)
+            } else {
+                soft.detach_mcast(g)
+            };
+            match r {
+                Ok(()) => 0,
+                Err(e) => fail(verb, &e),
+            }
+        }
+    })
+}
+
+/// # Safety
+/// `qp` a live QP of this library and `gid` readable, or NULL.
+pub unsafe extern "C" fn ibv_attach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: the verb's contract, passed on.
+    unsafe { mcast("ibv_attach_mcast", qp, gid, true) }
+}
+
+/// # Safety
+/// `qp` a live QP of this library and `gid` readable, or NULL.
+pub unsafe extern "C" fn ibv_detach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: the verb's contract, passed on.
+    unsafe { mcast("ibv_detach_mcast", qp, gid, false) }
+}
+
 /// `ibv_modify_qp`: the transition and attribute mask are checked as the
 /// kernel checks them; every refusal is EINVAL (returned and in errno).
 pub unsafe extern "C" fn ibv_modify_qp(

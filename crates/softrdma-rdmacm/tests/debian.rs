@@ -487,6 +487,116 @@ fn udaddy_over_sidr() {
     }
 }
 
+/// mckey: two receivers and a sender join 239.1.1.1 (UD ids of the UDP
+/// port space; MULTICAST_JOIN gives the group's address handle, QPN
+/// 0xFFFFFF and rdma_cm's Q_Key), and the sender's 40 datagrams of 1000
+/// bytes reach both receivers, each of which ends only once it has
+/// received all 40 ("data transfers complete"; it would wait forever
+/// for a lost one: the run is bounded). Over UDP and the same-host
+/// path (both on the host's IP multicast). With tshark, the sender's
+/// capture shows the datagrams to the group's IP with DQPN 0xFFFFFF.
+#[test]
+fn mckey_multicast() {
+    if !have(&["mckey"]) {
+        return;
+    }
+    let _g = common::serial();
+    let args = ["-m", "239.1.1.1", "-C", "40", "-S", "1000"];
+    let tshark = common::which("tshark");
+    for (transport, base) in [("udp", 60u8), ("shm", 63)] {
+        let ip = |i: u8| format!("127.0.77.{}", base + i);
+        let with_bind = |i: u8, sender: bool| {
+            let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            a.extend(["-b".into(), ip(i)]);
+            if sender {
+                a.push("-s".into());
+            }
+            a
+        };
+        let cmd_of = |i: u8, sender: bool| {
+            let a = with_bind(i, sender);
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            cmd_on("mckey", &a, &ip(i), transport)
+        };
+        // The second receiver, on a thread of its own (bounded).
+        let r2 = cmd_of(1, false);
+        let second = std::thread::spawn(move || common::run(r2, Duration::from_secs(40)));
+        let t0 = Instant::now();
+        while !udp_bound([127, 0, 77, base + 1]) && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pcap = std::env::temp_dir().join(format!(
+            "softrdma-mckey-{}-{transport}.pcap",
+            std::process::id()
+        ));
+        let mut sender = cmd_of(2, true);
+        sender.env("SOFTRDMA_CAPTURE", &pcap);
+        let (r, s) = pair(
+            cmd_of(0, false),
+            sender,
+            [127, 0, 77, base],
+            Duration::from_secs(40),
+        );
+        let r2 = second.join().expect("the second receiver's thread");
+        assert!(s.ok, "{transport}: sender: {}", show(&s));
+        assert!(
+            s.stdout.contains("initiating data transfers"),
+            "{}",
+            show(&s)
+        );
+        for o in [&r, &r2, &s] {
+            assert!(o.ok, "{transport}: {}", show(o));
+            assert!(
+                o.stdout.contains("joined dgid: ::ffff:239.1.1.1"),
+                "{transport}: {}",
+                show(o)
+            );
+            assert!(o.stdout.contains("data transfers complete"), "{}", show(o));
+            assert!(o.stdout.contains("return status 0"), "{}", show(o));
+        }
+        for o in [&r, &r2] {
+            assert!(o.stdout.contains("receiving data transfers"), "{}", show(o));
+        }
+        match &tshark {
+            Some(t) => {
+                let out = Command::new(t)
+                    .args(["-r"])
+                    .arg(&pcap)
+                    .args(["-T", "fields", "-e", "ip.src", "-e", "ip.dst"])
+                    .args(["-e", "infiniband.bth.destqp", "-e", "_ws.malformed"])
+                    .output()
+                    .expect("tshark runs");
+                let text = String::from_utf8_lossy(&out.stdout);
+                let sent: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with(&format!("{}\t", ip(2))))
+                    .collect();
+                // 40 sent to the group (and, the sender being a member,
+                // its 40 copies received back, addressed to the group).
+                let to_group = text
+                    .lines()
+                    .filter(|l| l.split('\t').nth(1) == Some("239.1.1.1"))
+                    .count();
+                assert!(to_group >= 40, "{transport}: {text}");
+                for l in sent {
+                    let f: Vec<&str> = l.split('\t').collect();
+                    assert_eq!(f.get(1), Some(&"239.1.1.1"), "{l}");
+                    assert_eq!(f.get(2), Some(&"0xffffff"), "{l}");
+                    assert_eq!(f.get(3).copied().unwrap_or(""), "", "malformed: {l}");
+                }
+            }
+            None => {
+                assert!(
+                    std::env::var_os("SOFTRDMA_STRICT_TESTS").is_none(),
+                    "tshark missing, and SOFTRDMA_STRICT_TESTS forbids skipping the capture check"
+                );
+                eprintln!("SKIPPED the capture check: tshark not installed");
+            }
+        }
+        let _ = std::fs::remove_file(&pcap);
+    }
+}
+
 /// A SIDR_REQ for a port nobody serves on a live device: the SIDR_REP
 /// says "service ID not supported" (status 1) and udaddy gets
 /// UNREACHABLE with that status at once, as from the kernel's CM.

@@ -31,6 +31,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use softrdma_core::{Capture, DeviceCore, Faulty, Port, PortCounters, Received, Sources};
+use softrdma_engine::VerbsError as VerbsErrorKind;
 use softrdma_engine::{
     Counters, CqHandle, Engine, EngineConfig, Event, Instant, Mtu, Qpn, Rkey, RxMeta, SendOp,
     SendWr, SrcPortPolicy,
@@ -230,6 +231,17 @@ impl State {
     /// taken back when the engine deregisters it.
     pub fn share_region(&mut self, rkey: Rkey, r: SharedRegion) {
         self.core.port.routed_mut().shm.regions.insert(rkey, r);
+    }
+    /// The sockets of the multicast groups the device receives, for the
+    /// waits (a datagram to a group wakes a sleeping device).
+    pub fn group_fds(&self, out: &mut Vec<RawFd>) {
+        self.core.port.routed().udp.group_fds(out)
+    }
+    /// Makes the port receive exactly the groups the engine's QPs are
+    /// attached to.
+    fn sync_groups(&mut self) -> std::io::Result<()> {
+        let groups: Vec<std::net::IpAddr> = self.core.engine.mcast_groups().collect();
+        self.core.port.routed_mut().udp.set_groups(&groups)
     }
 }
 
@@ -598,6 +610,42 @@ impl Device {
         r
     }
 
+    /// `ibv_attach_mcast` (`attach`) or `ibv_detach_mcast` of QP `qpn` and
+    /// group `gid`: the engine's rules and table, then the port joins or
+    /// leaves the group's socket. A group the host refuses to join leaves
+    /// the QP unattached.
+    pub fn mcast(&self, qpn: Qpn, gid: softrdma_engine::Gid, attach: bool) -> crate::Result<()> {
+        let mut st = self.lock();
+        if attach {
+            st.core.engine.attach_mcast(qpn, gid)?;
+        } else {
+            st.core.engine.detach_mcast(qpn, gid)?;
+        }
+        let r = st.sync_groups();
+        if let Err(e) = r {
+            if attach {
+                let _ = st.core.engine.detach_mcast(qpn, gid);
+                let _ = st.sync_groups();
+            }
+            return Err(crate::Error::Verbs(match e.kind() {
+                std::io::ErrorKind::Unsupported => VerbsErrorKind::NotSupported(e.to_string()),
+                _ => VerbsErrorKind::NoMemory(format!("joining multicast group {gid}: {e}")),
+            }));
+        }
+        drop(st);
+        // A sleeping background thread waits on the group sockets it had.
+        self.wake.signal();
+        Ok(())
+    }
+
+    /// After a QP is destroyed: its groups are left with it.
+    pub fn groups_changed(&self) {
+        let mut st = self.lock();
+        let _ = st.sync_groups();
+        drop(st);
+        self.wake.signal();
+    }
+
     /// A send WR posted on QP `qpn` (`f` posts it): its packets may wait
     /// in the engine for a batch while the QP has packets in flight
     /// (`DeviceCore::post`). The background thread is not woken for them:
@@ -853,6 +901,7 @@ impl Device {
                 fds.clear();
                 fds.extend([ch.fd.as_raw_fd(), self.sock_fd, self.wake.as_raw_fd()]);
                 st.shm().wait_fds(&mut fds);
+                st.group_fds(&mut fds);
                 (next, can_sleep)
             };
             let now = self.now().0;
@@ -1043,6 +1092,7 @@ impl Device {
             // The listener, handshakes in progress and links (a peer
             // that dies wakes us, so direct operations stop at once).
             st.shm().wait_fds(&mut w.fds);
+            st.group_fds(&mut w.fds);
             (next, can_sleep)
         };
         if !can_sleep {

@@ -76,6 +76,11 @@ pub use softrdma_engine::{
 pub use softrdma_engine::{
     AhHandle, CqHandle, Lkey, MwHandle, PdHandle, Qpn, Rkey, SrqHandle, XrcdHandle,
 };
+/// The multicast QPN (the remote QPN of a datagram to a group) and the
+/// device's multicast limits.
+pub use softrdma_engine::{
+    MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH, MCAST_QPN,
+};
 /// Packet sequence numbers (24 bits), as [`QpAttr`]'s `sq_psn` and `rq_psn` hold them.
 pub use softrdma_wire::Psn;
 pub use verbs::{

@@ -685,6 +685,12 @@ impl ShmHub {
     /// Sends a packet over shared memory when `dst` is a same-host peer.
     /// Returns false when the packet must go over UDP instead.
     pub fn send(&mut self, src_port: u16, dst: SocketAddr, data: &[u8]) -> bool {
+        // A datagram to a multicast group goes to the host's IP multicast
+        // in every mode: the kernel keeps the group's members (every
+        // device of this host joined to it gets a copy over loopback).
+        if softrdma_engine::rules::is_multicast_ip(dst.ip()) {
+            return false;
+        }
         let Some(i) = self.link_index(dst) else {
             // shm-only mode: no UDP fallback; the packet is lost like on a
             // wire to nowhere (RC reports RETRY_EXC_ERR). A packet to this

@@ -1097,6 +1097,101 @@ pub fn wait_readable_any(fds: &[RawFd], timeout: Option<Duration>, out: &mut Vec
     }));
 }
 
+/// Multicast from `sock` leaves through the interface that has `local`
+/// (`IP_MULTICAST_IF`): without it the kernel picks the interface of the
+/// default route, and a device on a loopback address would send its
+/// groups' datagrams out of the wrong one. Loopback of multicast to this
+/// host's own members (`IP_MULTICAST_LOOP`) is on, the kernel's default.
+pub fn set_multicast_if(sock: &UdpSocket, local: std::net::Ipv4Addr) -> io::Result<()> {
+    let a = libc::in_addr {
+        s_addr: u32::from_ne_bytes(local.octets()),
+    };
+    // SAFETY: passes a pointer to a live in_addr and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_IF,
+            (&a as *const libc::in_addr).cast(),
+            std::mem::size_of::<libc::in_addr>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    sock.set_multicast_loop_v4(true)
+}
+
+/// A non-blocking UDP socket bound to `addr` with `SO_REUSEADDR` set
+/// before the bind, so that every device of this host (each process) can
+/// bind a multicast group's address and port, and each gets a copy.
+pub fn bind_reuse_udp(addr: std::net::SocketAddr) -> io::Result<UdpSocket> {
+    // The address as the kernel takes it: a sockaddr_in6 is large enough
+    // for either family.
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a sockaddr_in fits in a sockaddr_storage, which is
+            // aligned for it.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for a sockaddr_in6.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    let family = libc::c_int::from(ss.ss_family);
+    // SAFETY: plain system call with constant arguments.
+    let fd = unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a socket we just made and own alone.
+    let sock = unsafe { UdpSocket::from_raw_fd(fd) };
+    if !set_int_opt(&sock, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1) {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the sockaddr lives on this stack frame for the call, and
+    // `len` is the size of what was written into it.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sock)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

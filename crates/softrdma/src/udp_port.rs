@@ -4,7 +4,7 @@
 //! one flow (the ICRC covers the source port).
 
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 use softrdma_core::{Outgoing, Port, PortCounters, Received, Sources};
 use softrdma_engine::{Instant, RxMeta};
@@ -28,8 +28,11 @@ thread_local! {
 /// computes over a synthesised header assumes an unfragmented packet).
 pub(crate) fn bind_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
     let s = UdpSocket::bind(addr)?;
-    if addr.is_ipv4() {
+    if let SocketAddr::V4(a) = addr {
         sys::set_dont_fragment(&s)?;
+        // Datagrams to multicast groups leave by the device's interface
+        // (best effort: a unicast-only socket works without it).
+        let _ = sys::set_multicast_if(&s, *a.ip());
     }
     Ok(s)
 }
@@ -51,6 +54,12 @@ pub(crate) struct UdpPort {
     /// when the kernel refuses it).
     gso: bool,
     counters: PortCounters,
+    /// A socket per multicast group a QP of this device is attached to:
+    /// bound to the group's address and the RoCE port, joined to it on the
+    /// device's interface.
+    groups: Vec<(IpAddr, UdpSocket)>,
+    /// The receive buffer of the group sockets.
+    group_buf: Vec<u8>,
 }
 
 impl UdpPort {
@@ -65,7 +74,74 @@ impl UdpPort {
             main_tos: 0,
             gso,
             counters: PortCounters::default(),
+            groups: Vec::new(),
+            group_buf: Vec::new(),
         }
+    }
+
+    /// Receives exactly the multicast groups in `want`: joins the new ones
+    /// (a socket bound to `group:port` with `SO_REUSEADDR`, so that every
+    /// device of the host gets its copy, and `IP_ADD_MEMBERSHIP` on the
+    /// interface of the device's address), leaves the others (closing
+    /// the socket drops the membership).
+    pub fn set_groups(&mut self, want: &[IpAddr]) -> io::Result<()> {
+        self.groups.retain(|(g, _)| want.contains(g));
+        for &g in want {
+            if self.groups.iter().any(|(h, _)| *h == g) {
+                continue;
+            }
+            let s = sys::bind_reuse_udp(SocketAddr::new(g, self.addr.port()))?;
+            match (g, self.addr.ip()) {
+                (IpAddr::V4(g4), IpAddr::V4(local)) => s.join_multicast_v4(&g4, &local)?,
+                // An IPv6 device: the interface of the default route.
+                (IpAddr::V6(g6), IpAddr::V6(_)) => s.join_multicast_v6(&g6, 0)?,
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "group {g} is of another IP version than the device's {}",
+                            self.addr
+                        ),
+                    ))
+                }
+            }
+            self.groups.push((g, s));
+        }
+        if self.group_buf.is_empty() && !self.groups.is_empty() {
+            self.group_buf = vec![0; 65536];
+        }
+        Ok(())
+    }
+
+    /// The group sockets, for the device's waits.
+    pub fn group_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        use std::os::fd::AsRawFd;
+        out.extend(self.groups.iter().map(|(_, s)| s.as_raw_fd()));
+    }
+
+    /// Delivers what the group sockets hold, up to `budget` in all.
+    fn receive_groups<F>(&mut self, budget: usize, n: &mut usize, rx: &mut F) -> bool
+    where
+        F: FnMut(SocketAddr, RxMeta, &[u8]),
+    {
+        let mut more = false;
+        for (g, s) in &self.groups {
+            while *n < budget {
+                match s.recv_from(&mut self.group_buf) {
+                    Ok((len, src)) => {
+                        let meta = RxMeta {
+                            ecn: Default::default(),
+                            group: Some(*g),
+                        };
+                        rx(src, meta, &self.group_buf[..len]);
+                        *n += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            more |= *n >= budget;
+        }
+        more
     }
 
     /// Delivers up to `budget` packets of the last `recvmmsg`; true when
@@ -86,6 +162,7 @@ impl UdpPort {
             }
             let meta = RxMeta {
                 ecn: self.rx.ecn(i),
+                group: None,
             };
             // One RoCE packet per datagram, however many GRO coalesced.
             for (j, d) in sys::segments(buf, seg).enumerate().skip(k) {
@@ -119,11 +196,15 @@ impl Port for UdpPort {
                 done = self.deliver(budget, &mut n, &mut rx);
             }
         }
+        let mut group_more = false;
+        if !self.groups.is_empty() && from == Sources::All && done {
+            group_more = self.receive_groups(budget, &mut n, &mut rx);
+        }
         Received {
             slow: n,
             fast: 0,
             // Left in the buffers, or a full read: more may be waiting.
-            more: !done || (n > 0 && self.rx.full()),
+            more: !done || (n > 0 && self.rx.full()) || group_more,
         }
     }
 

@@ -83,6 +83,12 @@ pub struct DeviceAttr {
     /// Memory windows the device holds; both types are offered (type 1,
     /// and type 2 in its 2B form: bound to a QP).
     pub max_mw: u32,
+    /// Multicast groups the device's QPs may be attached to.
+    pub max_mcast_grp: u32,
+    /// QPs one group may have attached on the device.
+    pub max_mcast_qp_attach: u32,
+    /// Attachments on the device in all.
+    pub max_total_mcast_qp_attach: u32,
 }
 
 /// Port attributes, as `ibv_query_port` reports them (fields named as in
@@ -208,6 +214,9 @@ impl Context {
             phys_port_cnt: 1,
             atomic_cap: 1,
             max_mw: 1 << 16,
+            max_mcast_grp: softrdma_engine::MAX_MCAST_GRP as u32,
+            max_mcast_qp_attach: softrdma_engine::MAX_MCAST_QP_ATTACH as u32,
+            max_total_mcast_qp_attach: softrdma_engine::MAX_TOTAL_MCAST_QP_ATTACH as u32,
         }
     }
 
@@ -1684,11 +1693,32 @@ impl Qp {
     fn release(&self) -> Result<()> {
         let q = self.qpn;
         self.ctx.dev.with_engine(|e, _| e.destroy_qp(q))?;
+        if self.qp_type == QpType::Ud {
+            // Its multicast groups were left with it.
+            self.ctx.dev.groups_changed();
+        }
         // The grants made through it no longer hold (the engine's rules
         // now refuse them): taken back, so no peer reaches memory through
         // a QP that is gone.
         self.ctx.dev.qp_changed(q);
         Ok(())
+    }
+
+    /// `ibv_attach_mcast`: this UD QP receives every datagram sent to the
+    /// multicast group `gid` (an IPv4-mapped `::ffff:224.0.0.0/4` GID or an
+    /// IPv6 `ff00::/8` one), as long as its Q_Key matches. Send to the
+    /// group with an AH whose `dgid` is `gid` and remote QPN
+    /// [`softrdma_engine::MCAST_QPN`]. EINVAL for another QP type or a GID
+    /// that is not multicast; ENOMEM past the device's `max_mcast_grp` or
+    /// `max_mcast_qp_attach`; attaching twice succeeds.
+    pub fn attach_mcast(&self, gid: Gid) -> Result<()> {
+        self.ctx.dev.mcast(self.qpn, gid, true)
+    }
+
+    /// `ibv_detach_mcast`: the QP stops receiving the group's datagrams
+    /// (EINVAL when it was not attached).
+    pub fn detach_mcast(&self, gid: Gid) -> Result<()> {
+        self.ctx.dev.mcast(self.qpn, gid, false)
     }
 
     /// `ibv_destroy_qp`: outstanding work is discarded without

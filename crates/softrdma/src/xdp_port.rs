@@ -174,7 +174,7 @@ impl Port for XdpPort {
             let Some((src, ecn, d)) = self.to_self.pop_front() else {
                 break;
             };
-            rx(src, RxMeta { ecn }, &d);
+            rx(src, RxMeta { ecn, group: None }, &d);
             got += 1;
         }
         let mut ready = self.xsk.rx_ready();
@@ -193,7 +193,7 @@ impl Port for XdpPort {
             };
             match parse_frame(f, self.addr) {
                 Some((src, ecn, payload)) => {
-                    rx(src, RxMeta { ecn }, payload);
+                    rx(src, RxMeta { ecn, group: None }, payload);
                     got += 1;
                 }
                 None => self.rx_dropped += 1,
@@ -329,6 +329,28 @@ impl Drop for XdpPort {
 pub(crate) enum NetPort {
     Udp(crate::udp_port::UdpPort),
     Xdp(Box<XdpPort>),
+}
+
+impl NetPort {
+    /// The multicast groups the port receives (UDP only: an AF_XDP port
+    /// takes only frames addressed to the device).
+    pub fn set_groups(&mut self, want: &[std::net::IpAddr]) -> std::io::Result<()> {
+        match self {
+            NetPort::Udp(p) => p.set_groups(want),
+            NetPort::Xdp(_) if want.is_empty() => Ok(()),
+            NetPort::Xdp(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "multicast is not supported on an AF_XDP device",
+            )),
+        }
+    }
+
+    /// The sockets of the groups, for the device's waits.
+    pub fn group_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        if let NetPort::Udp(p) = self {
+            p.group_fds(out)
+        }
+    }
 }
 
 impl Port for NetPort {

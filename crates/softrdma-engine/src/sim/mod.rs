@@ -643,7 +643,10 @@ impl<N: SimNode> SimNet<N> {
                     self.stats.corrupted_undetectable += 1;
                 }
             }
-            let meta = RxMeta { ecn: p.ecn };
+            let meta = RxMeta {
+                ecn: p.ecn,
+                group: None,
+            };
             self.nodes[p.to].handle_packet(self.now, ep, meta, &p.data);
         }
         for e in &mut self.nodes {

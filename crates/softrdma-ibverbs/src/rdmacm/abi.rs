@@ -22,7 +22,21 @@ pub const RDMA_CM_EVENT_UNREACHABLE: c_uint = 7;
 pub const RDMA_CM_EVENT_REJECTED: c_uint = 8;
 pub const RDMA_CM_EVENT_ESTABLISHED: c_uint = 9;
 pub const RDMA_CM_EVENT_DISCONNECTED: c_uint = 10;
+pub const RDMA_CM_EVENT_MULTICAST_JOIN: c_uint = 12;
 pub const RDMA_CM_EVENT_TIMEWAIT_EXIT: c_uint = 15;
+
+/// `struct rdma_cm_join_mc_attr_ex` and its masks and flags.
+#[repr(C)]
+pub struct rdma_cm_join_mc_attr_ex {
+    pub comp_mask: u32,
+    pub join_flags: u32,
+    pub addr: *mut libc::sockaddr,
+}
+pub const RDMA_CM_JOIN_MC_ATTR_ADDRESS: u32 = 1 << 0;
+pub const RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS: u32 = 1 << 1;
+pub const RDMA_CM_JOIN_MC_ATTR_RESERVED: u32 = 1 << 2;
+pub const RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: u32 = 1;
+pub const RDMA_MC_JOIN_FLAG_RESERVED: u32 = 2;
 
 /// The names `rdma_event_str` gives, indexed by event type.
 pub const EVENT_NAMES: [&std::ffi::CStr; 16] = [
@@ -210,6 +224,7 @@ layout!(
     srq = 14,
     qp_num = 16
 );
+layout!(rdma_cm_join_mc_attr_ex, 16, join_flags = 4, addr = 8);
 layout!(rdma_ud_param, 56, ah_attr = 16, qp_num = 48, qkey = 52);
 layout!(rdma_cm_event_param, 56);
 layout!(

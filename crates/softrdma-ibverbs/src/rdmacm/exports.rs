@@ -190,6 +190,10 @@ unsafe fn destroy_id(p: *mut rdma_cm_id) -> R {
     let id = unsafe { id_mut(p) }?;
     let key = id as *mut Id as usize;
     let st = std::mem::take(&mut *id.state());
+    for j in &st.mcast {
+        // SAFETY: the id's QP, if any, is live until rdma_destroy_qp.
+        unsafe { super::mcast::detach(id, j) };
+    }
     let mut reg = registry();
     reg.conns.retain(|_, v| *v != key);
     let mine: Vec<(usize, u16)> = reg
@@ -400,6 +404,50 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_destroy_qp(id: *mut rdma_cm_id) {
         if let Ok(id) = unsafe { id_mut(id) } {
             super::qp::destroy_qp(id)
         }
+    })
+}
+
+// ----- multicast -----
+
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_join_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+    context: *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: a live id (or NULL); the sockaddr is NULL or valid.
+        let r = unsafe { id_mut(id) }
+            .and_then(|id| unsafe { super::mcast::join(id, addr, false, context) });
+        ret("rdma_join_multicast", r)
+    })
+}
+
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_join_multicast_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut rdma_cm_join_mc_attr_ex,
+    context: *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: a live id (or NULL); the attributes are NULL or readable,
+        // their sockaddr valid.
+        let r = unsafe { id_mut(id) }.and_then(|id| {
+            // SAFETY: per the contract, NULL or readable.
+            let (addr, send_only) = unsafe { super::mcast::ex_attr(attr) }?;
+            // SAFETY: the attributes' sockaddr, valid per the contract.
+            unsafe { super::mcast::join(id, addr, send_only, context) }
+        });
+        ret("rdma_join_multicast_ex", r)
+    })
+}
+
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_leave_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: a live id (or NULL); the sockaddr is NULL or valid.
+        let r = unsafe { id_mut(id) }.and_then(|id| unsafe { super::mcast::leave(id, addr) });
+        ret("rdma_leave_multicast", r)
     })
 }
 

@@ -25,6 +25,7 @@ pub mod abi;
 mod addr;
 mod events;
 pub mod exports;
+mod mcast;
 pub mod options;
 mod qp;
 pub mod rsocket;
@@ -68,6 +69,8 @@ pub struct IdState {
     pub req_depths: Option<(u8, u8)>,
     /// What `rdma_set_option` set.
     pub options: options::CmOptions,
+    /// The multicast groups joined (`rdma_join_multicast`).
+    pub mcast: Vec<mcast::Joined>,
 }
 
 impl Id {

@@ -850,7 +850,39 @@ static void check_unsupported(struct side *a)
 		      "errno %d", errno);
 	}
 	rc = ibv_attach_mcast(NULL, NULL, 0);
-	CHECK("attach_mcast_eopnotsupp", rc == EOPNOTSUPP, "rc %d", rc);
+	CHECK("attach_mcast_null_einval", rc == EINVAL, "rc %d", rc);
+	{
+		/* ::ffff:239.1.1.9 and ::ffff:127.0.0.9 */
+		union ibv_gid mg = { .raw = { [10] = 0xff, [11] = 0xff,
+					      [12] = 239, [13] = 1, [14] = 1,
+					      [15] = 9 } };
+		union ibv_gid ug = { .raw = { [10] = 0xff, [11] = 0xff,
+					      [12] = 127, [15] = 9 } };
+		struct ibv_device_attr da;
+		struct ibv_qp *ud = make_qp(a, IBV_QPT_UD, NULL);
+		struct ibv_qp *rcq = make_qp(a, IBV_QPT_RC, NULL);
+
+		CHECK("query_device_mcast_limits",
+		      ibv_query_device(a->ctx, &da) == 0 &&
+		      da.max_mcast_grp > 0 && da.max_mcast_qp_attach > 0 &&
+		      da.max_total_mcast_qp_attach >= da.max_mcast_qp_attach,
+		      "max_mcast_grp %d", da.max_mcast_grp);
+		rc = ibv_attach_mcast(rcq, &mg, 0);
+		CHECK("attach_mcast_rc_einval", rc == EINVAL, "rc %d", rc);
+		rc = ibv_attach_mcast(ud, &ug, 0);
+		CHECK("attach_mcast_unicast_einval", rc == EINVAL, "rc %d", rc);
+		rc = ibv_attach_mcast(ud, &mg, 0);
+		CHECK("attach_mcast_ud", rc == 0, "rc %d", rc);
+		rc = ibv_attach_mcast(ud, &mg, 0);
+		CHECK("attach_mcast_twice_ok", rc == 0, "rc %d", rc);
+		rc = ibv_detach_mcast(ud, &mg, 0);
+		CHECK("detach_mcast", rc == 0, "rc %d", rc);
+		rc = ibv_detach_mcast(ud, &mg, 0);
+		CHECK("detach_mcast_not_attached_einval", rc == EINVAL,
+		      "rc %d", rc);
+		ibv_destroy_qp(ud);
+		ibv_destroy_qp(rcq);
+	}
 	/* Optional access bits (here RELAXED_ORDERING) go through
 	 * ibv_reg_mr_iova2 and are ignored. */
 	mr = ibv_reg_mr(a->pd, a->buf, 4096,

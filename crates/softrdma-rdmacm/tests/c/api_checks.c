@@ -1,4 +1,4 @@
-/* Checks the drop-in librdmacm's answers to bad arguments, its ENOSYS
+/* Checks the drop-in librdmacm's answers to bad arguments, multicast joins, its ENOSYS
  * stubs and the event channel's fd, without rdma-core's headers (Debian
  * packages them in librdmacm-dev): the few declarations needed are
  * written out here, with the layout of rdma-core v44 on x86-64.
@@ -39,6 +39,7 @@ int rdma_connect(void *, struct conn_param *);
 int rdma_getaddrinfo(const char *, const char *, const void *, void **);
 const char *rdma_event_str(int);
 int rdma_join_multicast(void *, struct sockaddr *, void *);
+int rdma_leave_multicast(void *, struct sockaddr *);
 void **rdma_get_devices(int *);
 void rdma_free_devices(void **);
 int rsocket(int, int, int);
@@ -111,7 +112,42 @@ int main(int argc, char **argv)
     check(fails_with(rdma_getaddrinfo(NULL, "7471", NULL, NULL), EINVAL), "getaddrinfo NULL out: EINVAL");
     check(strcmp(rdma_event_str(9), "RDMA_CM_EVENT_ESTABLISHED") == 0, "event_str(9)");
     check(strcmp(rdma_event_str(99), "UNKNOWN EVENT") == 0, "event_str(99)");
-    check(fails_with(rdma_join_multicast(NULL, NULL, NULL), ENOSYS), "join_multicast: ENOSYS");
+    check(fails_with(rdma_join_multicast(NULL, NULL, NULL), EINVAL), "join_multicast NULL: EINVAL");
+    {
+        /* A UD id: joins need a bound device and a multicast address;
+         * MULTICAST_JOIN carries the group's MGID (::ffff:239.1.1.1),
+         * QPN 0xFFFFFF, RDMA_UDP_QKEY and the join's context. */
+        void *uid = NULL;
+        struct cm_event *ev = NULL;
+        struct sockaddr_in g = { .sin_family = AF_INET }, lo = { .sin_family = AF_INET };
+        uint8_t mgid[16] = { [10] = 0xff, [11] = 0xff, [12] = 239, [13] = 1, [14] = 1, [15] = 1 };
+        uint32_t qpn = 0, qkey = 0;
+        void *ctx = NULL;
+
+        inet_pton(AF_INET, "239.1.1.1", &g.sin_addr);
+        inet_pton(AF_INET, "127.0.0.1", &lo.sin_addr);
+        check(rdma_create_id(ch, &uid, NULL, 0x0111) == 0, "create_id UDP");
+        check(fails_with(rdma_join_multicast(uid, (struct sockaddr *)&g, NULL), EINVAL),
+              "join_multicast unbound: EINVAL");
+        check(rdma_bind_addr(uid, (struct sockaddr *)&lo) == 0, "bind UDP id");
+        check(fails_with(rdma_join_multicast(uid, (struct sockaddr *)&lo, NULL), EINVAL),
+              "join_multicast unicast address: EINVAL");
+        check(fails_with(rdma_leave_multicast(uid, (struct sockaddr *)&g), EADDRNOTAVAIL),
+              "leave_multicast not joined: EADDRNOTAVAIL");
+        check(rdma_join_multicast(uid, (struct sockaddr *)&g, &g) == 0, "join_multicast");
+        check(rdma_get_cm_event(ch, &ev) == 0 && ev->event == 12, "MULTICAST_JOIN event");
+        if (ev) {
+            memcpy(&ctx, ev->param, sizeof ctx);
+            memcpy(&qpn, ev->param + 48, 4);
+            memcpy(&qkey, ev->param + 52, 4);
+            check(memcmp(ev->param + 16, mgid, 16) == 0, "join: the group's MGID");
+            check(qpn == 0xffffff && qkey == 0x01234567, "join: QPN 0xFFFFFF, RDMA_UDP_QKEY");
+            check(ctx == (void *)&g, "join: the context in param.ud.private_data");
+            rdma_ack_cm_event(ev);
+        }
+        check(rdma_leave_multicast(uid, (struct sockaddr *)&g) == 0, "leave_multicast");
+        rdma_destroy_id(uid);
+    }
     check(fails_with(rsocket(AF_INET, SOCK_DGRAM, 0), ENOTSUP), "datagram rsocket: ENOTSUP");
     {
         /* Every device's context, NULL-terminated; the count if asked. */
