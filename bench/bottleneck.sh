@@ -26,7 +26,7 @@ THRESH=${THRESH:-32000}
 LINE_GBPS=${LINE_GBPS:-2}
 LIMIT=${LIMIT:-256kb}
 TIMEOUT=${TIMEOUT:-14}
-EX=${CARGO_TARGET_DIR:-target}/release/examples
+EX=${EX:-${CARGO_TARGET_DIR:-target}/release/examples}
 [ -x "$EX/sr_udp_goodput" ] && [ -x "$EX/ecn_marker" ] ||
     cargo build --release -q -p softrdma --example sr_udp_goodput --example ecn_marker
 [ "$(id -u)" = 0 ] || { echo "bench/bottleneck.sh needs root (network namespaces, tc, BPF)" >&2; exit 1; }
