@@ -26,6 +26,7 @@ THRESH=${THRESH:-32000}
 LINE_GBPS=${LINE_GBPS:-2}
 LIMIT=${LIMIT:-256kb}
 TIMEOUT=${TIMEOUT:-14}
+WARMUP=${WARMUP:-1}
 EX=${EX:-${CARGO_TARGET_DIR:-target}/release/examples}
 [ -x "$EX/sr_udp_goodput" ] && [ -x "$EX/ecn_marker" ] ||
     cargo build --release -q -p softrdma --example sr_udp_goodput --example ecn_marker
@@ -100,7 +101,7 @@ run() { # mode → one table row
     sleep 0.3
     for i in $(seq 1 "$N"); do
         SOFTRDMA_TRANSPORT=udp SOFTRDMA_DEVICES="srx0=10.79.0.$i" SOFTRDMA_CC=$cc \
-            ip netns exec "$T-h$i" "$EX/sr_udp_goodput" client "10.79.0.$((100 + i)):$((port + i))" 0 --secs "$SECS" --timeout "$TIMEOUT" \
+            ip netns exec "$T-h$i" "$EX/sr_udp_goodput" client "10.79.0.$((100 + i)):$((port + i))" 0 --secs "$SECS" --warmup "$WARMUP" --timeout "$TIMEOUT" \
             >"$WORK/cli.$mode.$i" 2>&1 &
         pids="$pids $!"
     done
@@ -151,7 +152,7 @@ run() { # mode → one table row
     return 0
 }
 
-echo "# $N senders → 1 receiver, RoCEv2/UDP, 64 KiB WRITEs for ${SECS} s each; bottleneck tbf ${RATE} Mbit/s limit $LIMIT;"
+echo "# $N senders → 1 receiver, RoCEv2/UDP, 64 KiB WRITEs for ${SECS} s each (goodput after the first ${WARMUP} s); bottleneck tbf ${RATE} Mbit/s limit $LIMIT;"
 echo "# phantom-queue marker draining at ${DRAIN} Mbit/s, CE above ${THRESH} B; DCQCN line rate ${LINE_GBPS} Gb/s"
 echo
 echo "| congestion control | per-sender Gb/s | total Gb/s | worst share off fair | qdisc sent pkts | qdisc dropped | drop rate | backlog max / mean KiB (20 ms samples) | CE marked | CE received | CNPs sent / received | retransmits (timeouts) |"

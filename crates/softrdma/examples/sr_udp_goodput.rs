@@ -13,7 +13,7 @@
 //! leaves. `SOFTRDMA_CC` chooses the congestion control.
 //!
 //! `sr_udp_goodput server ADDR:PORT [--sr]` /
-//! `sr_udp_goodput client ADDR:PORT MIB [--sr] [--secs S]` (both take
+//! `sr_udp_goodput client ADDR:PORT MIB [--sr] [--secs S [--warmup W]]` (both take
 //! `--timeout T`, the local ACK timeout exponent, default 10: 4.2 ms)
 
 use std::net::TcpListener;
@@ -36,6 +36,14 @@ fn main() -> Result<()> {
         .position(|a| a == "--secs")
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok());
+    // `--warmup W`: with `--secs`, goodput counts what completes after the
+    // first W seconds only (senders started one after another settle).
+    let warmup: f64 = args
+        .iter()
+        .position(|a| a == "--warmup")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
     let ctx = Context::open_default()?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(1024)?;
@@ -87,7 +95,11 @@ fn main() -> Result<()> {
             };
             let (mut posted, mut done) = (0usize, 0usize);
             let t0 = Instant::now();
+            let mut warm: Option<(usize, Instant)> = (warmup <= 0.0).then_some((0, t0));
             while done < msgs {
+                if warm.is_none() && t0.elapsed().as_secs_f64() >= warmup {
+                    warm = Some((done, Instant::now()));
+                }
                 if let Some(l) = secs_limit {
                     if msgs == usize::MAX && t0.elapsed().as_secs_f64() >= l {
                         msgs = posted;
@@ -120,7 +132,9 @@ fn main() -> Result<()> {
                 }
                 done += wcs.len();
             }
-            let secs = t0.elapsed().as_secs_f64();
+            let (done0, tw) = warm.unwrap_or((0, t0));
+            let secs = tw.elapsed().as_secs_f64();
+            let msgs = msgs - done0;
             let c = qp.counters();
             let d = ctx.counters();
             println!(

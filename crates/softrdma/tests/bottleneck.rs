@@ -1,5 +1,5 @@
 //! Congestion on a real kernel bottleneck (issue 19): `bench/bottleneck.sh`
-//! with three senders for two seconds each, once without congestion
+//! with three senders for four seconds each (goodput from the second on), once without congestion
 //! control and once with DCQCN, through a tbf-shaped 1 Gbit/s veth marked
 //! by the phantom-queue tc-BPF program. Asserts that the qdisc drops more
 //! than 0.1 % of packets without DCQCN and at most 0.1 % with it, that the
@@ -81,7 +81,7 @@ fn dcqcn_keeps_a_kernel_bottleneck_from_dropping() {
     let out = run_bounded(
         Command::new("bash")
             .arg(&script)
-            .args(["3", "2"])
+            .args(["3", "4"])
             .env("EX", &ex)
             .env("CAPTURE", dir.path("")),
         Duration::from_secs(120),
