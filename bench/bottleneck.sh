@@ -27,6 +27,7 @@ LINE_GBPS=${LINE_GBPS:-2}
 LIMIT=${LIMIT:-256kb}
 TIMEOUT=${TIMEOUT:-14}
 WARMUP=${WARMUP:-1}
+DCQCN=${DCQCN:-dcqcn} # or dcqcn-hpcc (the ns-3 HPCC parameters)
 EX=${EX:-${CARGO_TARGET_DIR:-target}/release/examples}
 [ -x "$EX/sr_udp_goodput" ] && [ -x "$EX/ecn_marker" ] ||
     cargo build --release -q -p softrdma --example sr_udp_goodput --example ecn_marker
@@ -75,7 +76,7 @@ field() { v=$(echo "$1" | tr " " "\n" | sed -n "s/^$2=//p" | head -1); echo "${v
 
 run() { # mode → one table row
     local mode=$1 cc=fixed port=$((18700 + $$ % 500)) i
-    [ "$mode" = dcqcn ] && cc="dcqcn:$LINE_GBPS"
+    [ "$mode" = dcqcn ] && cc="$DCQCN:$LINE_GBPS"
     qdisc
     rm -f "$WORK/fifo"
     mkfifo "$WORK/fifo"
@@ -153,7 +154,7 @@ run() { # mode → one table row
 }
 
 echo "# $N senders → 1 receiver, RoCEv2/UDP, 64 KiB WRITEs for ${SECS} s each (goodput after the first ${WARMUP} s); bottleneck tbf ${RATE} Mbit/s limit $LIMIT;"
-echo "# phantom-queue marker draining at ${DRAIN} Mbit/s, CE above ${THRESH} B; DCQCN line rate ${LINE_GBPS} Gb/s"
+echo "# phantom-queue marker draining at ${DRAIN} Mbit/s, CE above ${THRESH} B; SOFTRDMA_CC=$DCQCN:${LINE_GBPS} (Gb/s line rate)"
 echo
 echo "| congestion control | per-sender Gb/s | total Gb/s | worst share off fair | qdisc sent pkts | qdisc dropped | drop rate | backlog max / mean KiB (20 ms samples) | CE marked | CE received | CNPs sent / received | retransmits (timeouts) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
