@@ -174,6 +174,10 @@ impl Port for DevicePort {
         each!(self, p => p.fast_pending())
     }
     #[inline]
+    fn next_due(&self) -> Option<softrdma_engine::Instant> {
+        each!(self, p => p.next_due())
+    }
+    #[inline]
     fn maintain(&mut self) {
         each!(self, p => p.maintain())
     }
