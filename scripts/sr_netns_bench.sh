@@ -10,9 +10,12 @@
 # and iproute2.
 #
 #   scripts/sr_netns_bench.sh [MIB] [DELAY_US]
+#
+# TIMEOUT=T sets the local ACK timeout exponent (default 10: 4.2 ms).
 set -eu
 MIB=${1:-256}
 DELAY=${2:-50}
+TIMEOUT=${TIMEOUT:-10}
 BIN=${CARGO_TARGET_DIR:-target}/release/examples/sr_udp_goodput
 [ -x "$BIN" ] || cargo build --release -p softrdma --example sr_udp_goodput
 A=srbench-a-$$
@@ -44,16 +47,16 @@ run() { # loss mode
   flag=""; [ "$2" = sr ] && flag=--sr
   port=$((18600 + $$ % 1000))
   SOFTRDMA_TRANSPORT=udp SOFTRDMA_DEVICES=srx0=10.78.0.2 SOFTRDMA_FAULT="loss=$1,seed=2$fdelay" \
-    ip netns exec "$B" "$BIN" server 10.78.0.2:$port $flag &
+    ip netns exec "$B" "$BIN" server 10.78.0.2:$port $flag --timeout "$TIMEOUT" &
   srv=$!
   out=$(SOFTRDMA_TRANSPORT=udp SOFTRDMA_DEVICES=srx0=10.78.0.1 SOFTRDMA_FAULT="loss=$1,seed=1$fdelay" \
-    ip netns exec "$A" "$BIN" client 10.78.0.2:$port "$MIB" $flag)
+    ip netns exec "$A" "$BIN" client 10.78.0.2:$port "$MIB" $flag --timeout "$TIMEOUT")
   wait $srv
   echo "$out"
 }
 field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
-echo "# RoCEv2/UDP between two namespaces, veth MTU 9000, ${delay_note}, SOFTRDMA_FAULT loss on both devices, ${MIB} MiB of 64 KiB WRITEs per run"
+echo "# RoCEv2/UDP between two namespaces, veth MTU 9000, ${delay_note}, SOFTRDMA_FAULT loss on both devices, local ACK timeout $TIMEOUT, ${MIB} MiB of 64 KiB WRITEs per run"
 echo
 echo "| loss | go-back-N Gb/s | GBN / lossless | GBN retransmits (timeouts) | selective repeat Gb/s | SR / lossless | SR retransmits (timeouts) |"
 echo "|---|---|---|---|---|---|---|"
