@@ -55,7 +55,9 @@ impl Qp {
         let d = local_ack_timeout(self.attr.timeout);
         self.timers.set_opt(Timer::Retransmit, d.map(|d| now + d));
         // Selective repeat also arms its tail-loss probe (`sr.rs`).
-        let probe = d.filter(|_| self.sr()).map(|d| now + crate::sr::tail_probe_after(d));
+        let probe = d
+            .filter(|_| self.sr())
+            .map(|d| now + crate::sr::tail_probe_after(d));
         self.timers.set_opt(Timer::TailProbe, probe);
     }
 

@@ -107,7 +107,10 @@ fn a_lost_tail_packet_goes_again_after_the_probe_not_the_timeout() {
             assert_eq!((c.retransmits, c.sr_retransmits, c.timeouts), (1, 1, 0));
             let want: Vec<u32> = (0..10).chain([9]).map(|i| PSN_A + i).collect();
             assert_eq!(psns, want, "PSN 9 alone goes again");
-            assert!(took < timeout / 4, "{took:?}: the probe, not the {timeout:?} timeout");
+            assert!(
+                took < timeout / 4,
+                "{took:?}: the probe, not the {timeout:?} timeout"
+            );
         } else {
             assert_eq!(c.timeouts, 1, "go-back-N waits for the local ACK timeout");
             assert!(took >= timeout, "{took:?}");

@@ -227,7 +227,10 @@ impl Congestion {
 
     /// Whether this controller acts on CE marks (so received ECN must be read).
     pub fn reads_ecn(self) -> bool {
-        matches!(self, Congestion::Dcqcn { .. } | Congestion::DcqcnHpcc { .. })
+        matches!(
+            self,
+            Congestion::Dcqcn { .. } | Congestion::DcqcnHpcc { .. }
+        )
     }
 }
 

@@ -109,7 +109,8 @@ pub fn program(map: i32, rate_bps: u64, threshold: u32) -> Vec<Insn> {
         /* 28 */ insn(JLE_K, 2, 0, OK - 29, thr), // below the threshold → pass
         // Mark: Ethernet, IPv4 (the TOS byte is the high byte of the
         // little-endian load of bytes 14–15), ECT → CE.
-        /* 29 */ insn(LDX_W, 2, 6, SKB_DATA, 0),
+        /* 29 */
+        insn(LDX_W, 2, 6, SKB_DATA, 0),
         /* 30 */ insn(LDX_W, 3, 6, SKB_DATA_END, 0),
         /* 31 */ insn(MOV_X, 4, 2, 0, 0),
         /* 32 */ insn(ADD_K, 4, 0, 0, 34), // Ethernet + IPv4

@@ -74,7 +74,11 @@ fn dcqcn_keeps_a_kernel_bottleneck_from_dropping() {
                 .env("CARGO_TARGET_DIR", target),
             Duration::from_secs(900),
         );
-        assert!(out.status.success(), "building the examples: {}", out.stderr);
+        assert!(
+            out.status.success(),
+            "building the examples: {}",
+            out.stderr
+        );
     }
     let dir = TempDir::new("bottleneck");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/bottleneck.sh");
@@ -134,10 +138,21 @@ fn dcqcn_keeps_a_kernel_bottleneck_from_dropping() {
         for cnp in &ours {
             assert_eq!(cnp.len(), theirs.len(), "BTH, 16 reserved bytes, ICRC");
             // All but the destination QP (bytes 5–7) and the ICRC.
-            assert_eq!(cnp[..5], theirs[..5], "ours {cnp:02x?}\ntheirs {theirs:02x?}");
-            assert_eq!(cnp[8..28], theirs[8..28], "ours {cnp:02x?}\ntheirs {theirs:02x?}");
+            assert_eq!(
+                cnp[..5],
+                theirs[..5],
+                "ours {cnp:02x?}\ntheirs {theirs:02x?}"
+            );
+            assert_eq!(
+                cnp[8..28],
+                theirs[8..28],
+                "ours {cnp:02x?}\ntheirs {theirs:02x?}"
+            );
         }
     } else {
-        skip("bottleneck (CNP layout)", &format!("{} not found", hw.display()));
+        skip(
+            "bottleneck (CNP layout)",
+            &format!("{} not found", hw.display()),
+        );
     }
 }
