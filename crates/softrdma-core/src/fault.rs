@@ -354,6 +354,20 @@ mod tests {
     }
 
     #[test]
+    fn parses_delay_and_jitter() {
+        let f: FaultSpec = "loss=0.01,delay_us=50,jitter_us=2.5".parse().unwrap();
+        assert_eq!(f.delay, Duration::from_micros(50));
+        assert_eq!(f.jitter, Duration::from_nanos(2500));
+        for bad in ["delay_us=-1", "delay_us=2000000", "jitter_us=soon"] {
+            let e = bad.parse::<FaultSpec>().unwrap_err().to_string();
+            assert!(
+                e.contains("give microseconds from 0 to 1000000"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn loss_rate_is_roughly_right() {
         let mut inj = FaultInjector::new(FaultSpec {
             loss: 0.1,

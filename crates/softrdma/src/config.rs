@@ -722,3 +722,41 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod congestion_tests {
+    use super::Congestion;
+    use std::time::Duration;
+
+    #[test]
+    fn softrdma_cc_values() {
+        assert_eq!(
+            "fixed".parse::<Congestion>().unwrap(),
+            Congestion::FixedWindow
+        );
+        assert_eq!(
+            "dcqcn".parse::<Congestion>().unwrap(),
+            Congestion::Dcqcn {
+                line_bps: 10_000_000_000
+            }
+        );
+        assert_eq!(
+            "dcqcn-hpcc:2.5".parse::<Congestion>().unwrap(),
+            Congestion::DcqcnHpcc {
+                line_bps: 2_500_000_000
+            }
+        );
+        assert_eq!(
+            "timely:1:50".parse::<Congestion>().unwrap(),
+            Congestion::Timely {
+                line_bps: 1_000_000_000,
+                min_rtt: Duration::from_micros(50)
+            }
+        );
+        assert!("dcqcn".parse::<Congestion>().unwrap().reads_ecn());
+        assert!(!"timely".parse::<Congestion>().unwrap().reads_ecn());
+        for bad in ["reno", "dcqcn:0", "dcqcn:x", "dcqcn:1:2"] {
+            assert!(bad.parse::<Congestion>().is_err(), "{bad}");
+        }
+    }
+}
