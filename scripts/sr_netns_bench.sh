@@ -2,14 +2,20 @@
 # Goodput over real RoCEv2/UDP under loss, go-back-N vs selective repeat
 # (issue 19). Two network namespaces joined by a veth (MTU 9000, so 4 KiB
 # RoCE MTU) with `tc netem delay` on both ends (default 50 us each way:
-# 100 us RTT), SOFTRDMA_FAULT loss on both devices; one client streaming
-# 64 KiB WRITEs (crates/softrdma/examples/sr_udp_goodput.rs). Prints a
-# markdown table. Needs root and iproute2.
+# 100 us RTT) or, when the kernel has no netem, the same delay added by
+# the fault injector on receive (SOFTRDMA_FAULT delay_us), SOFTRDMA_FAULT
+# loss on both devices; one client streaming 64 KiB WRITEs
+# (crates/softrdma/examples/sr_udp_goodput.rs) over UDP (never the
+# same-host shared-memory transport). Prints a markdown table. Needs root
+# and iproute2.
 #
 #   scripts/sr_netns_bench.sh [MIB] [DELAY_US]
+#
+# TIMEOUT=T sets the local ACK timeout exponent (default 10: 4.2 ms).
 set -eu
 MIB=${1:-256}
 DELAY=${2:-50}
+TIMEOUT=${TIMEOUT:-10}
 BIN=${CARGO_TARGET_DIR:-target}/release/examples/sr_udp_goodput
 [ -x "$BIN" ] || cargo build --release -p softrdma --example sr_udp_goodput
 A=srbench-a-$$
@@ -26,29 +32,31 @@ ip -n "$B" addr add 10.78.0.2/24 dev vb-$$
 for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
 ip -n "$A" link set va-$$ mtu 9000 up
 ip -n "$B" link set vb-$$ mtu 9000 up
-# netem may be missing from the kernel (sch_netem): then no delay is added
-# and the table says so.
+# netem may be missing from the kernel (sch_netem): then the fault
+# injector adds the delay on receive, and the table says so.
+fdelay=""
 if ip netns exec "$A" tc qdisc add dev va-$$ root netem delay ${DELAY}us limit 100000 2>/dev/null &&
    ip netns exec "$B" tc qdisc add dev vb-$$ root netem delay ${DELAY}us limit 100000 2>/dev/null; then
   delay_note="netem ${DELAY} us each way"
 else
-  delay_note="no netem in this kernel (sch_netem missing): no delay added"
+  fdelay=",delay_us=${DELAY}"
+  delay_note="no netem in this kernel: ${DELAY} us each way added by SOFTRDMA_FAULT delay_us on receive"
 fi
 
 run() { # loss mode
   flag=""; [ "$2" = sr ] && flag=--sr
   port=$((18600 + $$ % 1000))
-  SOFTRDMA_DEVICES=srx0=10.78.0.2 SOFTRDMA_FAULT="loss=$1,seed=2" \
-    ip netns exec "$B" "$BIN" server 10.78.0.2:$port $flag &
+  SOFTRDMA_TRANSPORT=udp SOFTRDMA_DEVICES=srx0=10.78.0.2 SOFTRDMA_FAULT="loss=$1,seed=2$fdelay" \
+    ip netns exec "$B" "$BIN" server 10.78.0.2:$port $flag --timeout "$TIMEOUT" &
   srv=$!
-  out=$(SOFTRDMA_DEVICES=srx0=10.78.0.1 SOFTRDMA_FAULT="loss=$1,seed=1" \
-    ip netns exec "$A" "$BIN" client 10.78.0.2:$port "$MIB" $flag)
+  out=$(SOFTRDMA_TRANSPORT=udp SOFTRDMA_DEVICES=srx0=10.78.0.1 SOFTRDMA_FAULT="loss=$1,seed=1$fdelay" \
+    ip netns exec "$A" "$BIN" client 10.78.0.2:$port "$MIB" $flag --timeout "$TIMEOUT")
   wait $srv
   echo "$out"
 }
 field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
-echo "# RoCEv2/UDP between two namespaces, veth MTU 9000, ${delay_note}, SOFTRDMA_FAULT loss on both devices, ${MIB} MiB of 64 KiB WRITEs per run"
+echo "# RoCEv2/UDP between two namespaces, veth MTU 9000, ${delay_note}, SOFTRDMA_FAULT loss on both devices, local ACK timeout $TIMEOUT, ${MIB} MiB of 64 KiB WRITEs per run"
 echo
 echo "| loss | go-back-N Gb/s | GBN / lossless | GBN retransmits (timeouts) | selective repeat Gb/s | SR / lossless | SR retransmits (timeouts) |"
 echo "|---|---|---|---|---|---|---|"

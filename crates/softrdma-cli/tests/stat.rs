@@ -39,6 +39,7 @@ fn stat_shows_counters_of_running_devices() {
         dup: 0.0,
         corrupt: 0.0,
         seed: 7,
+        ..Default::default()
     };
     let b = Context::open_with(&cfg.clone().fault(lossy)).unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;

@@ -281,6 +281,7 @@ fn one_percent_loss_and_reordering() {
         dup: 0.0,
         corrupt: 0.0,
         seed: 11,
+        ..Default::default()
     };
     for n in [2, 3, 5] {
         let res = world(n, &config(device(Transport::Udp, Some(fault))), |c| {

@@ -100,6 +100,10 @@ impl<P: Port> Port for Capture<P> {
         self.inner.fast_pending()
     }
 
+    fn next_due(&self) -> Option<Instant> {
+        self.inner.next_due()
+    }
+
     fn maintain(&mut self) {
         self.inner.maintain()
     }

@@ -211,6 +211,10 @@ impl<P: Port> DeviceCore<P> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        let timer = match (timer, self.port.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match self.defer_deadline() {
             Some(d) => Some(timer.map_or(d, |t| t.min(d))),
             None => timer,
@@ -358,6 +362,12 @@ impl<P: Port> DeviceCore<P> {
     pub fn run_due_timers(&mut self, now: Instant) -> bool {
         if self.next_deadline().is_none_or(|t| t > now) {
             return false;
+        }
+        if self.port.next_due().is_some_and(|t| t <= now) {
+            // Packets the port held back (a fault injector's delay) are
+            // due: a receive delivers them, and runs the timers too.
+            self.progress(now, false);
+            return true;
         }
         self.forget_routes();
         self.engine.handle_timeout(now);

@@ -1,14 +1,17 @@
 //! Fault injection on receive, on any port: [`Faulty`] wraps a port and
-//! drops, corrupts, reorders and duplicates what it delivers, after a
+//! drops, corrupts, reorders, duplicates and delays what it delivers, after a
 //! [`FaultSpec`] (`SOFTRDMA_FAULT=loss=0.01,reorder=0.01,dup=0.005,corrupt=0.001,seed=7`
-//! in the softrdma driver). Faults act on packets as they arrive, before
+//! in the softrdma driver; `delay_us=50,jitter_us=10` adds a one-way delay
+//! on receive, for kernels without `tc netem`). Faults act on packets as they arrive, before
 //! the ICRC check, so a corrupted packet is caught and counted like one
 //! damaged on a real wire — over UDP and shared memory alike. Faults act
 //! on packets only, so a faulty port offers no direct path: every
 //! operation goes through the engine and its packets.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::time::Duration;
 
 use softrdma_engine::Rng;
 
@@ -40,7 +43,16 @@ pub struct FaultSpec {
     pub corrupt: f64,
     /// Seed of the generator (runs replay exactly).
     pub seed: u64,
+    /// Every packet that gets through is delivered this long after it
+    /// arrived (`delay_us`).
+    pub delay: Duration,
+    /// Plus a uniform random extra delay up to this (`jitter_us`). Packets
+    /// keep their order: one never overtakes an earlier one.
+    pub jitter: Duration,
 }
+
+/// The largest delay or jitter a spec may ask for (1 s).
+pub const MAX_DELAY: Duration = Duration::from_secs(1);
 
 impl FromStr for FaultSpec {
     type Err = FaultSpecError;
@@ -53,6 +65,23 @@ impl FromStr for FaultSpec {
             let (k, v) = kv.split_once('=').ok_or_else(|| {
                 FaultSpecError(format!("fault spec item {kv:?} is not key=value"))
             })?;
+            if k == "delay_us" || k == "jitter_us" {
+                let us: f64 = match v.trim().parse::<f64>() {
+                    Ok(us) if (0.0..=MAX_DELAY.as_micros() as f64).contains(&us) => us,
+                    _ => {
+                        return Err(FaultSpecError(format!(
+                            "fault spec {k}={v}: give microseconds from 0 to 1000000, e.g. {k}=50"
+                        )))
+                    }
+                };
+                let d = Duration::from_nanos((us * 1000.0) as u64);
+                if k == "delay_us" {
+                    f.delay = d;
+                } else {
+                    f.jitter = d;
+                }
+                continue;
+            }
             if k == "seed" {
                 f.seed = v.parse().map_err(|_| {
                     FaultSpecError(format!("fault spec seed {v:?} is not an integer"))
@@ -84,7 +113,7 @@ impl FromStr for FaultSpec {
                 "corrupt" => f.corrupt = p,
                 _ => {
                     return Err(FaultSpecError(format!(
-                        "fault spec key {k:?} is unknown (loss, reorder, dup, corrupt, seed)"
+                        "fault spec key {k:?} is unknown (loss, reorder, dup, corrupt, delay_us, jitter_us, seed)"
                     )))
                 }
             }
@@ -161,6 +190,9 @@ impl FaultInjector {
 pub struct Faulty<P> {
     inner: P,
     inj: FaultInjector,
+    /// Packets waiting out the spec's delay: (due, source, meta, bytes), in
+    /// arrival order with non-decreasing due times.
+    delayed: VecDeque<(Instant, SocketAddr, RxMeta, Vec<u8>)>,
 }
 
 impl<P> Faulty<P> {
@@ -169,6 +201,7 @@ impl<P> Faulty<P> {
         Faulty {
             inner,
             inj: FaultInjector::new(spec),
+            delayed: VecDeque::new(),
         }
     }
     /// The port inside.
@@ -189,14 +222,62 @@ impl<P: Port> Port for Faulty<P> {
         F: FnMut(SocketAddr, RxMeta, &[u8]),
     {
         let inj = &mut self.inj;
-        let got = self.inner.receive(now, from, budget, |src, meta, d| {
-            inj.apply(src, d, |s, d| rx(s, meta, d))
+        let (delay, jitter) = (inj.spec.delay, inj.spec.jitter);
+        if delay.is_zero() && jitter.is_zero() {
+            let got = self.inner.receive(now, from, budget, |src, meta, d| {
+                inj.apply(src, d, |s, d| rx(s, meta, d))
+            });
+            if got.slow + got.fast == 0 {
+                // The stream went quiet: a packet held back goes now.
+                inj.flush(|s, d| rx(s, RxMeta::default(), d));
+            }
+            return got;
+        }
+        // Delayed: what gets through waits in `delayed` until it is due.
+        let q = &mut self.delayed;
+        let due = |rng: &mut Rng, last: Option<Instant>| {
+            let extra = if jitter.is_zero() {
+                0
+            } else {
+                rng.below(jitter.as_nanos() as u64 + 1)
+            };
+            let at = Instant(now.0 + delay.as_nanos() as u64 + extra);
+            last.map_or(at, |l| at.max(l))
+        };
+        let mut got = self.inner.receive(now, from, budget, |src, meta, d| {
+            let mut out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+            inj.apply(src, d, |s, d| out.push((s, d.to_vec())));
+            for (s, d) in out {
+                let at = due(&mut inj.rng, q.back().map(|b| b.0));
+                q.push_back((at, s, meta, d));
+            }
         });
         if got.slow + got.fast == 0 {
-            // The stream went quiet: a packet held back goes now.
-            inj.flush(|s, d| rx(s, RxMeta::default(), d));
+            let mut out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+            inj.flush(|s, d| out.push((s, d.to_vec())));
+            for (s, d) in out {
+                let at = due(&mut inj.rng, q.back().map(|b| b.0));
+                q.push_back((at, s, RxMeta::default(), d));
+            }
         }
+        // Deliver what is due; count it as fast (no system call).
+        let mut n = 0;
+        while q.front().is_some_and(|f| f.0 <= now) {
+            let (_, s, m, d) = q.pop_front().expect("front checked");
+            rx(s, m, &d);
+            n += 1;
+        }
+        got.fast += n;
+        got.more |= !q.is_empty();
         got
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        let mine = self.delayed.front().map(|f| f.0);
+        match (mine, self.inner.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn send(&mut self, now: Instant, out: &mut Outgoing<'_>) {
@@ -208,8 +289,10 @@ impl<P: Port> Port for Faulty<P> {
     }
 
     fn fast_pending(&self) -> bool {
-        // A packet held back is pending: inline polls must not go idle on it.
-        self.inj.held.is_some() || self.inner.fast_pending()
+        // A packet held back or delayed is pending: inline polls must not
+        // go idle on it (`next_due` wakes a sleeping device for it; without
+        // the polls, a loaded machine's wake-ups came 1–14 ms late).
+        self.inj.held.is_some() || !self.delayed.is_empty() || self.inner.fast_pending()
     }
 
     fn maintain(&mut self) {
@@ -247,7 +330,8 @@ mod tests {
                 reorder: 0.01,
                 dup: 0.005,
                 corrupt: 0.001,
-                seed: 7
+                seed: 7,
+                ..Default::default()
             }
         );
         assert!("loss=2"
@@ -267,6 +351,20 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unknown"));
+    }
+
+    #[test]
+    fn parses_delay_and_jitter() {
+        let f: FaultSpec = "loss=0.01,delay_us=50,jitter_us=2.5".parse().unwrap();
+        assert_eq!(f.delay, Duration::from_micros(50));
+        assert_eq!(f.jitter, Duration::from_nanos(2500));
+        for bad in ["delay_us=-1", "delay_us=2000000", "jitter_us=soon"] {
+            let e = bad.parse::<FaultSpec>().unwrap_err().to_string();
+            assert!(
+                e.contains("give microseconds from 0 to 1000000"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

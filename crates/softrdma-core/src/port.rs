@@ -102,6 +102,12 @@ pub trait Port {
         false
     }
 
+    /// When a packet this port holds back (a fault injector's delay) is
+    /// due, if any is: the device must poll again by then.
+    fn next_due(&self) -> Option<Instant> {
+        None
+    }
+
     /// Housekeeping at the slow sources' cadence (new and dead peers);
     /// may make system calls.
     fn maintain(&mut self) {}

@@ -222,6 +222,7 @@ fn faults_on_a_simulated_port_are_recovered_from() {
         dup: 0.05,
         corrupt: 0.02,
         seed,
+        ..Default::default()
     };
     let (mut a, mut b, sa, sb) = pair(
         Faulty::new(SimPort::new(), spec(3)),

@@ -51,8 +51,13 @@ pub(crate) struct Completer {
 
 impl Qp {
     pub(crate) fn arm_ack_timer(&mut self, now: Instant) {
-        let at = local_ack_timeout(self.attr.timeout).map(|d| now + d);
-        self.timers.set_opt(Timer::Retransmit, at);
+        let d = local_ack_timeout(self.attr.timeout);
+        self.timers.set_opt(Timer::Retransmit, d.map(|d| now + d));
+        // Selective repeat also arms its tail-loss probe (`sr.rs`).
+        let probe = d
+            .filter(|_| self.sr())
+            .map(|d| now + crate::sr::tail_probe_after(d));
+        self.timers.set_opt(Timer::TailProbe, probe);
     }
 
     fn progress(&mut self, now: Instant, new_una: Psn) {
@@ -69,6 +74,7 @@ impl Qp {
             self.comp.read_gap = None;
             if self.comp.una == self.req.high {
                 self.timers.stop(Timer::Retransmit);
+                self.timers.stop(Timer::TailProbe);
             } else {
                 self.arm_ack_timer(now);
             }
@@ -289,6 +295,7 @@ impl Qp {
         let wait = Duration::from_micros(aeth::rnr_timer_micros(timer));
         self.timers.set(Timer::RnrWait, now + wait);
         self.timers.stop(Timer::Retransmit);
+        self.timers.stop(Timer::TailProbe);
     }
 
     /// The responder expected another PSN: go back (go-back-N), spending a
@@ -483,11 +490,24 @@ impl Qp {
             self.timers.stop(Timer::RnrWait);
             self.arm_ack_timer(now);
         }
+        if self.timers.expired(Timer::TailProbe, now) {
+            // Once per progress: `arm_ack_timer` arms it again.
+            self.timers.stop(Timer::TailProbe);
+            if self.sr()
+                && self.is_active()
+                && self.comp.una != self.req.high
+                && self.req.psn == self.req.high
+                && !self.timers.is_armed(Timer::RnrWait)
+            {
+                self.sr_tail_probe();
+            }
+        }
         if !self.timers.expired(Timer::Retransmit, now) {
             return;
         }
         if self.comp.una == self.req.high {
             self.timers.stop(Timer::Retransmit);
+            self.timers.stop(Timer::TailProbe);
             return;
         }
         self.counters.timeouts += 1;

@@ -381,6 +381,7 @@ impl Qp {
         self.resp.held.clear();
         self.req.sr_queue.clear();
         self.timers.stop(Timer::Retransmit);
+        self.timers.stop(Timer::TailProbe);
         self.timers.stop(Timer::RnrWait);
         self.timers.stop(Timer::Pacing);
     }

@@ -185,6 +185,15 @@ impl SendRecords {
         out
     }
 
+    /// The newest packet sent before `sent_to` that is not known held.
+    pub fn last_open(&self, sent_to: Psn) -> Option<Psn> {
+        self.recs
+            .iter()
+            .rev()
+            .find(|r| r.psn.is_before(sent_to) && !r.sacked)
+            .map(|r| r.psn)
+    }
+
     /// No record is marked lost any more.
     pub fn clear_lost(&mut self) {
         for r in self.recs.iter_mut() {

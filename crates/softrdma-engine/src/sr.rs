@@ -79,6 +79,16 @@ pub(crate) const DUP_THRESH: u64 = 3;
 /// A responder acknowledges at least every this many held requests.
 pub(crate) const SACK_EVERY: usize = 4;
 
+/// The tail-loss probe fires when no more than this many PSNs are in flight
+/// and not known held (IRN's N for its short RTO).
+pub(crate) const TAIL_PROBE_MAX: u32 = 3;
+
+/// The tail-loss probe's wait after the last progress: an eighth of the
+/// local ACK timeout, no less than 8 µs.
+pub(crate) fn tail_probe_after(ack_timeout: std::time::Duration) -> std::time::Duration {
+    (ack_timeout / 8).max(std::time::Duration::from_micros(8))
+}
+
 /// A request kept by a selective-repeat responder until the PSNs before it arrive.
 #[derive(Debug, Clone)]
 pub(crate) struct HeldPkt {
@@ -295,6 +305,34 @@ impl Qp {
             if psn != una {
                 self.req.sr_queue.push_back((psn, false));
             }
+        }
+    }
+
+    /// The tail-loss probe expired (no progress for [`tail_probe_after`]).
+    /// When at most [`TAIL_PROBE_MAX`] PSNs are in flight and not known
+    /// held (IRN's short RTO) — the tail of a window, where too few packets
+    /// follow a loss for the SACKs to reveal it — they all go again. With
+    /// more open (the lost packet may have been the one asking for the
+    /// ACK, so nothing came back), the newest open one goes again alone
+    /// (TCP's tail-loss probe): its ACK or SACK tells what is missing, and
+    /// loss detection takes it from there. No retry is spent, and nothing
+    /// changes on the wire but the retransmissions.
+    pub(crate) fn sr_tail_probe(&mut self) {
+        let open = self.sr_window_inflight(self.req.psn);
+        if open == 0 {
+            return;
+        }
+        let sent_to = self.req.psn;
+        if open > TAIL_PROBE_MAX {
+            if let Some(psn) = self.req.records.last_open(sent_to) {
+                self.req.sr_queue.push_back((psn, false));
+            }
+            return;
+        }
+        self.req.records.clear_lost();
+        self.req.lost_scan_at = 0;
+        for psn in self.req.records.mark_lost(u64::MAX, 0, sent_to) {
+            self.req.sr_queue.push_back((psn, false));
         }
     }
 

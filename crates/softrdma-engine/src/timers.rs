@@ -28,10 +28,14 @@ pub(crate) enum Timer {
     /// The congestion controller's own timer
     /// ([`crate::CongestionControl::timeout`]).
     Congestion,
+    /// Selective repeat's tail-loss probe (IRN's short RTO): armed with the
+    /// retry timer at an eighth of it; on expiry the few packets in flight
+    /// and not known held go again, without spending a retry.
+    TailProbe,
 }
 
 impl Timer {
-    const COUNT: usize = 5;
+    const COUNT: usize = 6;
 
     fn index(self) -> usize {
         match self {
@@ -40,6 +44,7 @@ impl Timer {
             Timer::AckDelay => 2,
             Timer::Pacing => 3,
             Timer::Congestion => 4,
+            Timer::TailProbe => 5,
         }
     }
 }

@@ -81,6 +81,43 @@ fn one_lost_write_packet_is_the_only_one_sent_again() {
     assert!(sack_of(last_ack).is_none());
 }
 
+/// The last packet of a window is lost: nothing follows it to reveal the
+/// hole in a SACK. The tail-loss probe (an eighth of the local ACK
+/// timeout after the last progress, IRN's short RTO) sends it again; the
+/// local ACK timeout never fires. Go-back-N still waits for the timeout.
+#[test]
+fn a_lost_tail_packet_goes_again_after_the_probe_not_the_timeout() {
+    let timeout = Duration::from_nanos(4096 << ConnOpts::default().timeout);
+    for sr in [true, false] {
+        let (mut net, a, b) = sr_pair(23, net5(), sr);
+        let wire = drop_nth(&mut net, 9, |p| p.from == 0 && p.is(OpKind::Write));
+        a.mem.fill_from(0, &pattern(4, 10 * 1024));
+        let t0 = net.now;
+        post_ok(&mut net, &a, write_wr(1, &a, 0, 10 * 1024, &b, 0));
+        let w = wait_wcs(&mut net, &a, 1, WAIT);
+        let took = net.now - t0;
+        assert_eq!(statuses(&w), vec![(1, WcStatus::Success)]);
+        assert_eq!(mem(&b, 0, 10 * 1024), pattern(4, 10 * 1024));
+        let c = qp_counters(&net, &a);
+        let psns: Vec<u32> = sent_where(&wire, |p| p.from == 0)
+            .iter()
+            .map(|p| p.psn)
+            .collect();
+        if sr {
+            assert_eq!((c.retransmits, c.sr_retransmits, c.timeouts), (1, 1, 0));
+            let want: Vec<u32> = (0..10).chain([9]).map(|i| PSN_A + i).collect();
+            assert_eq!(psns, want, "PSN 9 alone goes again");
+            assert!(
+                took < timeout / 4,
+                "{took:?}: the probe, not the {timeout:?} timeout"
+            );
+        } else {
+            assert_eq!(c.timeouts, 1, "go-back-N waits for the local ACK timeout");
+            assert!(took >= timeout, "{took:?}");
+        }
+    }
+}
+
 #[test]
 fn go_back_n_is_unchanged_without_the_option() {
     let (mut net, a, b) = sr_pair(21, net5(), false);

@@ -7,9 +7,14 @@
 //! before connecting (the agreement is the command line's). The client
 //! streams 64 KiB RDMA WRITEs, 32 outstanding, and prints one line:
 //! `mode=… mib=… secs=… gbps=… retransmits=… sr_retransmits=… timeouts=…`.
+//! With `--secs S` the client streams for S seconds instead of MIB MiB
+//! (the congestion bench, `bench/bottleneck.sh`, runs several at once);
+//! the server then prints its device's `ecn_ce_rcvd=… cnp_sent=…` as it
+//! leaves. `SOFTRDMA_CC` chooses the congestion control.
 //!
 //! `sr_udp_goodput server ADDR:PORT [--sr]` /
-//! `sr_udp_goodput client ADDR:PORT MIB [--sr]`
+//! `sr_udp_goodput client ADDR:PORT MIB [--sr] [--secs S [--warmup W]]` (both take
+//! `--timeout T`, the local ACK timeout exponent, default 10: 4.2 ms)
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -26,6 +31,19 @@ fn main() -> Result<()> {
     let role = args.first().map(String::as_str).unwrap_or("");
     let addr = args.get(1).cloned().unwrap_or_default();
     let sr = args.iter().any(|a| a == "--sr");
+    let secs_limit: Option<f64> = args
+        .iter()
+        .position(|a| a == "--secs")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok());
+    // `--warmup W`: with `--secs`, goodput counts what completes after the
+    // first W seconds only (senders started one after another settle).
+    let warmup: f64 = args
+        .iter()
+        .position(|a| a == "--warmup")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
     let ctx = Context::open_default()?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(1024)?;
@@ -40,8 +58,16 @@ fn main() -> Result<()> {
         endpoint: qp.endpoint(),
         region: Some(mr.remote()),
     };
+    // `--timeout T`: the local ACK timeout exponent (4.096 µs × 2^T).
+    let timeout: u8 = args
+        .iter()
+        .position(|a| a == "--timeout")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .filter(|t| *t <= 31)
+        .unwrap_or(10);
     let o = ConnectOptions {
-        timeout: 10,
+        timeout,
         ..Default::default()
     };
     match role {
@@ -52,6 +78,8 @@ fn main() -> Result<()> {
             cm::sync(&mut s)?;
             // The client says when it is done.
             cm::sync(&mut s)?;
+            let c = ctx.counters();
+            println!("ecn_ce_rcvd={} cnp_sent={}", c.ecn_ce_rcvd, c.cnp_sent);
             Ok(())
         }
         "client" => {
@@ -60,10 +88,23 @@ fn main() -> Result<()> {
             qp.connect(&theirs.endpoint, &o)?;
             cm::sync(&mut s)?;
             let r = theirs.region.expect("the server offered its region");
-            let msgs = mib * (1 << 20) / MSG;
+            let mut msgs = if secs_limit.is_some() {
+                usize::MAX
+            } else {
+                mib * (1 << 20) / MSG
+            };
             let (mut posted, mut done) = (0usize, 0usize);
             let t0 = Instant::now();
+            let mut warm: Option<(usize, Instant)> = (warmup <= 0.0).then_some((0, t0));
             while done < msgs {
+                if warm.is_none() && t0.elapsed().as_secs_f64() >= warmup {
+                    warm = Some((done, Instant::now()));
+                }
+                if let Some(l) = secs_limit {
+                    if msgs == usize::MAX && t0.elapsed().as_secs_f64() >= l {
+                        msgs = posted;
+                    }
+                }
                 while posted < msgs && posted - done < DEPTH {
                     let off = ((posted % SLOTS) * MSG) as u64;
                     let op = SendOp::Write {
@@ -77,6 +118,9 @@ fn main() -> Result<()> {
                     ))?;
                     posted += 1;
                 }
+                if done == msgs {
+                    break;
+                }
                 let wcs = cq.wait(1, Duration::from_secs(60))?;
                 for w in &wcs {
                     if w.status != WcStatus::Success {
@@ -88,16 +132,21 @@ fn main() -> Result<()> {
                 }
                 done += wcs.len();
             }
-            let secs = t0.elapsed().as_secs_f64();
+            let (done0, tw) = warm.unwrap_or((0, t0));
+            let secs = tw.elapsed().as_secs_f64();
+            let msgs = msgs - done0;
             let c = qp.counters();
+            let d = ctx.counters();
             println!(
-                "mode={} mib={mib} secs={secs:.3} gbps={:.3} retransmits={} sr_retransmits={} timeouts={} mtu={}",
+                "mode={} mib={} secs={secs:.3} gbps={:.3} retransmits={} sr_retransmits={} timeouts={} mtu={} cnp_rcvd={}",
                 if sr { "sr" } else { "gbn" },
+                (msgs * MSG) >> 20,
                 (msgs * MSG) as f64 * 8.0 / secs / 1e9,
                 c.retransmits,
                 c.sr_retransmits,
                 c.timeouts,
                 qp.endpoint().mtu.bytes(),
+                d.cnp_rcvd,
             );
             cm::sync(&mut s)?;
             Ok(())

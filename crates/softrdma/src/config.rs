@@ -119,6 +119,10 @@ pub struct DeviceConfig {
     /// loopback, where nothing marks packets; what is sent always carries
     /// the ECN codepoint the engine chose.
     pub ecn: bool,
+    /// The congestion control of every QP (SOFTRDMA_CC; default the
+    /// fixed window). DCQCN also turns [`DeviceConfig::ecn`] on, since its
+    /// notification point needs the CE marks.
+    pub congestion: Congestion,
     /// How long a thread that waits on a completion channel polls before
     /// it sleeps (SOFTRDMA_EVENT_SPIN_US; default [`EVENT_SPIN_DEFAULT`],
     /// zero never polls). A completion that comes within it costs no
@@ -128,6 +132,106 @@ pub struct DeviceConfig {
     pub event_spin: Duration,
     /// The network port: UDP, or AF_XDP on an interface.
     pub net: Net,
+}
+
+/// A device's congestion control ([`DeviceConfig::congestion`]), chosen
+/// with `SOFTRDMA_CC`: `fixed` (the default), `dcqcn[:GBPS]` (the DCQCN
+/// paper's parameters) or `dcqcn-hpcc[:GBPS]` (the ns-3 HPCC model's),
+/// with the line rate in Gb/s (default 10), or `timely[:GBPS[:MIN_RTT_US]]`
+/// (default 10 Gb/s and 20 µs).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Congestion {
+    /// A fixed window of in-flight PSNs, no rate control (rxe's behaviour).
+    #[default]
+    FixedWindow,
+    /// DCQCN with the paper's parameters at this line rate (b/s).
+    Dcqcn {
+        /// The line rate (b/s).
+        line_bps: u64,
+    },
+    /// DCQCN with the ns-3 HPCC model's parameters at this line rate (b/s).
+    DcqcnHpcc {
+        /// The line rate (b/s).
+        line_bps: u64,
+    },
+    /// TIMELY (delay-based) at this line rate and minimum RTT.
+    Timely {
+        /// The line rate (b/s).
+        line_bps: u64,
+        /// The path's minimum RTT.
+        min_rtt: Duration,
+    },
+}
+
+impl std::str::FromStr for Congestion {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let mut it = s.trim().split(':');
+        let kind = it.next().unwrap_or("");
+        let num = |v: Option<&str>, what: &str, default: f64, max: f64| -> Result<f64, Error> {
+            match v {
+                None => Ok(default),
+                Some(t) => match t.trim().parse::<f64>() {
+                    Ok(x) if x > 0.0 && x <= max => Ok(x),
+                    _ => Err(Error::Config(format!(
+                        "SOFTRDMA_CC={s:?}: {what} {t:?} is not a number above 0 and at most {max}"
+                    ))),
+                },
+            }
+        };
+        let line = |v| num(v, "line rate (Gb/s)", 10.0, 10_000.0).map(|g| (g * 1e9) as u64);
+        let c = match kind {
+            "fixed" | "none" | "off" => Congestion::FixedWindow,
+            "dcqcn" => Congestion::Dcqcn {
+                line_bps: line(it.next())?,
+            },
+            "dcqcn-hpcc" => Congestion::DcqcnHpcc {
+                line_bps: line(it.next())?,
+            },
+            "timely" => Congestion::Timely {
+                line_bps: line(it.next())?,
+                min_rtt: Duration::from_nanos(
+                    (num(it.next(), "minimum RTT (µs)", 20.0, 1e6)? * 1e3) as u64,
+                ),
+            },
+            _ => {
+                return Err(Error::Config(format!(
+                    "SOFTRDMA_CC={s:?}: give fixed, dcqcn[:GBPS], dcqcn-hpcc[:GBPS] or timely[:GBPS[:MIN_RTT_US]]"
+                )))
+            }
+        };
+        if it.next().is_some() {
+            return Err(Error::Config(format!(
+                "SOFTRDMA_CC={s:?}: too many ':' fields"
+            )));
+        }
+        Ok(c)
+    }
+}
+
+impl Congestion {
+    /// The engine's setting for this choice.
+    pub fn engine_config(self) -> softrdma_engine::CongestionConfig {
+        use softrdma_engine::{CongestionConfig, DcqcnParams, TimelyParams};
+        match self {
+            Congestion::FixedWindow => CongestionConfig::fixed_window(),
+            Congestion::Dcqcn { line_bps } => CongestionConfig::dcqcn(DcqcnParams::new(line_bps)),
+            Congestion::DcqcnHpcc { line_bps } => {
+                CongestionConfig::dcqcn(DcqcnParams::ns3_hpcc(line_bps))
+            }
+            Congestion::Timely { line_bps, min_rtt } => {
+                CongestionConfig::timely(TimelyParams::new(line_bps, min_rtt))
+            }
+        }
+    }
+
+    /// Whether this controller acts on CE marks (so received ECN must be read).
+    pub fn reads_ecn(self) -> bool {
+        matches!(
+            self,
+            Congestion::Dcqcn { .. } | Congestion::DcqcnHpcc { .. }
+        )
+    }
 }
 
 /// The default [`DeviceConfig::event_spin`]: 50 µs, the busy-poll time
@@ -148,6 +252,7 @@ impl DeviceConfig {
             transport: crate::shm::Transport::Auto,
             gso: true,
             ecn: false,
+            congestion: Congestion::FixedWindow,
             event_spin: EVENT_SPIN_DEFAULT,
             net: Net::Udp,
         }
@@ -165,6 +270,7 @@ impl DeviceConfig {
             transport: crate::shm::Transport::Auto,
             gso: true,
             ecn: false,
+            congestion: Congestion::FixedWindow,
             event_spin: EVENT_SPIN_DEFAULT,
             net: Net::Udp,
         }
@@ -192,6 +298,12 @@ impl DeviceConfig {
     /// Allows or forbids UDP GSO sends (see [`DeviceConfig::gso`]).
     pub fn gso(mut self, on: bool) -> Self {
         self.gso = on;
+        self
+    }
+
+    /// Chooses the congestion control (see [`DeviceConfig::congestion`]).
+    pub fn congestion(mut self, c: Congestion) -> Self {
+        self.congestion = c;
         self
     }
 
@@ -223,7 +335,8 @@ impl DeviceConfig {
     /// Applies SOFTRDMA_CAPTURE (see [`capture_path`] for its `%p`, `%d`,
     /// `%a`) and SOFTRDMA_FAULT when set and not already
     /// configured, SOFTRDMA_TRANSPORT, SOFTRDMA_GSO=0 (no GSO sends),
-    /// SOFTRDMA_ECN=1 (received ECN marks read) and SOFTRDMA_EVENT_SPIN_US.
+    /// SOFTRDMA_ECN=1 (received ECN marks read), SOFTRDMA_CC (congestion
+    /// control: [`Congestion`]) and SOFTRDMA_EVENT_SPIN_US.
     pub fn with_env(mut self) -> Self {
         if let Net::Xdp(x) = &mut self.net {
             if let Ok(v) = std::env::var("SOFTRDMA_XDP_MODE") {
@@ -249,6 +362,12 @@ impl DeviceConfig {
                 "0" | "off" | "no" => self.ecn = false,
                 "1" | "on" | "yes" => self.ecn = true,
                 _ => eprintln!("softrdma: ignoring SOFTRDMA_ECN={v:?} (0 or 1)"),
+            }
+        }
+        if let Ok(v) = std::env::var("SOFTRDMA_CC") {
+            match v.parse::<Congestion>() {
+                Ok(c) => self.congestion = c,
+                Err(e) => eprintln!("softrdma: ignoring {e}"),
             }
         }
         if let Ok(v) = std::env::var("SOFTRDMA_EVENT_SPIN_US") {
@@ -371,6 +490,7 @@ pub fn parse_device(entry: &str, source: &str) -> Result<DeviceConfig, Error> {
             transport: crate::shm::Transport::Auto,
             gso: true,
             ecn: false,
+            congestion: Congestion::FixedWindow,
             event_spin: EVENT_SPIN_DEFAULT,
             net: Net::Udp,
         });
@@ -599,6 +719,44 @@ mod tests {
         for (bad, what) in [("/tmp/x-%q.pcap", "%q"), ("/tmp/x-%", "a lone %")] {
             let e = p(bad, v4).unwrap_err().to_string();
             assert!(e.contains(what) && e.contains(bad), "{e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod congestion_tests {
+    use super::Congestion;
+    use std::time::Duration;
+
+    #[test]
+    fn softrdma_cc_values() {
+        assert_eq!(
+            "fixed".parse::<Congestion>().unwrap(),
+            Congestion::FixedWindow
+        );
+        assert_eq!(
+            "dcqcn".parse::<Congestion>().unwrap(),
+            Congestion::Dcqcn {
+                line_bps: 10_000_000_000
+            }
+        );
+        assert_eq!(
+            "dcqcn-hpcc:2.5".parse::<Congestion>().unwrap(),
+            Congestion::DcqcnHpcc {
+                line_bps: 2_500_000_000
+            }
+        );
+        assert_eq!(
+            "timely:1:50".parse::<Congestion>().unwrap(),
+            Congestion::Timely {
+                line_bps: 1_000_000_000,
+                min_rtt: Duration::from_micros(50)
+            }
+        );
+        assert!("dcqcn".parse::<Congestion>().unwrap().reads_ecn());
+        assert!(!"timely".parse::<Congestion>().unwrap().reads_ecn());
+        for bad in ["reno", "dcqcn:0", "dcqcn:x", "dcqcn:1:2"] {
+            assert!(bad.parse::<Congestion>().is_err(), "{bad}");
         }
     }
 }

@@ -175,6 +175,10 @@ impl Port for DevicePort {
         each!(self, p => p.fast_pending())
     }
     #[inline]
+    fn next_due(&self) -> Option<softrdma_engine::Instant> {
+        each!(self, p => p.next_due())
+    }
+    #[inline]
     fn maintain(&mut self) {
         each!(self, p => p.maintain())
     }
@@ -401,7 +405,8 @@ impl Device {
         sys::enable_gro(&sock);
         // Received ECN marks reach the engine (`RxMeta`) when asked for:
         // the control message costs every received datagram.
-        if cfg.ecn && !sys::enable_recv_tos(&sock, sock.local_addr().is_ok_and(|a| a.is_ipv6())) {
+        let read_ecn = cfg.ecn || cfg.congestion.reads_ecn();
+        if read_ecn && !sys::enable_recv_tos(&sock, sock.local_addr().is_ok_and(|a| a.is_ipv6())) {
             eprintln!(
                 "softrdma: device {}: received ECN marks cannot be read",
                 cfg.name
@@ -467,6 +472,7 @@ impl Device {
         // behind them (one ACK per ~57 WRITEs, 33 µs after the last).
         ec.ack_delay_answering_only = true;
         ec.limits.gid_table_len = 1;
+        ec.congestion = cfg.congestion.engine_config();
         let capture = match &cfg.capture {
             Some(t) => {
                 let p = crate::config::capture_path(t, &cfg.name, addr)?;

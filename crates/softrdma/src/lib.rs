@@ -31,6 +31,8 @@
 pub mod cm;
 pub mod config;
 mod device;
+pub mod ecn_marker;
+mod ecn_marker_prog;
 mod fence;
 pub mod rdma_cm;
 mod shm_port;
@@ -56,7 +58,7 @@ mod verbs;
 
 use std::fmt;
 
-pub use config::{devices, DeviceConfig};
+pub use config::{devices, Congestion, DeviceConfig};
 pub use device::{active_mtu_for, DriverCounters};
 pub use paging::OdpRegion;
 pub use region::{OwnedRegion, RawRegion};

@@ -20,7 +20,7 @@ pub struct Insn {
     pub imm: i32,
 }
 
-const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+pub(crate) const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
     Insn {
         code,
         regs: dst | (src << 4),

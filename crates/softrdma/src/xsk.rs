@@ -627,9 +627,11 @@ const XDP_FLAGS_SKB_MODE: u32 = 2;
 const XDP_FLAGS_DRV_MODE: u32 = 4;
 
 /// `bpf(cmd, attr)` with `attr` a zero-padded attribute block.
-fn bpf(cmd: libc::c_int, attr: &mut [u64; 18]) -> io::Result<libc::c_int> {
+pub(crate) fn bpf(cmd: libc::c_int, attr: &mut [u64; 18]) -> io::Result<libc::c_int> {
     // SAFETY: `attr` is a live, writable block of the size passed; the
-    // kernel reads (and for some commands writes) only within it.
+    // kernel reads (and for some commands writes) only within it, and
+    // within the buffers whose addresses the callers put in it (each a
+    // live local of theirs of the size the command implies).
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -645,13 +647,13 @@ fn bpf(cmd: libc::c_int, attr: &mut [u64; 18]) -> io::Result<libc::c_int> {
     }
 }
 
-fn put_u32(attr: &mut [u64; 18], off: usize, v: u32) {
+pub(crate) fn put_u32(attr: &mut [u64; 18], off: usize, v: u32) {
     let w = &mut attr[off / 8];
     let shift = (off % 8) * 8;
     *w = (*w & !(0xFFFF_FFFFu64 << shift)) | (u64::from(v) << shift);
 }
 
-fn owned(fd: libc::c_int) -> OwnedFd {
+pub(crate) fn owned(fd: libc::c_int) -> OwnedFd {
     // SAFETY: a new fd the kernel just returned to us.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }

@@ -265,6 +265,7 @@ fn capture_and_faults(dir: &std::path::Path) -> Result<Context> {
             dup: 0.005,
             corrupt: 0.0,
             seed: 7,
+            ..Default::default()
         });
     // The same from the environment, for any program:
     // SOFTRDMA_CAPTURE=srx0.pcap SOFTRDMA_FAULT=loss=0.01,reorder=0.01,dup=0.005

@@ -34,6 +34,7 @@ fn faulty_stream(transport: Transport) {
         dup: 0.005,
         corrupt: 0.001,
         seed,
+        ..Default::default()
     };
     let cfg = |seed| udp_loopback().transport(transport).fault(spec(seed));
     let a = Context::open_with(&cfg(11)).unwrap();

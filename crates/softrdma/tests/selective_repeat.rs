@@ -23,6 +23,7 @@ fn selective_repeat_over_lossy_udp_delivers_32_mib_intact() {
         dup: 0.005,
         corrupt: 0.001,
         seed,
+        ..Default::default()
     };
     let a = Context::open_with(&udp_loopback().fault(spec(21))).unwrap();
     let b = Context::open_with(&udp_loopback().fault(spec(22))).unwrap();
@@ -137,6 +138,7 @@ fn default_qps_put_no_wire_extension_in_a_capture() {
             dup: 0.0,
             corrupt: 0.0,
             seed,
+            ..Default::default()
         };
         let (pa, pb) = (
             dir.path(&format!("a-{sr}.pcap")),
