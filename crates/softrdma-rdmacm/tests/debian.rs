@@ -830,6 +830,66 @@ fn c_rsocket_checks() {
     }
 }
 
+/// ECE through the drop-in's rdma_cm (`tests/c/ece_cm.c`, one process, a
+/// listener and a client on its device), over UDP and the same-host path:
+/// rdma-core's argument checks (EINVAL), ids with QPs connected and a SEND
+/// checked byte for byte, their QPs running selective repeat exactly when
+/// `SOFTRDMA_CM_ECE=1` makes the REQ offer it (go-back-N by default), the
+/// REQ's offer and the REP's agreed answer read with `rdma_get_remote_ece`
+/// on ids without QPs, and `rdma_reject_ece` reaching the client as
+/// REJECTED with status 35.
+#[test]
+fn c_ece_cm() {
+    if !have(&["cc"]) {
+        return;
+    }
+    let _g = common::serial();
+    let dir = lib_dir();
+    let exe = dir.join("ece_cm");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/ece_cm.c");
+    let built = Command::new("cc")
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg(dir.join("librdmacm.so.1"))
+        .arg(dir.join("libibverbs.so.1"))
+        .status()
+        .expect("cc runs");
+    assert!(built.success(), "cc failed on {src}");
+    for transport in ["udp", "shm"] {
+        for offer in [true, false] {
+            let ip = "127.0.77.49";
+            let mut c = cmd_on(
+                &exe.to_string_lossy(),
+                &[ip, "7490", if offer { "1" } else { "0" }],
+                ip,
+                transport,
+            );
+            c.env_remove("SOFTRDMA_STATS");
+            if offer {
+                c.env("SOFTRDMA_CM_ECE", "1");
+            } else {
+                c.env_remove("SOFTRDMA_CM_ECE");
+            }
+            let o = common::run(c, Duration::from_secs(60));
+            let what = format!(
+                "{transport}, SOFTRDMA_CM_ECE {}",
+                if offer { "1" } else { "unset" }
+            );
+            assert!(
+                o.ok && o.stdout.contains("ALL OK") && !o.stdout.contains("FAIL"),
+                "{what}: {}",
+                show(&o)
+            );
+            assert!(
+                o.stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 20,
+                "{what}: {}",
+                show(&o)
+            );
+        }
+    }
+}
+
 /// Bad arguments (NULL pointers, an unknown port space, an address no
 /// device has, a port in use) fail with rdma-core's errno, the stubs with
 /// ENOSYS, and the event channel's fd is readable exactly while events

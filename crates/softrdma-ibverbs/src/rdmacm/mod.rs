@@ -23,6 +23,7 @@
 
 pub mod abi;
 mod addr;
+pub mod ece;
 mod events;
 pub mod exports;
 pub mod options;
@@ -68,6 +69,8 @@ pub struct IdState {
     pub req_depths: Option<(u8, u8)>,
     /// What `rdma_set_option` set.
     pub options: options::CmOptions,
+    /// What `rdma_set_local_ece` set (an id without a QP offers it).
+    pub local_ece: softrdma::Ece,
 }
 
 impl Id {
