@@ -920,7 +920,9 @@ const PYTHON: &str = "/usr/bin/python3";
 /// numbers (`conn_param.qp_num`) and no id has a QP; each side's RTR
 /// attributes (`rdma_init_qp_attr`) name the other's QP number; the
 /// client gets CONNECT_RESPONSE and confirms with `rdma_establish`, only
-/// then the server gets ESTABLISHED; a disconnect reaches the server.
+/// then the server gets ESTABLISHED; a disconnect reaches the server. ECE
+/// through pyverbs' `set_local_ece`/`get_remote_ece`: the server reads the
+/// client's offer, the client the server's answer.
 #[test]
 fn pyverbs_connection_without_qps() {
     if !have_pyverbs() {
@@ -952,8 +954,25 @@ fn pyverbs_connection_without_qps() {
             show(&c)
         );
         for (o, lines) in [
-            (&s, ["listening", "server established", "server done"].as_slice()),
-            (&c, ["client established", "client done"].as_slice()),
+            (
+                &s,
+                [
+                    "listening",
+                    "server read the ECE offer",
+                    "server established",
+                    "server done",
+                ]
+                .as_slice(),
+            ),
+            (
+                &c,
+                [
+                    "client read the ECE answer",
+                    "client established",
+                    "client done",
+                ]
+                .as_slice(),
+            ),
         ] {
             for l in lines {
                 assert!(o.stdout.contains(l), "{transport}: want {l:?}: {}", show(o));
