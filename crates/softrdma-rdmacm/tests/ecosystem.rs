@@ -1,6 +1,7 @@
 //! The HPC communication stack, unmodified, on softrdma's drop-in
 //! `libibverbs.so.1` and `librdmacm.so.1` (issue 18; docs/ecosystem.md):
-//! UCX's `ucx_info` and `ucx_perftest`, Open MPI's `mpirun` with `pml ucx`
+//! UCX's `ucx_info`, `ucx_perftest` and `io_demo` (its connection through
+//! UCX's rdmacm connection manager), Open MPI's `mpirun` with `pml ucx`
 //! running a C program and mpi4py, and libfabric's `fi_pingpong` on its
 //! verbs provider. Debian's binaries, found through `LD_LIBRARY_PATH`.
 //!
