@@ -214,10 +214,10 @@ impl DeviceCm {
         p: &AcceptParams,
     ) -> Result<(), CmError> {
         // ECE: the options both sides can do go on the QP before RTR and
-        // in the REP (only when this side offers any: a QP left alone
-        // keeps what its owner set).
+        // in the REP. Nothing agreed (no offer, or nothing in common)
+        // leaves the QP alone: it keeps what its owner set.
         let ece = self.ece_answer(conn, p.ece);
-        if p.ece.vendor_id != 0 {
+        if ece.vendor_id != 0 {
             engine.set_ece(qpn, engine_ece(ece))?;
         }
         let p = &AcceptParams { ece, ..p.clone() };
