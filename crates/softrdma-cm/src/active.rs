@@ -34,7 +34,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
     pub fn connect(&mut self, now: Instant, peer: A, p: &ConnectParams) -> Result<ConnId> {
         let id = self.new_conn_id();
         let req = self.build_req(id, p)?;
-        let mad = Self::encode(tid_of(id, tid::REQ), CmMessage::Req(req))?;
+        let mad = Self::encode_ece(tid_of(id, tid::REQ), CmMessage::Req(req), p.ece)?;
         let conn = Conn {
             id,
             peer,
@@ -55,6 +55,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             confirm_rep: p.confirm_rep,
             exchange: Exchange::from_connect(p),
             destroyed: false,
+            remote_ece: Default::default(),
         };
         self.conns.insert(id, conn);
         self.send_retried(id, now, mad);
@@ -66,6 +67,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         path.local_ack_timeout = ack_timeout(self.config.ack_delay, p.packet_life_time);
         Ok(ReqRepr {
             local_comm_id: id.0,
+            vendor_id: p.ece.vendor_id,
             service_id: p.service_id,
             local_ca_guid: self.config.ca_guid,
             local_qkey: 0,
@@ -94,24 +96,25 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         })
     }
 
-    pub(crate) fn on_rep(&mut self, rep: &RepRepr) {
+    pub(crate) fn on_rep(&mut self, rep: &RepRepr, ece: softrdma_wire::cm::Ece) {
         let Some(id) = self.matching(rep.remote_comm_id, rep.local_comm_id) else {
             self.stats.unmatched += 1;
             return;
         };
         match self.conns[&id].state {
-            State::ReqSent | State::MraReqRcvd => self.rep_arrived(id, rep),
+            State::ReqSent | State::MraReqRcvd => self.rep_arrived(id, rep, ece),
             // Our RTU (or MRA) was lost: the passive side resends its REP.
             State::Established | State::MraRepSent | State::DreqSent => self.duplicate(id),
             _ => self.stats.unmatched += 1,
         }
     }
 
-    fn rep_arrived(&mut self, id: ConnId, rep: &RepRepr) {
+    fn rep_arrived(&mut self, id: ConnId, rep: &RepRepr, ece: softrdma_wire::cm::Ece) {
         self.answered(id);
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
+        c.remote_ece = ece;
         c.remote_comm_id = rep.local_comm_id;
         c.remote_ca_guid = rep.local_ca_guid;
         c.ack_timeout = ack_timeout(rep.target_ack_delay, c.packet_life_time);

@@ -13,7 +13,7 @@ use std::hash::Hash;
 
 use chacha20::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
-use softrdma_wire::cm::{CmMad, CmMessage};
+use softrdma_wire::cm::{CmMad, CmMessage, Ece};
 use softrdma_wire::mad::{method, MAD_LEN};
 
 use crate::conn::{Conn, Pending, State, Timer};
@@ -172,11 +172,12 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             return;
         }
         let tid = m.header.transaction_id;
+        let ece = m.ece().unwrap_or_default();
         match m.message {
-            CmMessage::Req(r) => self.on_req(from, tid, &r),
+            CmMessage::Req(r) => self.on_req(from, tid, &r, ece),
             CmMessage::Mra(r) => self.on_mra(now, &r),
             CmMessage::Rej(r) => self.on_rej(now, &r),
-            CmMessage::Rep(r) => self.on_rep(&r),
+            CmMessage::Rep(r) => self.on_rep(&r, ece),
             CmMessage::Rtu(r) => self.on_rtu(&r),
             CmMessage::Dreq(r) => self.on_dreq(now, from, tid, &r),
             CmMessage::Drep(r) => self.on_drep(now, &r),
@@ -201,6 +202,21 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
     /// Encodes `message` under transaction `tid`.
     pub(crate) fn encode(tid: u64, message: CmMessage) -> Result<[u8; MAD_LEN]> {
         Ok(CmMad::send(tid, message).to_bytes()?)
+    }
+
+    /// Encodes a REQ or REP with its ECE (zero: the bytes of a REQ or REP
+    /// without ECE).
+    pub(crate) fn encode_ece(tid: u64, message: CmMessage, ece: Ece) -> Result<[u8; MAD_LEN]> {
+        let mut m = CmMad::send(tid, message);
+        m.set_ece(ece)?;
+        Ok(m.to_bytes()?)
+    }
+
+    /// The ECE options the peer sent for `conn`: its REQ's offer (passive
+    /// side, from the connection request on) or its REP's answer (active
+    /// side, once the REP came; zero before). Zero when the peer sent none.
+    pub fn remote_ece(&self, conn: ConnId) -> Option<Ece> {
+        self.conns.get(&conn).map(|c| c.remote_ece)
     }
 
     /// Queues `mad` for `to`, sent once.

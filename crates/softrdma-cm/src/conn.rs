@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use softrdma_wire::cm::{CmPath, TransportType};
+use softrdma_wire::cm::{CmPath, Ece, TransportType};
 use softrdma_wire::mad::MAD_LEN;
 use softrdma_wire::Psn;
 
@@ -135,4 +135,6 @@ pub(crate) struct Conn<A> {
     pub exchange: Exchange,
     /// Destroyed by the consumer: no more events, gone after timewait.
     pub destroyed: bool,
+    /// The ECE the peer's REQ (passive side) or REP (active side) carried.
+    pub remote_ece: Ece,
 }

@@ -37,4 +37,4 @@ pub use params::{AcceptParams, AgentConfig, ConnId, ConnectParams, Event, SidrPa
 pub use qp_attr::{QpAttr, QpState};
 pub use time::Instant;
 
-pub use softrdma_wire::cm::{RejReason, SidrStatus, TransportType};
+pub use softrdma_wire::cm::{Ece, RejReason, SidrStatus, TransportType};

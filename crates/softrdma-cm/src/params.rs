@@ -1,7 +1,7 @@
 //! What the consumer gives the agent (connect, accept, SIDR parameters)
 //! and what the agent gives back (events).
 
-use softrdma_wire::cm::{CmPath, RejReason, RepRepr, ReqRepr, SidrStatus, TransportType};
+use softrdma_wire::cm::{CmPath, Ece, RejReason, RepRepr, ReqRepr, SidrStatus, TransportType};
 use softrdma_wire::Psn;
 
 /// A connection (and its local communication ID on the wire).
@@ -71,6 +71,9 @@ pub struct ConnectParams {
     /// for [`crate::CmAgent::establish`]; when false the RTU goes at once
     /// and [`Event::Established`] is raised.
     pub confirm_rep: bool,
+    /// The ECE options the REQ offers (zero, the default: none; the REQ
+    /// is then byte for byte what it was before ECE).
+    pub ece: Ece,
     /// Raw REQ private data (at most 92 bytes).
     pub private_data: Vec<u8>,
 }
@@ -97,6 +100,7 @@ impl Default for ConnectParams {
             local_cm_response_timeout: 20,
             max_cm_retries: 15,
             confirm_rep: false,
+            ece: Ece::default(),
             private_data: Vec::new(),
         }
     }
@@ -120,6 +124,9 @@ pub struct AcceptParams {
     pub rnr_retry_count: u8,
     /// The local QP uses an SRQ.
     pub srq: bool,
+    /// The ECE options the REP answers with (what this side agreed to of
+    /// the REQ's offer; zero: none). Not sent in a SIDR_REP.
+    pub ece: Ece,
     /// Raw REP (or SIDR_REP) private data.
     pub private_data: Vec<u8>,
 }

@@ -4,8 +4,8 @@
 use std::hash::Hash;
 
 use softrdma_wire::cm::{
-    CmMessage, CmPath, MessageKind, MraRepr, RejReason, RejRepr, RepRepr, ReqRepr, TransportType,
-    ADDITIONAL_INFO_LEN,
+    CmMessage, CmPath, Ece, MessageKind, MraRepr, RejReason, RejRepr, RepRepr, ReqRepr,
+    TransportType, ADDITIONAL_INFO_LEN,
 };
 
 use crate::conn::{Conn, Exchange, State, Timers};
@@ -14,7 +14,7 @@ use crate::time::{iba_time, Instant};
 use crate::{AcceptParams, CmAgent, ConnId, Error, Event, Result};
 
 impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
-    pub(crate) fn on_req(&mut self, from: A, tid: u64, req: &ReqRepr) {
+    pub(crate) fn on_req(&mut self, from: A, tid: u64, req: &ReqRepr, ece: Ece) {
         let guid = req.local_ca_guid;
         if let Some(&id) = self.by_remote_id.get(&(guid, req.local_comm_id)) {
             return self.duplicate_req(id, from, tid, req);
@@ -35,10 +35,10 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             self.rej_to(from, tid, remote, MessageKind::Req, reason);
             return;
         }
-        self.new_passive(from, tid, req);
+        self.new_passive(from, tid, req, ece);
     }
 
-    fn new_passive(&mut self, from: A, tid: u64, req: &ReqRepr) {
+    fn new_passive(&mut self, from: A, tid: u64, req: &ReqRepr, ece: Ece) {
         let id = self.new_conn_id();
         let conn = Conn {
             id,
@@ -59,6 +59,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             confirm_rep: false,
             exchange: Exchange::from_req(req),
             destroyed: false,
+            remote_ece: ece,
         };
         self.conns.insert(id, conn);
         let guid = req.local_ca_guid;
@@ -106,6 +107,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             remote_comm_id: c.remote_comm_id,
             local_qkey: p.qkey,
             local_qpn: p.qpn,
+            vendor_id: p.ece.vendor_id,
             local_eecn: 0,
             starting_psn: p.starting_psn,
             responder_resources: p.responder_resources,
@@ -118,7 +120,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             local_ca_guid: self.config.ca_guid,
             private_data: Message::Rep.fill(&p.private_data)?,
         };
-        let mad = Self::encode(c.tid, CmMessage::Rep(rep))?;
+        let mad = Self::encode_ece(c.tid, CmMessage::Rep(rep), p.ece)?;
         let Some(c) = self.conns.get_mut(&conn) else {
             return Err(Error::NoSuchConn(conn));
         };

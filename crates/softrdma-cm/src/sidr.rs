@@ -59,6 +59,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             confirm_rep: false,
             exchange: Exchange::none(),
             destroyed: false,
+            remote_ece: Default::default(),
         }
     }
 

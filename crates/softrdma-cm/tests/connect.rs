@@ -481,3 +481,125 @@ fn destroy_before_the_rep_rejects_with_timeout() {
     assert_eq!(net.agents[PASSIVE].conn_count(), 0);
     assert!(net.events[ACTIVE].is_empty());
 }
+
+/// ECE through the exchange: the REQ's offer reaches the passive side
+/// (`remote_ece` from the connection request on), the REP's answer the
+/// active side, both on the wire where the kernel puts them; a REQ and
+/// REP without ECE carry zeros (the bytes of before), so each side reads
+/// zero; and a vendor ID wider than 24 bits is refused before anything
+/// is sent.
+#[test]
+fn ece_offer_and_answer_travel_in_req_and_rep() {
+    use softrdma_cm::Ece;
+    use softrdma_wire::CmMad;
+    let offer = Ece {
+        vendor_id: 0x53_5201,
+        options: 0b11,
+    };
+    let answer = Ece {
+        vendor_id: 0x53_5201,
+        options: 0b01,
+    };
+    let mut net = pair(21, Faults::default());
+    net.consumers[PASSIVE].accept = None;
+    let p = ConnectParams {
+        ece: offer,
+        ..connect_params()
+    };
+    let now = net.now;
+    let a = net.agents[ACTIVE].connect(now, PASSIVE as u8, &p).unwrap();
+    assert_eq!(net.agents[ACTIVE].remote_ece(a), Some(Ece::default()));
+    assert!(net.run_until(Duration::from_secs(1), |n| n.count(PASSIVE, |_| true) == 1));
+    let (_, Event::ConnectRequest { conn: pc, req, .. }) = net.events[PASSIVE][0].clone() else {
+        panic!("expected a ConnectRequest")
+    };
+    assert_eq!(req.vendor_id, offer.vendor_id);
+    assert_eq!(net.agents[PASSIVE].remote_ece(pc), Some(offer));
+    let now = net.now;
+    let ap = AcceptParams {
+        ece: answer,
+        ..accept_params()
+    };
+    net.agents[PASSIVE].accept(now, pc, &ap).unwrap();
+    assert!(
+        net.run_until(Duration::from_secs(1), |n| established(n, ACTIVE)
+            && established(n, PASSIVE))
+    );
+    assert_eq!(net.agents[ACTIVE].remote_ece(a), Some(answer));
+    let wire: Vec<_> = net
+        .captured
+        .iter()
+        .filter_map(|m| CmMad::parse(m).unwrap().ece())
+        .collect();
+    assert_eq!(wire, [offer, answer], "the REQ's offer, the REP's answer");
+
+    // Without ECE: zero both ways, and nothing in the bytes.
+    let mut net = pair(22, Faults::default());
+    let now = net.now;
+    let a = net.agents[ACTIVE]
+        .connect(now, PASSIVE as u8, &connect_params())
+        .unwrap();
+    assert!(
+        net.run_until(Duration::from_secs(1), |n| established(n, ACTIVE)
+            && established(n, PASSIVE))
+    );
+    assert_eq!(net.agents[ACTIVE].remote_ece(a), Some(Ece::default()));
+    for m in &net.captured {
+        let mad = CmMad::parse(m).unwrap();
+        assert_eq!(mad.header.attribute_modifier, 0);
+        assert!(mad.ece().is_none_or(|e| e == Ece::default()));
+    }
+
+    // A vendor ID the REQ cannot carry: EINVAL, nothing sent.
+    let mut net = pair(23, Faults::default());
+    let p = ConnectParams {
+        ece: Ece {
+            vendor_id: 1 << 24,
+            options: 1,
+        },
+        ..connect_params()
+    };
+    let now = net.now;
+    let e = net.agents[ACTIVE]
+        .connect(now, PASSIVE as u8, &p)
+        .unwrap_err();
+    assert_eq!(e.errno(), 22);
+    net.settle();
+    assert!(net.sent.is_empty());
+    assert_eq!(net.agents[ACTIVE].conn_count(), 0);
+}
+
+/// rdma_reject_ece's REJ: reason 35 (vendor option not supported) reaches
+/// the active side as the kernel's rdma_cm reports it.
+#[test]
+fn reject_for_an_unsupported_vendor_option() {
+    let mut net = pair(24, Faults::default());
+    net.consumers[PASSIVE].accept = None;
+    let now = net.now;
+    let a = net.agents[ACTIVE]
+        .connect(now, PASSIVE as u8, &connect_params())
+        .unwrap();
+    assert!(net.run_until(Duration::from_secs(1), |n| n.count(PASSIVE, |_| true) == 1));
+    let (_, Event::ConnectRequest { conn: p, .. }) = net.events[PASSIVE][0].clone() else {
+        panic!("expected a ConnectRequest")
+    };
+    let now = net.now;
+    net.agents[PASSIVE]
+        .reject(now, p, RejReason::VendorOptionNotSupported, b"no SR")
+        .unwrap();
+    net.settle();
+    let (_, e) = net
+        .find(ACTIVE, |e| matches!(e, Event::Rejected { .. }))
+        .unwrap();
+    let Event::Rejected {
+        conn,
+        reason,
+        private_data,
+    } = e
+    else {
+        unreachable!()
+    };
+    assert_eq!((conn, reason.code()), (a, 35));
+    assert_eq!(&private_data[..5], b"no SR");
+    assert_eq!(net.agents[ACTIVE].state(a), None);
+}

@@ -87,6 +87,11 @@ fn a_listener_takes_the_kernels_req_once_and_answers_with_a_rep() {
         panic!("one REP, not {out:?}")
     };
     assert_eq!(*to, reqs[0].0);
+    // rxe has no ECE: the kernel's REQ offers none, and the REP to it
+    // carries none (its bytes are the REP of before ECE).
+    assert_eq!(a.remote_ece(conn), Some(softrdma_cm::Ece::default()));
+    assert_eq!(rep.ece(), Some(softrdma_cm::Ece::default()));
+    assert_eq!(rep.header.attribute_modifier, 0);
     let CmMessage::Rep(rep) = rep.message else {
         panic!("{rep:?}")
     };

@@ -16,7 +16,7 @@ use softrdma_cm::{
     QpState as CmQpState, SidrParams,
 };
 use softrdma_engine::{
-    AccessFlags, AhAttr, AttrMask, Engine, Gid, Instant, Mtu, QpAttr, QpState, Qpn, VerbsError,
+    AccessFlags, AhAttr, AttrMask, Ece, Engine, Gid, Instant, Mtu, QpAttr, QpState, Qpn, VerbsError,
 };
 
 /// The IB CM of one device.
@@ -30,6 +30,10 @@ pub struct DeviceCm {
     /// QP, kept for the consumer's ESTABLISHED (rdma_cm reports it there;
     /// the automatic confirmation raises no ConnectResponse).
     rep_data: HashMap<ConnId, Vec<u8>>,
+    /// The ECE each connection this side made with a QP offered (only
+    /// those that offered any): the REP's answer is agreed with it and set
+    /// on the QP before RTR.
+    offers: HashMap<ConnId, Ece>,
     /// The UDP port peers' QP1s listen on.
     roce_port: u16,
 }
@@ -93,6 +97,7 @@ impl DeviceCm {
             qps: HashMap::new(),
             events: VecDeque::new(),
             rep_data: HashMap::new(),
+            offers: HashMap::new(),
             roce_port,
         }
     }
@@ -134,7 +139,30 @@ impl DeviceCm {
         };
         let conn = self.agent.connect(cm_now(now), self.peer(peer), &p)?;
         self.qps.insert(conn, qpn);
+        if p.ece.vendor_id != 0 {
+            self.offers.insert(conn, engine_ece(p.ece));
+        }
         Ok(conn)
+    }
+
+    /// What this side answers a connection request's ECE offer with when
+    /// it can do `mine` (zero: nothing): the options both can do
+    /// (`Ece::agree`, the engine's rule), zero when the request offered
+    /// none or another vendor's. Its REP carries that, so a REP to a peer
+    /// without ECE (rxe, the kernel) is the REP of before.
+    pub fn ece_answer(&self, conn: ConnId, mine: softrdma_cm::Ece) -> softrdma_cm::Ece {
+        let theirs = self.agent.remote_ece(conn).unwrap_or_default();
+        let agreed = engine_ece(mine).agree(engine_ece(theirs));
+        softrdma_cm::Ece {
+            vendor_id: agreed.vendor_id,
+            options: agreed.options,
+        }
+    }
+
+    /// The ECE the peer sent for `conn` (its REQ's offer, or its REP's
+    /// answer once the REP came): rdma_cm's `rdma_get_remote_ece`.
+    pub fn remote_ece(&self, conn: ConnId) -> Option<softrdma_cm::Ece> {
+        self.agent.remote_ece(conn)
     }
 
     /// Starts connecting for a consumer that moves its own QP (rdma_cm's
@@ -162,7 +190,11 @@ impl DeviceCm {
         conn: ConnId,
         p: &AcceptParams,
     ) -> Result<(), CmError> {
-        Ok(self.agent.accept(cm_now(now), conn, p)?)
+        let p = AcceptParams {
+            ece: self.ece_answer(conn, p.ece),
+            ..p.clone()
+        };
+        Ok(self.agent.accept(cm_now(now), conn, &p)?)
     }
 
     /// Confirms a connection held at `Event::ConnectResponse` (one made
@@ -181,6 +213,14 @@ impl DeviceCm {
         qpn: Qpn,
         p: &AcceptParams,
     ) -> Result<(), CmError> {
+        // ECE: the options both sides can do go on the QP before RTR and
+        // in the REP. Nothing agreed (no offer, or nothing in common)
+        // leaves the QP alone: it keeps what its owner set.
+        let ece = self.ece_answer(conn, p.ece);
+        if ece.vendor_id != 0 {
+            engine.set_ece(qpn, engine_ece(ece))?;
+        }
+        let p = &AcceptParams { ece, ..p.clone() };
         // The REP is only queued here: it leaves after the QP is in RTS
         // (this runs under the device lock), or a REJ follows it if the QP
         // cannot take the numbers.
@@ -244,6 +284,7 @@ impl DeviceCm {
     pub fn destroy(&mut self, now: Instant, conn: ConnId) -> Result<(), CmError> {
         self.qps.remove(&conn);
         self.rep_data.remove(&conn);
+        self.offers.remove(&conn);
         Ok(self.agent.destroy(cm_now(now), conn)?)
     }
 
@@ -289,6 +330,7 @@ impl DeviceCm {
                             // gets a REJ, the consumer a failure.
                             let _ = self.agent.destroy(cm_now(now), conn);
                             self.qps.remove(&conn);
+                            self.offers.remove(&conn);
                             Event::Unreachable { conn }
                         }
                     };
@@ -302,6 +344,7 @@ impl DeviceCm {
             {
                 self.qps.remove(conn);
                 self.rep_data.remove(conn);
+                self.offers.remove(conn);
             }
             self.events.push_back(ev);
         }
@@ -314,6 +357,12 @@ impl DeviceCm {
         conn: ConnId,
         qpn: Qpn,
     ) -> Result<(), CmError> {
+        // ECE: what we offered, agreed with the REP's answer, goes on the
+        // QP (still in INIT) before RTR.
+        if let Some(offer) = self.offers.remove(&conn) {
+            let answer = engine_ece(self.agent.remote_ece(conn).unwrap_or_default());
+            engine.set_ece(qpn, offer.agree(answer))?;
+        }
         let (attr, mask) = rtr_attr(&self.agent.init_qp_attr(conn, CmQpState::Rtr)?);
         modify(engine, now, qpn, &attr, mask)?;
         let (attr, mask) = rts_attr(&self.agent.init_qp_attr(conn, CmQpState::Rts)?);
@@ -324,6 +373,14 @@ impl DeviceCm {
     /// A peer as the agent names it: its IP address on the RoCE port.
     fn peer(&self, a: SocketAddr) -> SocketAddr {
         SocketAddr::new(a.ip(), self.roce_port)
+    }
+}
+
+/// The engine's ECE value of what a CM message carries.
+fn engine_ece(e: softrdma_cm::Ece) -> Ece {
+    Ece {
+        vendor_id: e.vendor_id,
+        options: e.options,
     }
 }
 

@@ -162,7 +162,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             ffi::fail_with("ibv_open_device", libc::EINVAL, "NULL device");
             return null_mut();
         };
-        let ctx = match open_shared(d) {
+        let (ctx, fresh) = match open_shared(d) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("softrdma: cannot open device {}: {e}", d.cfg.name);
@@ -171,7 +171,16 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             }
         };
         let async_fd = ctx.async_fd();
-        ffi::set_blocking(async_fd);
+        // A fresh fd is blocking, as a kernel uverbs fd is. The contexts of
+        // one open device share their async fd (and its file status
+        // flags), so a later open must not undo the O_NONBLOCK a program
+        // set on it: UCX makes its context's fd non-blocking, then its
+        // rdmacm transport makes librdmacm open the device again, and a
+        // blocking fd left its async thread blocked in
+        // ibv_get_async_event for good (ucp_cleanup then waits for it).
+        if fresh {
+            ffi::set_blocking(async_fd);
+        }
         let c = objects::leak(Ctx {
             vctx: new_vctx(device, async_fd),
             dev: ctx,
@@ -189,12 +198,14 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 /// open, or a newly opened one. rdma-core's test suite, for one, puts both
 /// ends of a connection on two contexts of one device and addresses the
 /// peer by its own GID, which only works if both are the same HCA.
-fn open_shared(d: &Dev) -> softrdma::Result<Context> {
+/// The device's HCA: the one its open contexts share, or a new one
+/// (`true`: its async fd is new too).
+fn open_shared(d: &Dev) -> softrdma::Result<(Context, bool)> {
     let open = d.open.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((c, _)) = open.as_ref() {
-        return Ok(c.clone());
+        return Ok((c.clone(), false));
     }
-    Context::open_with(&d.cfg)
+    Ok((Context::open_with(&d.cfg)?, true))
 }
 
 /// Records an open context of `d` (with the HCA it opened).

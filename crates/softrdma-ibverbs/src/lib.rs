@@ -65,6 +65,7 @@ mod exports {
     pub use crate::device::*;
     pub use crate::ece::*;
     pub use crate::qp_ex::ibv_qp_to_qp_ex;
+    pub use crate::rdmacm::ece::*;
     pub use crate::rdmacm::exports::*;
     pub use crate::rdmacm::options::*;
     pub use crate::rdmacm::rsocket::*;

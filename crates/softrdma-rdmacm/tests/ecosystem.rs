@@ -1,6 +1,7 @@
 //! The HPC communication stack, unmodified, on softrdma's drop-in
 //! `libibverbs.so.1` and `librdmacm.so.1` (issue 18; docs/ecosystem.md):
-//! UCX's `ucx_info` and `ucx_perftest`, Open MPI's `mpirun` with `pml ucx`
+//! UCX's `ucx_info`, `ucx_perftest` and `io_demo` (its connection through
+//! UCX's rdmacm connection manager), Open MPI's `mpirun` with `pml ucx`
 //! running a C program and mpi4py, and libfabric's `fi_pingpong` on its
 //! verbs provider. Debian's binaries, found through `LD_LIBRARY_PATH`.
 //!
@@ -384,6 +385,97 @@ fn ucx_perftest_ud_verbs_over_udp() {
 #[test]
 fn ucx_perftest_ud_verbs_over_shm() {
     ucx_matrix("ud_verbs", "shm");
+}
+
+// ----- UCX over rdma_cm -----
+
+/// IO iterations of the io_demo client.
+const IO_DEMO_ITERS: u64 = 2000;
+
+/// The sum of the client's per-interval `total:N` figures (io_demo prints
+/// one line per report interval, the last at the end of the run).
+fn io_demo_total(text: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.contains("[DEMO] total min:"))
+        .filter_map(|l| {
+            let t = l.split(" total:").nth(1)?;
+            t.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// UCX's io_demo with its connection made by UCX's rdmacm connection
+/// manager (`UCX_SOCKADDR_TLS_PRIORITY=rdmacm`) over the drop-in
+/// librdmacm, data over `rc_verbs`: the client's ids have no QP (UCX
+/// makes its own and passes `conn_param.qp_num`; CONNECT_RESPONSE, then
+/// `rdma_establish`), the server's listener on the wildcard address.
+/// `-q` checks every IO's data and transaction, `-i 2000` bounds the run;
+/// the client must exit 0 with status OK, report all 2000 IOs, and its
+/// UCX debug log must show lane 0 on `cm rdmacm` and the data on
+/// `rc_verbs/srx0:1`. Returns the client's output (a failure is a panic).
+fn io_demo_over_rdmacm(transport: &str, server_ip: &str, client_ip: &str) -> String {
+    let port = free_port().to_string();
+    let env = |c: &mut Command, ip: &str| {
+        c.env("UCX_SOCKADDR_TLS_PRIORITY", "rdmacm")
+            .env("UCX_TLS", "rc_verbs")
+            .env("SOFTRDMA_DEVICES", format!("srx0={ip}"));
+    };
+    let mut server = cmd("io_demo", &["-q", "-p", &port], transport, true);
+    env(&mut server, server_ip);
+    let iters = IO_DEMO_ITERS.to_string();
+    let cargs = ["-q", "-i", &iters, "-c", "3", "-p", &port, server_ip];
+    let mut client = cmd("io_demo", &cargs, transport, true);
+    env(&mut client, client_ip);
+    client.env("UCX_LOG_LEVEL", "debug");
+    let what = format!("io_demo over rdma_cm, SOFTRDMA_TRANSPORT={transport}");
+    let deadline = Instant::now() + DEADLINE;
+    let s = Proc::spawn(server, "io_demo-server");
+    // The server serves until killed: wait for its listener, run the
+    // client, then end the server.
+    let ready_by = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&s.log).is_ok_and(|t| t.contains("started listener"))
+        && Instant::now() < ready_by
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let c = Proc::spawn(client, "io_demo-client").finish(deadline);
+    let s = s.finish(Instant::now());
+    assert!(c.ok, "{what}:\n-- client {c}\n-- server {s}");
+    assert!(
+        c.text.contains("Client exit with status 'OK'"),
+        "{what}:\n-- client {c}\n-- server {s}"
+    );
+    assert_eq!(
+        io_demo_total(&c.text),
+        IO_DEMO_ITERS,
+        "{what}: IOs reported:\n-- client {c}"
+    );
+    assert!(
+        c.text.contains("lane[0]: cm rdmacm") && c.text.contains("rc_verbs/srx0:1"),
+        "{what}: not connected by rdmacm with rc_verbs data:\n-- client {c}"
+    );
+    for bad in ["data corruption", "ERROR", "failed: Input/output"] {
+        assert!(!c.text.contains(bad), "{what}: {bad:?}:\n-- client {c}");
+    }
+    c.text
+}
+
+#[test]
+fn ucx_io_demo_over_rdmacm_udp() {
+    let _g = common::serial();
+    if !have(&["io_demo", "unshare"], "ucx-utils util-linux") || !devnode_works() {
+        return;
+    }
+    io_demo_over_rdmacm("udp", "127.0.77.90", "127.0.77.91");
+}
+
+#[test]
+fn ucx_io_demo_over_rdmacm_shm() {
+    let _g = common::serial();
+    if !have(&["io_demo", "unshare"], "ucx-utils util-linux") || !devnode_works() {
+        return;
+    }
+    io_demo_over_rdmacm("shm", "127.0.77.92", "127.0.77.93");
 }
 
 // ----- Open MPI -----

@@ -220,6 +220,9 @@ impl CmPath {
 pub struct ReqRepr {
     /// The requester's communication ID.
     pub local_comm_id: u32,
+    /// ECE: the vendor whose options the MAD's AttributeModifier offers
+    /// (24 bits at byte 5, as the kernel's `CM_REQ_VENDOR_ID`; 0: none).
+    pub vendor_id: u32,
     /// The service the requester connects to (rdma_cm: see [`crate::cma`]).
     pub service_id: u64,
     /// The requester's CA GUID.
@@ -278,6 +281,7 @@ impl ReqRepr {
         let d = data("CM REQ", b)?;
         Ok(ReqRepr {
             local_comm_id: be32(&d[0..]),
+            vendor_id: read_u24(&d[5..]),
             service_id: be64(&d[8..]),
             local_ca_guid: be64(&d[16..]),
             local_qkey: be32(&d[28..]),
@@ -308,6 +312,7 @@ impl ReqRepr {
 
     fn check(&self) -> Result<()> {
         let h = "CM REQ";
+        fits(h, "VendorID", self.vendor_id.into(), 24)?;
         fits(h, "LocalQPN", self.local_qpn.into(), 24)?;
         fits(h, "LocalEECN", self.local_eecn.into(), 24)?;
         fits(h, "RemoteEECN", self.remote_eecn.into(), 24)?;
@@ -342,6 +347,7 @@ impl ReqRepr {
         self.check()?;
         let d = data_mut(b)?;
         put32(&mut d[0..], self.local_comm_id);
+        write_u24(&mut d[5..], self.vendor_id);
         put64(&mut d[8..], self.service_id);
         put64(&mut d[16..], self.local_ca_guid);
         put32(&mut d[28..], self.local_qkey);
@@ -584,6 +590,10 @@ pub struct RepRepr {
     pub local_qkey: u32,
     /// The responder's QPN (24 bits).
     pub local_qpn: u32,
+    /// ECE: the vendor whose options the MAD's AttributeModifier answers
+    /// with (24 bits, one byte after each of the QPN, EECN and PSN: the
+    /// kernel's `CM_REP_VENDOR_ID_H/_M/_L` at bytes 15, 19 and 23; 0: none).
+    pub vendor_id: u32,
     /// The responder's EE context (RD only, 24 bits).
     pub local_eecn: u32,
     /// The first PSN the responder will send.
@@ -617,6 +627,7 @@ impl RepRepr {
             remote_comm_id: be32(&d[4..]),
             local_qkey: be32(&d[8..]),
             local_qpn: read_u24(&d[12..]),
+            vendor_id: u32::from_be_bytes([0, d[15], d[19], d[23]]),
             local_eecn: read_u24(&d[16..]),
             starting_psn: Psn::new(read_u24(&d[20..])),
             responder_resources: d[24],
@@ -633,6 +644,7 @@ impl RepRepr {
 
     fn check(&self) -> Result<()> {
         let h = "CM REP";
+        fits(h, "VendorID", self.vendor_id.into(), 24)?;
         fits(h, "LocalQPN", self.local_qpn.into(), 24)?;
         fits(h, "LocalEECN", self.local_eecn.into(), 24)?;
         fits(h, "TargetACKDelay", self.target_ack_delay.into(), 5)?;
@@ -650,6 +662,8 @@ impl RepRepr {
         write_u24(&mut d[12..], self.local_qpn);
         write_u24(&mut d[16..], self.local_eecn);
         write_u24(&mut d[20..], self.starting_psn.value());
+        let [_, h, m, l] = self.vendor_id.to_be_bytes();
+        (d[15], d[19], d[23]) = (h, m, l);
         d[24] = self.responder_resources;
         d[25] = self.initiator_depth;
         put_bits(&mut d[26], 0, 5, self.target_ack_delay);
@@ -1093,6 +1107,20 @@ impl CmMessage {
     }
 }
 
+/// Enhanced Connection Establishment as a REQ or REP carries it (the
+/// kernel's `struct rdma_ucm_ece`): the vendor in the message's VendorID
+/// field (24 bits) and that vendor's option bits in the MAD header's
+/// AttributeModifier. All zero (no vendor) means no ECE, which is what a
+/// peer without ECE sends. What the options mean, and which both ends
+/// agree to, is the transport's business (`softrdma_engine::Ece`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Ece {
+    /// The vendor (an IEEE OUI, 24 bits; 0: none).
+    pub vendor_id: u32,
+    /// The vendor's option bits (the AttributeModifier).
+    pub options: u32,
+}
+
 /// A whole CM MAD: the common header and the message its AttributeID names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmMad {
@@ -1159,6 +1187,40 @@ impl CmMad {
         let mut m = Mad::new_unchecked(&mut out[..MAD_LEN]);
         self.header.emit(&mut m);
         self.message.emit(m.data_mut())
+    }
+
+    /// The ECE a REQ or REP carries (its VendorID and the header's
+    /// AttributeModifier); `None` for the other messages, which carry none.
+    pub fn ece(&self) -> Option<Ece> {
+        let vendor_id = match &self.message {
+            CmMessage::Req(r) => r.vendor_id,
+            CmMessage::Rep(r) => r.vendor_id,
+            _ => return None,
+        };
+        Some(Ece {
+            vendor_id,
+            options: self.header.attribute_modifier,
+        })
+    }
+
+    /// Puts `ece` into a REQ or REP (VendorID and AttributeModifier). Other
+    /// messages carry no ECE: a non-zero value for them, or a vendor ID
+    /// wider than 24 bits, is an error and nothing changes.
+    pub fn set_ece(&mut self, ece: Ece) -> Result<()> {
+        let bad = |value: u64| Error::BadField {
+            header: "CM",
+            field: "VendorID",
+            value,
+        };
+        fits("CM", "VendorID", ece.vendor_id.into(), 24)?;
+        match &mut self.message {
+            CmMessage::Req(r) => r.vendor_id = ece.vendor_id,
+            CmMessage::Rep(r) => r.vendor_id = ece.vendor_id,
+            _ if ece == Ece::default() => return Ok(()),
+            _ => return Err(bad(ece.vendor_id.into())),
+        }
+        self.header.attribute_modifier = ece.options;
+        Ok(())
     }
 
     /// The MAD as a new 256-byte array.

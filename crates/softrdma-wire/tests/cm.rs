@@ -46,6 +46,7 @@ fn emit_writes_the_whole_mad_and_nothing_past_it() {
 fn req_fields_sit_at_their_spec_offsets() {
     let mut q = req(&mut Rng::new(1));
     q.local_comm_id = 0x1122_3344;
+    q.vendor_id = 0;
     q.service_id = cma::service_id(cma::PS_TCP, 7471);
     q.local_qpn = 0xABCDEF;
     q.responder_resources = 0x10;
@@ -68,7 +69,7 @@ fn req_fields_sit_at_their_spec_offsets() {
     let b = CmMad::send(9, CmMessage::Req(q)).to_bytes().unwrap();
     let at = |o: usize| b[24 + o];
     assert_eq!(&b[24..28], &[0x11, 0x22, 0x33, 0x44]);
-    assert_eq!(&b[24 + 4..24 + 8], &[0; 4], "reserved");
+    assert_eq!(&b[24 + 4..24 + 8], &[0; 4], "reserved, and no ECE vendor");
     assert_eq!(&b[24 + 8..24 + 16], &[0, 0, 0, 0, 1, 6, 0x1D, 0x2F]);
     assert_eq!(&b[24 + 32..24 + 36], &[0xAB, 0xCD, 0xEF, 0x10]);
     assert_eq!(at(39), 0x20);
@@ -84,6 +85,75 @@ fn req_fields_sit_at_their_spec_offsets() {
     assert_eq!(&b[24 + 140..], &q.private_data[..]);
     assert_eq!(&b[..4], &[1, 0x07, 2, method::SEND]);
     assert_eq!(&b[16..18], &[0x00, 0x10], "AttributeID");
+}
+
+/// ECE, where the kernel's cm.c puts it: the REQ's VendorID in bytes
+/// 5..8 of the class data (`CM_REQ_VENDOR_ID`), the REP's split over
+/// bytes 15, 19 and 23 (`CM_REP_VENDOR_ID_H/_M/_L`, the byte after each
+/// 24-bit field), the options in the AttributeModifier (`cm_format_mad_ece_hdr`);
+/// the fields around them unchanged, and all of it read back.
+#[test]
+fn ece_sits_where_the_kernel_puts_it() {
+    use softrdma_wire::cm::Ece;
+    let ece = Ece {
+        vendor_id: 0x53_5201,
+        options: 0x8000_0001,
+    };
+    let mut q = req(&mut Rng::new(2));
+    q.local_comm_id = 0x1122_3344;
+    q.service_id = 0x0102_0304_0506_0708;
+    let mut m = CmMad::send(9, CmMessage::Req(q));
+    m.set_ece(ece).unwrap();
+    let b = m.to_bytes().unwrap();
+    assert_eq!(&b[20..24], &[0x80, 0, 0, 1], "AttributeModifier");
+    assert_eq!(&b[24..32], &[0x11, 0x22, 0x33, 0x44, 0, 0x53, 0x52, 0x01]);
+    assert_eq!(&b[32..40], &[1, 2, 3, 4, 5, 6, 7, 8], "ServiceID intact");
+    let back = CmMad::parse(&b).unwrap();
+    assert_eq!(back.ece(), Some(ece));
+    assert_eq!(back, m);
+
+    let mut p = common::cm::rep(&mut Rng::new(3));
+    p.local_qpn = 0xAABBCC;
+    p.local_eecn = 0xDDEEFF;
+    p.starting_psn = Psn::new(0x123456);
+    let mut m = CmMad::send(9, CmMessage::Rep(p));
+    m.set_ece(ece).unwrap();
+    let b = m.to_bytes().unwrap();
+    let d = &b[24..];
+    assert_eq!(&b[20..24], &[0x80, 0, 0, 1], "AttributeModifier");
+    assert_eq!(&d[12..16], &[0xAA, 0xBB, 0xCC, 0x53], "QPN, VendorID high");
+    assert_eq!(
+        &d[16..20],
+        &[0xDD, 0xEE, 0xFF, 0x52],
+        "EECN, VendorID middle"
+    );
+    assert_eq!(&d[20..24], &[0x12, 0x34, 0x56, 0x01], "PSN, VendorID low");
+    let back = CmMad::parse(&b).unwrap();
+    assert_eq!(back.ece(), Some(ece));
+    assert_eq!(back, m);
+
+    // No ECE is all zero: the bytes a peer without ECE sends.
+    let mut p = common::cm::rep(&mut Rng::new(3));
+    p.vendor_id = 0;
+    let m = CmMad::send(9, CmMessage::Rep(p));
+    let b = m.to_bytes().unwrap();
+    assert_eq!((b[24 + 15], b[24 + 19], b[24 + 23]), (0, 0, 0));
+    assert_eq!(&b[20..24], &[0; 4]);
+    assert_eq!(m.ece(), Some(Ece::default()));
+
+    // Only REQ and REP carry it; a vendor wider than 24 bits is refused.
+    let mut rtu = CmMad::send(9, random_message(&mut Rng::new(4), attr::RTU));
+    assert_eq!(rtu.ece(), None);
+    assert!(rtu.set_ece(ece).is_err());
+    assert!(rtu.set_ece(Ece::default()).is_ok());
+    let mut m = CmMad::send(9, CmMessage::Req(q));
+    let wide = Ece {
+        vendor_id: 0x100_0000,
+        options: 0,
+    };
+    assert!(m.set_ece(wide).is_err());
+    q.vendor_id = 0x100_0000;
+    assert!(CmMad::send(9, CmMessage::Req(q)).to_bytes().is_err());
 }
 
 #[test]

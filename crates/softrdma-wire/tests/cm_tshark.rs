@@ -15,7 +15,7 @@ use std::process::Command;
 
 use common::cm::random_message;
 use common::Rng;
-use softrdma_wire::cm::{attr, CmPath, RejReason, TransportType};
+use softrdma_wire::cm::{attr, CmPath, Ece, RejReason, RepRepr, ReqRepr, TransportType};
 use softrdma_wire::cma::{self, CmaHeader};
 use softrdma_wire::frame::{self, FrameOptions};
 use softrdma_wire::mad::{gmp_packet, method, MadRepr};
@@ -86,6 +86,7 @@ fn messages() -> Vec<CmMessage> {
         match &mut m {
             CmMessage::Req(q) => {
                 q.local_comm_id = comm;
+                q.vendor_id = 0x53_5201;
                 q.service_id = cma::service_id(cma::PS_TCP, PORT);
                 q.local_qpn = 0x00_0011;
                 q.starting_psn = Psn::new(0xABCDE);
@@ -110,6 +111,7 @@ fn messages() -> Vec<CmMessage> {
             }
             CmMessage::Rep(p) => {
                 p.local_comm_id = comm;
+                p.vendor_id = 0x53_5201;
                 p.local_qpn = 0x00_0022;
                 p.starting_psn = Psn::new(0x54321);
             }
@@ -132,10 +134,23 @@ fn messages() -> Vec<CmMessage> {
     out
 }
 
+/// The ECE options the REQ and REP carry (softrdma's vendor ID and its
+/// selective-repeat bit, plus a high bit, so every byte is seen).
+const ECE_OPTIONS: u32 = 0x8000_0001;
+
 fn mad_of(m: &CmMessage, tid: u64) -> CmMad {
     let mut mad = CmMad::send(tid, *m);
     if m.attribute_id() == attr::CLASS_PORT_INFO {
         mad.header = MadRepr::cm(method::GET_RESP, tid, attr::CLASS_PORT_INFO);
+    }
+    if let CmMessage::Req(ReqRepr { vendor_id, .. }) | CmMessage::Rep(RepRepr { vendor_id, .. }) =
+        *m
+    {
+        mad.set_ece(Ece {
+            vendor_id,
+            options: ECE_OPTIONS,
+        })
+        .unwrap();
     }
     mad
 }
@@ -163,6 +178,7 @@ const COMMON: &[&str] = &[
     "infiniband.mad.mgmtclass",
     "infiniband.mad.method",
     "infiniband.mad.attributeid",
+    "infiniband.mad.attributemodifier",
     "_ws.malformed",
     "_ws.expert.severity",
     "_ws.col.Info",
@@ -385,6 +401,17 @@ fn tshark_dissects_every_cm_message() {
         assert_eq!(
             num(row, "infiniband.mad.attributeid"),
             Some(id.into()),
+            "{ctx}"
+        );
+        // ECE's options travel in the AttributeModifier of REQ and REP
+        // (their vendor ID in bytes Wireshark shows as reserved).
+        let want_mod = match m {
+            CmMessage::Req(_) | CmMessage::Rep(_) => ECE_OPTIONS,
+            _ => 0,
+        };
+        assert_eq!(
+            num(row, "infiniband.mad.attributemodifier"),
+            Some(want_mod.into()),
             "{ctx}"
         );
         assert_eq!(

@@ -51,7 +51,7 @@ pub fn parse_req_private_data(private_data: &[u8]) -> Result<(CmaHeader, &[u8])>
 }
 
 use crate::verbs::{Context, Qp};
-use crate::{Error, Result};
+use crate::{Ece, Error, Result};
 
 /// What `rdma_conn_param` carries: private data and the QP's READ/atomic
 /// depths and retry counts.
@@ -75,6 +75,15 @@ pub struct ConnParam {
     /// is given up as unreachable (0-15; rdma_cm's 15). The two bound how
     /// long a connect to a peer that never answers takes.
     pub max_cm_retries: u8,
+    /// ECE (`rdma_set_local_ece`): the transport options this side offers
+    /// ([`connect`](Cm::connect): the REQ carries them) or can do
+    /// ([`accept`](Cm::accept): the REP answers with the options both can
+    /// do, [`Ece::agree`]). With a QP of softrdma's moving, the agreed
+    /// options are set on it before RTR (`Ece::SUPPORTED` on both sides
+    /// gives selective repeat, docs/transport.md). The default, no vendor,
+    /// offers nothing, leaves the QP alone, and sends the REQ and REP of
+    /// before ECE.
+    pub ece: Ece,
 }
 
 impl Default for ConnParam {
@@ -87,6 +96,7 @@ impl Default for ConnParam {
             rnr_retry_count: 7,
             cm_response_timeout: 20,
             max_cm_retries: 15,
+            ece: Ece::default(),
         }
     }
 }
@@ -213,6 +223,7 @@ impl Cm {
         params.remote_cm_response_timeout = p.cm_response_timeout;
         params.local_cm_response_timeout = p.cm_response_timeout;
         params.max_cm_retries = p.max_cm_retries;
+        params.ece = cm_ece(p.ece);
         Ok((SocketAddr::new(dst.ip(), dev.addr.port()), params))
     }
 
@@ -281,6 +292,35 @@ impl Cm {
             cm.agent()
                 .reject(now, conn, RejReason::ConsumerDefined, private_data)
                 .map_err(cm_error)
+        })
+    }
+
+    /// Rejects connection request `conn` because of its ECE offer
+    /// (`rdma_reject_ece`): reason 35, vendor option not supported, with
+    /// `private_data` (at most 148 bytes).
+    pub fn reject_ece(&self, conn: ConnId, private_data: &[u8]) -> Result<()> {
+        self.command(|cm, _, now| {
+            let now = softrdma_cm::Instant(now.0);
+            cm.agent()
+                .reject(now, conn, RejReason::VendorOptionNotSupported, private_data)
+                .map_err(cm_error)
+        })
+    }
+
+    /// The ECE options the peer sent for `conn` (`rdma_get_remote_ece`):
+    /// its REQ's offer (passive side, from [`CmEvent::ConnectRequest`] on)
+    /// or its REP's answer (active side, from the REP on; zero before).
+    /// Zero from a peer without ECE (rxe, the kernel's CM with a device
+    /// that has none). An error once the connection is gone.
+    pub fn remote_ece(&self, conn: ConnId) -> Result<Ece> {
+        self.command(|cm, _, _| {
+            let e = cm
+                .remote_ece(conn)
+                .ok_or_else(|| cm_error(softrdma_cm::Error::NoSuchConn(conn)))?;
+            Ok(Ece {
+                vendor_id: e.vendor_id,
+                options: e.options,
+            })
         })
     }
 
@@ -370,8 +410,17 @@ fn accept_params(qpn: u32, psn: u32, p: &ConnParam) -> Result<softrdma_cm::Accep
         initiator_depth: p.initiator_depth,
         rnr_retry_count: p.rnr_retry_count,
         private_data: p.private_data.clone(),
+        ece: cm_ece(p.ece),
         ..softrdma_cm::AcceptParams::default()
     })
+}
+
+/// The CM's ECE value (what a REQ or REP carries) of an engine one.
+fn cm_ece(e: Ece) -> softrdma_cm::Ece {
+    softrdma_cm::Ece {
+        vendor_id: e.vendor_id,
+        options: e.options,
+    }
 }
 
 fn cm_error(e: softrdma_cm::Error) -> Error {

@@ -1795,6 +1795,19 @@ impl Qp {
         Ok(self.ctx.dev.lock().engine.query_ece(q)?)
     }
 
+    /// Whether the QP runs selective repeat: its ECE options, set with
+    /// [`Qp::set_ece`] or by the CM's exchange (`ConnParam::ece`), have
+    /// it on (docs/transport.md).
+    pub fn selective_repeat(&self) -> bool {
+        let q = self.qpn;
+        self.ctx
+            .dev
+            .lock()
+            .engine
+            .qp_selective_repeat(q)
+            .unwrap_or(false)
+    }
+
     /// `ibv_set_ece`: the options both ends agreed to (selective repeat,
     /// docs/transport.md), before the QP reaches RTR; EINVAL otherwise, and
     /// for options the engine does not know or a QP that is not RC.

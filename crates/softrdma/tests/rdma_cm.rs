@@ -429,3 +429,97 @@ fn rep_private_data_and_qp_attributes_after_the_exchange() {
     assert_eq!((sa.max_rd_atomic, rb.max_dest_rd_atomic), (3, 3));
     assert_eq!((sb.max_rd_atomic, ra.max_dest_rd_atomic), (2, 2));
 }
+
+/// Connects `a` to `b` on `port` with ECE offers `ea` and `eb`; returns
+/// both connection IDs once established, and what each side read of the
+/// other's ECE (the passive side at the request, the active side after).
+fn connect_ece(a: &Side, b: &Side, port: u16, ea: Ece, eb: Ece) -> ((ConnId, ConnId), (Ece, Ece)) {
+    let (cma, cmb) = (a.ctx.cm(), b.ctx.cm());
+    cmb.listen(PortSpace::Tcp, port).unwrap();
+    let dst = SocketAddr::new(b.ctx.addr().ip(), port);
+    let pa = ConnParam {
+        ece: ea,
+        ..ConnParam::default()
+    };
+    let ca = cma.connect(&a.qp, dst, &pa).unwrap();
+    let CmEvent::ConnectRequest { conn: cb, .. } =
+        wait_for(&cmb, |e| matches!(e, CmEvent::ConnectRequest { .. }))
+    else {
+        unreachable!()
+    };
+    let seen_by_b = cmb.remote_ece(cb).unwrap();
+    let pb = ConnParam {
+        ece: eb,
+        ..ConnParam::default()
+    };
+    cmb.accept(cb, &b.qp, &pb).unwrap();
+    let est = |c: ConnId| move |e: &CmEvent<SocketAddr>| matches!(e, CmEvent::Established { conn } if *conn == c);
+    wait_for(&cma, est(ca));
+    wait_for(&cmb, est(cb));
+    let seen_by_a = cma.remote_ece(ca).unwrap();
+    ((ca, cb), (seen_by_a, seen_by_b))
+}
+
+/// ECE through the CM: two sides that both offer `Ece::SUPPORTED` agree to
+/// selective repeat, which the CM sets on both QPs before RTR, and the
+/// data moves; an offer the other side does not share (or makes none)
+/// ends with both QPs plain go-back-N; no offer at all, the
+/// default, reads zero both ways; a reject for the offer is REJECTED with
+/// reason 35.
+fn ece_through_the_cm(t: softrdma::shm::Transport) {
+    let sup = Ece::SUPPORTED;
+    let (a, b) = (side(device(t)), side(device(t)));
+    let (_, (seen_a, seen_b)) = connect_ece(&a, &b, PORT + 20, sup, sup);
+    assert_eq!((seen_a, seen_b), (sup, sup));
+    assert!(a.qp.selective_repeat() && b.qp.selective_repeat());
+    assert_eq!(
+        (a.qp.query_ece().unwrap(), b.qp.query_ece().unwrap()),
+        (sup, sup)
+    );
+    exchange_data(&a, &b);
+
+    let (a, b) = (side(device(t)), side(device(t)));
+    let (_, (seen_a, seen_b)) = connect_ece(&a, &b, PORT + 21, sup, Ece::default());
+    assert_eq!((seen_a, seen_b), (Ece::default(), sup));
+    assert!(!a.qp.selective_repeat() && !b.qp.selective_repeat());
+    exchange_data(&a, &b);
+
+    let (a, b) = (side(device(t)), side(device(t)));
+    let (_, seen) = connect_ece(&a, &b, PORT + 22, Ece::default(), sup);
+    assert_eq!(seen, (Ece::default(), Ece::default()));
+    assert!(!a.qp.selective_repeat() && !b.qp.selective_repeat());
+    exchange_data(&a, &b);
+
+    let (a, b) = (side(device(t)), side(device(t)));
+    let (cma, cmb) = (a.ctx.cm(), b.ctx.cm());
+    cmb.listen(PortSpace::Tcp, PORT + 23).unwrap();
+    let p = ConnParam {
+        ece: sup,
+        ..ConnParam::default()
+    };
+    let dst = SocketAddr::new(b.ctx.addr().ip(), PORT + 23);
+    let ca = cma.connect(&a.qp, dst, &p).unwrap();
+    let CmEvent::ConnectRequest { conn: cb, .. } =
+        wait_for(&cmb, |e| matches!(e, CmEvent::ConnectRequest { .. }))
+    else {
+        unreachable!()
+    };
+    cmb.reject_ece(cb, b"no").unwrap();
+    match wait_for(&cma, |e| matches!(e, CmEvent::Rejected { .. })) {
+        CmEvent::Rejected { conn, reason, .. } => {
+            assert_eq!((conn, reason.code()), (ca, 35));
+        }
+        _ => unreachable!(),
+    }
+    assert!(cmb.remote_ece(cb).is_err(), "the request is gone");
+}
+
+#[test]
+fn ece_through_the_cm_over_udp() {
+    ece_through_the_cm(softrdma::shm::Transport::Udp);
+}
+
+#[test]
+fn ece_through_the_cm_on_the_same_host() {
+    ece_through_the_cm(softrdma::shm::Transport::Shm);
+}

@@ -483,7 +483,8 @@ unsafe fn connect(id: &mut Id, param: *const rdma_conn_param) -> R {
         ..ConnParam::default()
     };
     // SAFETY: per the contract.
-    let p = unsafe { super::conn_param(param, defaults, max_resp, max_init) }?;
+    let mut p = unsafe { super::conn_param(param, defaults, max_resp, max_init) }?;
+    p.ece = super::ece::offer(id);
     let cm = ctx.dev.cm();
     {
         let mut reg = registry();
@@ -690,7 +691,8 @@ unsafe fn accept(id: &mut Id, param: *const rdma_conn_param) -> R {
         ..ConnParam::default()
     };
     // SAFETY: per the contract.
-    let p = unsafe { super::conn_param(param, defaults, max_resp, max_init) }?;
+    let mut p = unsafe { super::conn_param(param, defaults, max_resp, max_init) }?;
+    p.ece = super::ece::answer(id);
     let cm = ctx.dev.cm();
     match qp {
         Some(qp) => cm.accept(conn, qp, &p),

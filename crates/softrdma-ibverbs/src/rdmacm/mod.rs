@@ -23,6 +23,7 @@
 
 pub mod abi;
 mod addr;
+pub mod ece;
 mod events;
 pub mod exports;
 mod mcast;
@@ -71,6 +72,8 @@ pub struct IdState {
     pub options: options::CmOptions,
     /// The multicast groups joined (`rdma_join_multicast`).
     pub mcast: Vec<mcast::Joined>,
+    /// What `rdma_set_local_ece` set (an id without a QP offers it).
+    pub local_ece: softrdma::Ece,
 }
 
 impl Id {

@@ -898,6 +898,31 @@ static void check_unsupported(struct side *a)
 	CHECK("dealloc_pd_in_use_ebusy", rc == EBUSY, "rc %d", rc);
 }
 
+/* UCX makes its context's async fd non-blocking, then its rdmacm
+ * transport has librdmacm open the device again: that later open must
+ * leave the flag alone (the contexts of one softrdma device share the fd),
+ * or UCX's async thread blocks in ibv_get_async_event for good. */
+static void check_reopen_keeps_nonblocking(struct ibv_device *dev, struct side *a)
+{
+	struct ibv_async_event ev;
+	struct ibv_context *again;
+	int flags, rc;
+
+	flags = fcntl(a->ctx->async_fd, F_GETFL);
+	fcntl(a->ctx->async_fd, F_SETFL, flags | O_NONBLOCK);
+	again = ibv_open_device(dev);
+	if (!again)
+		DIE("ibv_open_device (again)");
+	CHECK("reopen_keeps_async_fd_nonblocking",
+	      fcntl(a->ctx->async_fd, F_GETFL) & O_NONBLOCK, "flags %#x",
+	      fcntl(a->ctx->async_fd, F_GETFL));
+	rc = ibv_get_async_event(a->ctx, &ev);
+	CHECK("reopen_async_event_still_eagain", rc == -1 && errno == EAGAIN,
+	      "rc %d errno %d", rc, errno);
+	ibv_close_device(again);
+	fcntl(a->ctx->async_fd, F_SETFL, flags);
+}
+
 int main(void)
 {
 	struct ibv_device **list;
@@ -927,6 +952,7 @@ int main(void)
 	check_channel(&a, &b);
 	check_srq_limit(&a, &b);
 	check_unsupported(&a);
+	check_reopen_keeps_nonblocking(list[0], &a);
 
 	ibv_free_device_list(list);
 	printf("%d failures\n", failures);

@@ -62,6 +62,7 @@ pub fn path(r: &mut Rng) -> CmPath {
 pub fn req(r: &mut Rng) -> ReqRepr {
     ReqRepr {
         local_comm_id: r.next_u32(),
+        vendor_id: bits(r, 24),
         service_id: r.next_u64(),
         local_ca_guid: r.next_u64(),
         local_qkey: r.next_u32(),
@@ -96,6 +97,7 @@ pub fn rep(r: &mut Rng) -> RepRepr {
         remote_comm_id: r.next_u32(),
         local_qkey: r.next_u32(),
         local_qpn: bits(r, 24),
+        vendor_id: bits(r, 24),
         local_eecn: bits(r, 24),
         starting_psn: Psn::new(bits(r, 24)),
         responder_resources: r.byte(),
