@@ -213,6 +213,7 @@ fn through_the_service_udp_with_one_percent_loss_and_reordering() {
         dup: 0.0,
         corrupt: 0.0,
         seed: 5,
+        ..Default::default()
     };
     let svc = Service::start(device(Transport::Udp, Some(fault)), Duration::from_secs(30));
     for n in [2, 3, 5] {
