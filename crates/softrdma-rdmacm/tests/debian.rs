@@ -210,7 +210,9 @@ fn rdma_server_and_rdma_client() {
 /// endpoints, a 16-byte inline SEND from a QP created asking for no
 /// inline room — the provider's rounding, 16 bytes an SGE as rxe's and
 /// mlx5's, lets it through), over UDP and the same-host path. (`-c x`
-/// needs XRC, which softrdma does not offer yet.)
+/// needs XRC connections through rdma_cm — XRC QPs and SRQs made by
+/// `rdma_create_ep` — which the drop-in librdmacm does not offer yet; the
+/// verbs themselves have XRC, docs/ibverbs.md.)
 #[test]
 fn rdma_xserver_and_rdma_xclient_rc() {
     if !have(&["rdma_xserver", "rdma_xclient"]) {
