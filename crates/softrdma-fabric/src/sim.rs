@@ -300,7 +300,7 @@ pub struct Sim {
     host_ps: Ps,
     sh: SharpTree,
     /// Payload bytes that reached hosts, in bins of 2^`gp_shift` ps (the
-    /// bins double in width to stay at most [`GOODPUT_BINS`]).
+    /// bins double in width to stay at most `GOODPUT_BINS`).
     pub goodput_bins: Vec<u64>,
     pub goodput_shift: u32,
 }
