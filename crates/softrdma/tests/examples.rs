@@ -97,9 +97,12 @@ fn epoll_events_example() {
         let want: Vec<String> = (0..50).map(|i| format!("ping {i}")).collect();
         assert_eq!(echoes, want);
         assert_eq!(report.echoed, 50);
-        // The server slept between messages: at least one wake-up per round
-        // trip, and not a busy loop of empty ones.
-        assert!((50..=400).contains(&report.wakeups), "{report:?}");
+        // The server slept between messages, and not in a busy loop of empty
+        // wake-ups. A wake-up takes every pending event, so one may serve
+        // the send completion of a round and the receive of the next (the
+        // client's next message can arrive with its ACK): at least one
+        // wake-up per two round trips.
+        assert!((25..=400).contains(&report.wakeups), "{report:?}");
     }
 }
 
