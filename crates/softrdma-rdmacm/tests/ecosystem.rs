@@ -772,9 +772,9 @@ fn libfabric_fi_pingpong_verbs_msg_over_a_veth() {
 // ----- Gloo -----
 
 /// Gloo's ibverbs transport (Debian's libgloo-dev): tests/cpp/gloo_ring.cc,
-/// a ring allreduce of 1 MiB float32 checked on every rank, then a Gloo
-/// barrier, 2 and 4 ranks, 20 runs in a row over each transport, no abort
-/// and no timeout. The barrier keeps the allreduce's buffers alive until
+/// a ring allreduce of 1 MiB float32 checked on every rank, then two Gloo
+/// barriers, 2 and 4 ranks, 20 runs in a row over each transport, no abort
+/// and no timeout. The barriers keep the allreduce's buffers alive until
 /// its last WRITE's completion has been polled: Debian's Gloo asserts it
 /// in `~Buffer`, but nothing waits for it (docs/ecosystem.md).
 #[test]

@@ -36,23 +36,29 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < n; i++)
     data[i] = float((rank + 1) * int(i % 1000) + rank);
   std::vector<float *> ptrs{data.data()};
-  // The barrier is made before the allreduce (buffers of its own slot) and
-  // run after it, while the allreduce still lives. Debian's Gloo
+  // Two barriers are made before the allreduce (buffers of their own
+  // slots) and run after it, while the allreduce still lives. Debian's Gloo
   // (2022-05) asserts in ~Buffer that every send of the buffer has
   // completed, but no algorithm waits for its last send (AllreduceRing's
   // last notification WRITE): whether its completion was polled in time is
   // a race with the peer's ACK, which hardware's microseconds win and a
   // software RDMA's round trip, through threads that sleep, loses. Gloo
-  // upstream turned the assertion into a warning (pytorch/gloo#437). The
-  // barrier's messages come from every peer after its ACK of that WRITE on
-  // the same QP, so the completion is polled before the barrier returns.
-  // The barrier, whose own last sends nothing waits for, is left to the
-  // exit instead of its destructor.
-  auto *barrier = new gloo::BarrierAllToAll(ctx);
+  // upstream turned the assertion into a warning (pytorch/gloo#437). A
+  // peer sends its ACK of that WRITE before its message of the second
+  // barrier (which it sends only after the first barrier's exchange), on
+  // the same QP, so the WRITE's completion is in our CQ before that
+  // message's, and Gloo's one device thread polls them in order: the
+  // allreduce's sends are done when the second barrier returns. (One
+  // barrier is not enough: an ACK held for a reply to ride with may follow
+  // that barrier's message.) The barriers, whose own last sends nothing
+  // waits for either, are left to the exit instead of their destructors.
+  auto *first = new gloo::BarrierAllToAll(ctx);
+  auto *second = new gloo::BarrierAllToAll(ctx);
   {
     gloo::AllreduceRing<float> allreduce(ctx, ptrs, int(n));
     allreduce.run();
-    barrier->run();
+    first->run();
+    second->run();
   }
 
   const int a = size * (size + 1) / 2, b = size * (size - 1) / 2;
