@@ -11,11 +11,10 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::ecn_marker_prog::{program, STATE_LEN};
-use crate::xsk::{bpf, ifindex, owned, put_u32};
+use crate::xsk::{bpf, ifindex, owned, prog_load, put_u32};
 
 const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
-const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_LINK_CREATE: libc::c_int = 28;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
@@ -97,40 +96,6 @@ fn create_state_map() -> io::Result<OwnedFd> {
 
 fn load(map: RawFd, drain_bps: u64, threshold: u32) -> io::Result<OwnedFd> {
     let insns = program(map, drain_bps, threshold);
-    let license = b"Dual MIT/GPL\0";
-    let mut log = vec![0u8; 1 << 16];
-    let mut a = [0u64; 18];
-    put_u32(&mut a, 0, BPF_PROG_TYPE_SCHED_CLS);
-    put_u32(&mut a, 4, insns.len() as u32);
-    a[1] = insns.as_ptr() as u64;
-    a[2] = license.as_ptr() as u64;
-    let name = b"softrdma_hull\0\0\0";
-    for (i, c) in name.chunks(4).enumerate() {
-        put_u32(
-            &mut a,
-            48 + 4 * i,
-            u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-        );
-    }
-    match bpf(BPF_PROG_LOAD, &mut a) {
-        Ok(fd) => Ok(owned(fd)),
-        Err(_) => {
-            // Load again with the verifier's log, to say why.
-            put_u32(&mut a, 24, 1); // log level
-            put_u32(&mut a, 28, log.len() as u32);
-            a[4] = log.as_mut_ptr() as u64;
-            match bpf(BPF_PROG_LOAD, &mut a) {
-                Ok(fd) => Ok(owned(fd)),
-                Err(e) => {
-                    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                    let text = String::from_utf8_lossy(&log[..end]);
-                    let tail: String = text.lines().rev().take(6).collect::<Vec<_>>().join(" | ");
-                    Err(io::Error::new(
-                        e.kind(),
-                        format!("BPF_PROG_LOAD (tc marker): {e}; verifier: {tail}"),
-                    ))
-                }
-            }
-        }
-    }
+    prog_load(BPF_PROG_TYPE_SCHED_CLS, None, &insns, b"softrdma_hull")
+        .map_err(|e| io::Error::new(e.kind(), format!("BPF_PROG_LOAD (tc marker): {e}")))
 }

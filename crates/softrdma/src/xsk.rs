@@ -680,16 +680,33 @@ fn map_update(map: RawFd, key: u32, value: RawFd) -> io::Result<()> {
 
 fn load_program(map: RawFd, port: u16) -> io::Result<OwnedFd> {
     let insns = crate::xdp_prog::program(map, port);
+    prog_load(BPF_PROG_TYPE_XDP, Some(BPF_XDP), &insns, b"softrdma_xdp")
+}
+
+/// `BPF_PROG_LOAD` of `insns` as a program of `prog_type` named `name` (at
+/// most 15 bytes). When the verifier refuses it (EACCES, EINVAL), loads it
+/// once more with the verifier's log, and the error ends with the log's
+/// last lines; any other error comes back as the kernel gave it (its errno
+/// says, for one, that a capability is missing).
+pub(crate) fn prog_load(
+    prog_type: u32,
+    expected_attach: Option<u32>,
+    insns: &[crate::xdp_prog::Insn],
+    name: &[u8],
+) -> io::Result<OwnedFd> {
     let license = b"Dual MIT/GPL\0";
-    let mut log = vec![0u8; 1 << 16];
     let mut a = [0u64; 18];
-    put_u32(&mut a, 0, BPF_PROG_TYPE_XDP);
+    put_u32(&mut a, 0, prog_type);
     put_u32(&mut a, 4, insns.len() as u32);
     a[1] = insns.as_ptr() as u64;
     a[2] = license.as_ptr() as u64;
-    put_u32(&mut a, 68, BPF_XDP); // expected attach type
-    let name = b"softrdma_xdp\0\0\0\0";
-    for (i, c) in name.chunks(4).enumerate() {
+    if let Some(t) = expected_attach {
+        put_u32(&mut a, 68, t);
+    }
+    let mut padded = [0u8; 16];
+    let n = name.len().min(15);
+    padded[..n].copy_from_slice(&name[..n]);
+    for (i, c) in padded.chunks(4).enumerate() {
         put_u32(
             &mut a,
             48 + 4 * i,
@@ -697,25 +714,23 @@ fn load_program(map: RawFd, port: u16) -> io::Result<OwnedFd> {
         );
     }
     match bpf(BPF_PROG_LOAD, &mut a) {
+        Ok(fd) => return Ok(owned(fd)),
+        Err(e) if !matches!(e.raw_os_error(), Some(libc::EACCES | libc::EINVAL)) => return Err(e),
+        Err(_) => {}
+    }
+    // Load again with the verifier's log, to say why.
+    let mut log = vec![0u8; 1 << 16];
+    put_u32(&mut a, 24, 1); // log level
+    put_u32(&mut a, 28, log.len() as u32);
+    a[4] = log.as_mut_ptr() as u64;
+    match bpf(BPF_PROG_LOAD, &mut a) {
         Ok(fd) => Ok(owned(fd)),
-        Err(e)
-            if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EINVAL) =>
-        {
-            // Load again with the verifier's log, to say why.
-            put_u32(&mut a, 24, 1); // log level
-            put_u32(&mut a, 28, log.len() as u32);
-            a[4] = log.as_mut_ptr() as u64;
-            match bpf(BPF_PROG_LOAD, &mut a) {
-                Ok(fd) => Ok(owned(fd)),
-                Err(e2) => {
-                    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                    let text = String::from_utf8_lossy(&log[..end]);
-                    let tail: String = text.lines().rev().take(4).collect::<Vec<_>>().join(" | ");
-                    Err(io::Error::new(e2.kind(), format!("{e2}; verifier: {tail}")))
-                }
-            }
+        Err(e) => {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]);
+            let tail: String = text.lines().rev().take(6).collect::<Vec<_>>().join(" | ");
+            Err(io::Error::new(e.kind(), format!("{e}; verifier: {tail}")))
         }
-        Err(e) => Err(e),
     }
 }
 
