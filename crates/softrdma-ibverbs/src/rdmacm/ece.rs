@@ -152,12 +152,8 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_reject_ece(
             let id = Id::live(id).ok_or(libc::EINVAL)?;
             let ctx = id.ctx().ok_or(libc::EINVAL)?;
             let conn = id.state().conn.ok_or(libc::EINVAL)?;
-            let data = if private_data.is_null() || len == 0 {
-                &[][..]
-            } else {
-                // SAFETY: per the contract, `len` readable bytes.
-                unsafe { std::slice::from_raw_parts(private_data.cast::<u8>(), len.into()) }
-            };
+            // SAFETY: per the contract, `len` readable bytes or NULL.
+            let data = unsafe { super::private_data(private_data, len) };
             ctx.dev.cm().reject_ece(conn, data).map_err(|e| e.errno())
         })();
         ret("rdma_reject_ece", r)

@@ -737,12 +737,8 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_reject(
         let r = unsafe { id_mut(id) }.and_then(|id| {
             let ctx = id.ctx().ok_or(libc::EINVAL)?;
             let conn = id.state().conn.ok_or(libc::EINVAL)?;
-            let data = if private_data.is_null() || len == 0 {
-                &[][..]
-            } else {
-                // SAFETY: per the contract, `len` readable bytes.
-                unsafe { std::slice::from_raw_parts(private_data.cast::<u8>(), len.into()) }
-            };
+            // SAFETY: per the contract, `len` readable bytes or NULL.
+            let data = unsafe { super::private_data(private_data, len) };
             ctx.dev.cm().reject(conn, data).map_err(|e| e.errno())
         });
         ret("rdma_reject", r)

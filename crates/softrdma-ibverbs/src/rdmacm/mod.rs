@@ -595,15 +595,8 @@ pub unsafe fn conn_param(
         defaults.responder_resources,
     )?;
     let initiator_depth = depth(p.initiator_depth, max_init, defaults.initiator_depth)?;
-    let data = if p.private_data.is_null() || p.private_data_len == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: per the contract, private_data_len readable bytes.
-        unsafe {
-            std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
-        }
-        .to_vec()
-    };
+    // SAFETY: per the contract, private_data_len readable bytes or NULL.
+    let data = unsafe { private_data(p.private_data, p.private_data_len) }.to_vec();
     Ok(ConnParam {
         private_data: data,
         responder_resources,
@@ -636,4 +629,17 @@ pub fn complete(id: &mut Id) -> Result<(), c_int> {
         (_, s) if s < 0 => Err(-s),
         (_, s) => Err(s),
     }
+}
+
+/// A C caller's private data: `len` bytes at `data`, none when it is NULL
+/// or `len` is 0.
+///
+/// # Safety
+/// `data` is NULL or points to `len` readable bytes that outlive `'a`.
+pub(super) unsafe fn private_data<'a>(data: *const std::ffi::c_void, len: u8) -> &'a [u8] {
+    if data.is_null() || len == 0 {
+        return &[];
+    }
+    // SAFETY: per this function's contract.
+    unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len.into()) }
 }
