@@ -1,7 +1,7 @@
 //! Deterministic simulation of device cores (the production progress loop
 //! over simulated ports) on a lossy, reordering, duplicating, corrupting and
-//! partitioned network: random workloads of every operation on RC, UC and
-//! UD QPs, with the invariants listed in `sim/mod.rs` checked after every
+//! partitioned network: random workloads of every operation on RC, UC, UD
+//! and XRC QPs, with the invariants listed in `sim/mod.rs` checked after every
 //! step.
 //!
 //! * `cargo test --release -p softrdma-core --test simulation` runs seeds
@@ -21,6 +21,9 @@
 //!   first seed comes from the clock on every run (CI passes
 //!   `SOFTRDMA_SIM_FRESH_START`, printed in its log), so that every test
 //!   run explores new ground; the failure message names the start.
+//! * `memory_windows_*` and `xrc_*` run seeds with memory windows
+//!   (`MEMORY_WINDOWS + k`) and XRC connections (`XRC + k`) in the
+//!   workload, also on one host.
 //! * `regressions` replays seeds that once failed.
 
 mod sim;
@@ -30,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sim::scenario::{Scenario, DCQCN, FABRIC, MEMORY_WINDOWS, SAME_HOST, SELECTIVE_REPEAT};
+use sim::scenario::{Scenario, DCQCN, FABRIC, MEMORY_WINDOWS, SAME_HOST, SELECTIVE_REPEAT, XRC};
 use sim::{run_seed, Core, Summary};
 
 fn replay_cmd(seed: u64) -> String {
@@ -78,6 +81,8 @@ struct Totals {
     ce_marks: u64,
     mw_binds: u64,
     mw_ops: u64,
+    xrc_wrs: u64,
+    xrc_recvs: u64,
 }
 
 impl Totals {
@@ -106,6 +111,8 @@ impl Totals {
         self.ce_marks += s.ce_marks;
         self.mw_binds += s.mw_binds;
         self.mw_ops += s.mw_ops;
+        self.xrc_wrs += s.xrc_wrs;
+        self.xrc_recvs += s.xrc_recvs;
     }
 }
 
@@ -162,7 +169,7 @@ fn run_range_named(seeds: std::ops::Range<u64>, context: &str) -> Totals {
     println!(
         "seeds {seeds:?}: {} passed in {:.1?}: {} WRs, {} send and {} receive completions, {} packets \
          ({} corrupted), {} RETRY_EXC_ERR on cut paths, {} excused by the wire under loss, {} after \
-         the peer failed, {} invalid WRs failed as they must, {} SQD drains, {} ms virtual{}{}{}",
+         the peer failed, {} invalid WRs failed as they must, {} SQD drains, {} ms virtual{}{}{}{}",
         totals.seeds,
         t0.elapsed(),
         totals.ops,
@@ -180,6 +187,14 @@ fn run_range_named(seeds: std::ops::Range<u64>, context: &str) -> Totals {
             format!(
                 "; {} memory-window binds, {} WRs through windows",
                 totals.mw_binds, totals.mw_ops
+            )
+        } else {
+            String::new()
+        },
+        if totals.xrc_wrs > 0 {
+            format!(
+                "; {} WRs on XRC initiators, {} receives through XRC SRQs",
+                totals.xrc_wrs, totals.xrc_recvs
             )
         } else {
             String::new()
@@ -373,6 +388,33 @@ fn memory_windows_same_host_0000_0099() {
     assert!(t.direct > 0, "no WR went direct beside the windows");
 }
 
+/// Runs seeds `XRC + k`: XRC initiators whose WRs name the target node's
+/// XRC SRQ, target QPs sharing it, every operation under the RC oracle;
+/// the block must really have posted on initiators and received through
+/// XRC SRQs.
+fn run_xrc(ks: std::ops::Range<u64>, context: &str) -> Totals {
+    let t = run_range_named(XRC + ks.start..XRC + ks.end, context);
+    assert!(
+        t.xrc_wrs > t.seeds && t.xrc_recvs > t.seeds,
+        "XRC seeds posted {} WRs on XRC initiators and completed {} receives through XRC SRQs in {} seeds",
+        t.xrc_wrs,
+        t.xrc_recvs,
+        t.seeds
+    );
+    t
+}
+
+#[test]
+fn xrc_0000_0249() {
+    run_xrc(0..250, " with XRC");
+}
+
+/// On one host, where the initiators' one-sided WRs may go direct.
+#[test]
+fn xrc_same_host_0000_0099() {
+    run_xrc(SAME_HOST..SAME_HOST + 100, " with XRC on one host");
+}
+
 /// Seeds beyond the fixed blocks above that once failed, each with what it
 /// found. They run in every test run, so none comes back.
 const REGRESSIONS: &[(u64, &str)] = &[
@@ -460,6 +502,7 @@ fn fresh_block() {
     run_same_host(start..start + FRESH_MORE, &context);
     run_range_named(FABRIC + start..FABRIC + start + FRESH_MORE, &context);
     run_selective_repeat(start..start + FRESH_MORE, &context);
+    run_xrc(start..start + FRESH_MORE, &context);
 }
 
 /// `SOFTRDMA_SIM_SEED=n` replays seed n (with `SOFTRDMA_SIM_TRACE=1`, printing

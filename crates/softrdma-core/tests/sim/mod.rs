@@ -9,7 +9,9 @@
 //! seeds ([`scenario::SAME_HOST`]) every port is on one `SimHost`: one-sided
 //! WRs on an idle QP run through the direct path, executed in the peer's
 //! memory after the engine's rules, and are checked like all others;
-//! RC, UC and UD QPs (RC receivers sometimes on an SRQ); and an application
+//! RC, UC and UD QPs (RC receivers sometimes on an SRQ; in XRC seeds
+//! ([`scenario::XRC`]) those become XRC targets sharing their node's XRC
+//! SRQ, reached by XRC initiators); and an application
 //! that posts a random mix of SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM,
 //! READ, CMP_AND_SWAP and FETCH_AND_ADD of 0 B to 1 MiB from unaligned,
 //! scattered buffers, signaled or not, fenced or not, and keeps receive
@@ -224,6 +226,8 @@ struct SrqH {
     posted: HashMap<u64, RecvBuf>,
     ring: Ring,
     l_off: u64,
+    /// An XRC SRQ's number, which initiators name in their XRCETHs.
+    srqn: Option<u32>,
 }
 
 struct NodeH {
@@ -233,6 +237,8 @@ struct NodeH {
     l: Region,
     r: Region,
     srq: Option<SrqH>,
+    /// The XRC domain of the node's XRC SRQ and target QPs.
+    xrcd: Option<XrcdHandle>,
     /// UD address handles by destination node.
     ahs: Vec<AhHandle>,
 }
@@ -297,6 +303,9 @@ struct QpH {
     /// In SQD: the last PSN of the WQEs started before the drain; nothing
     /// after it may be transmitted until the QP is back in RTS.
     sqd: Option<Psn>,
+    /// An XRC initiator: the number of the XRC SRQ at its peer's node that
+    /// every WR it posts names.
+    xrc_srqn: Option<u32>,
 }
 
 /// `ibv_inc_rkey`: the same window index, the next key byte.
@@ -410,6 +419,10 @@ pub struct Summary {
     /// READs and atomics posted through a window's rkey.
     pub mw_binds: u64,
     pub mw_ops: u64,
+    /// XRC: WRs XRC initiators posted, and receives completed through an
+    /// XRC SRQ (by target QPs).
+    pub xrc_wrs: u64,
+    pub xrc_recvs: u64,
 }
 
 pub struct World<N: HarnessNode> {
@@ -527,6 +540,18 @@ impl<N: HarnessNode> World<N> {
     /// engine through the core's command path. True when it went direct.
     fn submit(&mut self, node: usize, qpn: Qpn, wr: &SendWr) -> softrdma_engine::Result<bool> {
         let now = self.net.now;
+        let xrc_srqn = self
+            .by_qpn
+            .get(&(node, qpn))
+            .and_then(|&qi| self.qps[qi].xrc_srqn);
+        if let Some(srqn) = xrc_srqn {
+            self.summary.xrc_wrs += 1;
+            let wr = SendWr {
+                xrc_srqn: Some(srqn),
+                ..wr.clone()
+            };
+            return self.net.nodes[node].submit(now, qpn, &wr);
+        }
         self.net.nodes[node].submit(now, qpn, wr)
     }
 
@@ -564,15 +589,20 @@ impl<N: HarnessNode> World<N> {
         }
         let mut plan = Vec::new();
         for (ci, c) in sc.conns.iter().enumerate() {
+            let (ta, tb) = if c.xrc {
+                (QpType::XrcIni, QpType::XrcTgt)
+            } else {
+                (c.qp_type, c.qp_type)
+            };
             plan.push(Plan {
                 node: c.a,
-                t: c.qp_type,
+                t: ta,
                 conn: Some(ci),
                 a_side: true,
             });
             plan.push(Plan {
                 node: c.b,
-                t: c.qp_type,
+                t: tb,
                 conn: Some(ci),
                 a_side: false,
             });
@@ -650,18 +680,29 @@ impl<N: HarnessNode> World<N> {
             }
             let e = self.net.nodes[n].engine_mut();
             let uses_srq = sc.conns.iter().any(|c| c.srq_b && c.b == n);
+            // In XRC seeds every SRQ receiver is an XRC target (make_xrc).
+            let xrcd = sc
+                .conns
+                .iter()
+                .any(|c| c.xrc && c.b == n)
+                .then(|| e.alloc_xrcd());
             let srq = if uses_srq {
-                let id = e
-                    .create_srq(
-                        pd,
-                        SrqInit {
-                            max_wr: 1024,
-                            max_sge: 8,
-                            limit: 0,
-                        },
-                    )
-                    .map_err(|e| e.to_string())?;
+                let init = SrqInit {
+                    max_wr: 1024,
+                    max_sge: 8,
+                    limit: 0,
+                };
+                let id = match xrcd {
+                    Some(x) => e.create_xrc_srq(pd, x, rcq, init),
+                    None => e.create_srq(pd, init),
+                }
+                .map_err(|e| e.to_string())?;
+                let srqn = match xrcd {
+                    Some(_) => Some(e.srq_num(id).map_err(|e| e.to_string())?),
+                    None => None,
+                };
                 Some(SrqH {
+                    srqn,
                     id,
                     cap: sc.srq_cap,
                     depth: sc.srq_depth,
@@ -696,6 +737,7 @@ impl<N: HarnessNode> World<N> {
                     base: rbase,
                 },
                 srq,
+                xrcd,
                 ahs,
             });
         }
@@ -734,10 +776,19 @@ impl<N: HarnessNode> World<N> {
                 },
                 sq_sig_all: false,
             };
-            let qpn = self.net.nodes[node]
-                .engine_mut()
-                .create_qp(init)
-                .map_err(|e| format!("create_qp: {e}"))?;
+            let xrcd = n.xrcd;
+            let e = self.net.nodes[node].engine_mut();
+            let qpn = match (p.t, xrcd) {
+                (QpType::XrcTgt, Some(x)) => e.create_xrc_tgt_qp(x),
+                _ => e.create_qp(init),
+            }
+            .map_err(|e| format!("create_qp ({}): {e}", p.t))?;
+            let xrc_srqn = match &c {
+                Some(c) if p.t == QpType::XrcIni => {
+                    self.nodes[c.b].srq.as_ref().and_then(|s| s.srqn)
+                }
+                _ => None,
+            };
             let l_off = l_used[node];
             l_used[node] += local_area;
             let (r_off, peer_node) = match &c {
@@ -821,6 +872,7 @@ impl<N: HarnessNode> World<N> {
                 resumed_at: Instant::ZERO,
                 win: None,
                 scratch: None,
+                xrc_srqn,
             });
         }
         // Pair up connected QPs and bring them up.
@@ -833,7 +885,7 @@ impl<N: HarnessNode> World<N> {
         let now = self.net.now;
         for i in 0..self.qps.len() {
             self.bring_up(i)?;
-            if self.qps[i].qp_type == QpType::Rc {
+            if self.qps[i].qp_type.is_reliable() {
                 let c = &sc.conns[self.qps[i].conn.unwrap()];
                 let psn = if i % 2 == 0 { c.psn_a } else { c.psn_b };
                 self.qps[i].oracle = Some(Oracle::new(Psn::new(psn), now));
@@ -843,7 +895,9 @@ impl<N: HarnessNode> World<N> {
         if sc.mw {
             for i in 0..self.qps.len() {
                 let q = &self.qps[i];
-                if q.conn.is_none() {
+                // An XRC target has no send queue to bind through, and the
+                // windows stay on the QP types they were written for.
+                if q.conn.is_none() || q.qp_type.is_xrc() {
                     continue;
                 }
                 let (node, requester) = (q.node, q.ops_left > 0);
@@ -860,7 +914,7 @@ impl<N: HarnessNode> World<N> {
         }
         if sc.poison.is_some() {
             // The first RC requester (the a end of the first connection).
-            if let Some(q) = self.qps.first_mut().filter(|q| q.qp_type == QpType::Rc) {
+            if let Some(q) = self.qps.first_mut().filter(|q| q.qp_type.is_reliable()) {
                 q.poison_at = Some(q.ops_left as u64 / 2);
             }
         }
@@ -920,7 +974,9 @@ impl<N: HarnessNode> World<N> {
             | AttrMask::PATH_MTU
             | AttrMask::DEST_QPN
             | AttrMask::RQ_PSN;
-        if t == QpType::Rc {
+        // An XRC QP takes RC's attributes; the engine drops those its side
+        // has no use for (qp_attr::xrc_modify_mask), as the kernel does.
+        if t.is_reliable() {
             a.max_dest_rd_atomic = c.rd_atomic;
             a.min_rnr_timer = c.min_rnr_timer;
             m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
@@ -929,7 +985,7 @@ impl<N: HarnessNode> World<N> {
         a.qp_state = QpState::Rts;
         a.sq_psn = Psn::new(my_psn);
         let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
-        if t == QpType::Rc {
+        if t.is_reliable() {
             a.timeout = c.timeout;
             a.retry_cnt = c.retry_cnt;
             a.rnr_retry = c.rnr_retry;
@@ -964,7 +1020,7 @@ impl<N: HarnessNode> World<N> {
             if bad_qkey && t.stage == TapStage::Transmit {
                 l.bad_qkey_tx += 1;
             }
-            if info.transport == Transport::Rc {
+            if matches!(info.transport, Transport::Rc | Transport::Xrc) {
                 l.events.push(WireEv {
                     stage: t.stage,
                     now: t.now,
@@ -1141,9 +1197,9 @@ impl<N: HarnessNode> World<N> {
             return Ok(false);
         }
         match q.qp_type {
-            QpType::Rc | QpType::Uc => self.post_connected(qi),
+            QpType::Rc | QpType::Uc | QpType::XrcIni => self.post_connected(qi),
             QpType::Ud => self.post_ud(qi),
-            QpType::XrcIni | QpType::XrcTgt => Err(format!("q{qi}: the workloads make no XRC QPs")),
+            QpType::XrcTgt => Err(format!("q{qi}: an XRC target has no send queue")),
         }
     }
 
@@ -1172,7 +1228,7 @@ impl<N: HarnessNode> World<N> {
         if self.qps[qi].scratch.is_some() && self.rng.chance(0.05) {
             return self.post_scratch_bind(qi);
         }
-        let rc = self.qps[qi].qp_type == QpType::Rc;
+        let rc = self.qps[qi].qp_type.is_reliable();
         let ci = self.qps[qi].conn.unwrap();
         let send_max = u64::from(self.sc.conns[ci].send_max);
         let mtu = self.qps[qi].mtu;
@@ -1795,7 +1851,12 @@ impl<N: HarnessNode> World<N> {
         let mut did = false;
         for qi in 0..self.qps.len() {
             let q = &self.qps[qi];
-            if q.uses_srq || q.errored.is_some() || q.rq.len() >= q.recv_depth {
+            // An XRC initiator has no receive queue; a target takes its SRQ's.
+            if q.uses_srq
+                || q.qp_type == QpType::XrcIni
+                || q.errored.is_some()
+                || q.rq.len() >= q.recv_depth
+            {
                 continue;
             }
             if q.qp_type != QpType::Ud && q.conn.is_none() {
@@ -1966,7 +2027,7 @@ impl<N: HarnessNode> World<N> {
         let w = &q.sq[pos];
         let node = q.node;
         let direct = w.direct;
-        if q.qp_type == QpType::Rc {
+        if q.qp_type.is_reliable() {
             if let Some(o) = q.oracle.as_ref() {
                 ensure!(
                     !o.unacked(w.wr_id),
@@ -2145,7 +2206,7 @@ impl<N: HarnessNode> World<N> {
                         }
                     }
                 }
-                let rc = self.qps[qi].qp_type == QpType::Rc;
+                let rc = self.qps[qi].qp_type.is_reliable();
                 if let Some(c) = self.cut_for(qi).filter(|_| rc && op != Op::Bind) {
                     // What was on the wire at the cut still arrives, and its
                     // answer may be an ACK held for the ACK delay.
@@ -2161,7 +2222,7 @@ impl<N: HarnessNode> World<N> {
             }
             WcStatus::RetryExcErr => {
                 ensure!(
-                    self.qps[qi].qp_type == QpType::Rc,
+                    self.qps[qi].qp_type.is_reliable(),
                     "q{qi}: RETRY_EXC_ERR on a {} QP",
                     self.qps[qi].qp_type
                 );
@@ -2240,7 +2301,7 @@ impl<N: HarnessNode> World<N> {
         // Now and then the whole area: nothing outside the WRs' ranges
         // changed, and what is not being written equals the model.
         let q = &self.qps[qi];
-        if q.qp_type == QpType::Rc && q.errored.is_none() && q.completed.is_multiple_of(8) {
+        if q.qp_type.is_reliable() && q.errored.is_none() && q.completed.is_multiple_of(8) {
             let peer_ok = self.qps[q.peer.unwrap()].errored.is_none();
             if peer_ok {
                 self.check_remote_skip(qi, 0, q.r_size, 0, "whole area")?;
@@ -2271,6 +2332,9 @@ impl<N: HarnessNode> World<N> {
             ));
         };
         self.summary.recvs += 1;
+        if self.qps[qi].qp_type == QpType::XrcTgt {
+            self.summary.xrc_recvs += 1;
+        }
         self.log(|| {
             format!(
                 "rwc q{qi} wr {:#x} {:?} {:?} len {} imm {:#x}",
@@ -2331,7 +2395,7 @@ impl<N: HarnessNode> World<N> {
         );
         let imm_flag = wc.wc_flags.contains(WcFlags::WITH_IMM);
         match self.qps[qi].qp_type {
-            QpType::Rc => {
+            QpType::Rc | QpType::XrcTgt => {
                 let Some(m) = self.qps[qi].incoming.pop_front() else {
                     return Err(format!(
                         "q{qi}: receive completion {:#x} but the peer sent no message for it",
@@ -2496,9 +2560,7 @@ impl<N: HarnessNode> World<N> {
                     wc.wr_id
                 );
             }
-            QpType::XrcIni | QpType::XrcTgt => {
-                return Err(format!("q{qi}: the workloads make no XRC QPs"))
-            }
+            QpType::XrcIni => return Err(format!("q{qi}: an XRC initiator has no receive queue")),
         }
         Ok(())
     }
@@ -2628,7 +2690,7 @@ impl<N: HarnessNode> World<N> {
     fn done(&self) -> bool {
         self.qps.iter().enumerate().all(|(i, q)| {
             let mut ok = q.ops_left == 0 && q.sq.is_empty();
-            if q.qp_type == QpType::Rc && !q.incoming.is_empty() {
+            if q.qp_type.is_reliable() && !q.incoming.is_empty() {
                 // Messages still to arrive, unless one end failed.
                 let peer = q.peer.unwrap();
                 ok &= q.errored.is_some() || self.qps[peer].errored.is_some();
@@ -2695,7 +2757,7 @@ impl<N: HarnessNode> World<N> {
             if self.sc.sqd_p > 0.0 {
                 for qi in 0..self.qps.len() {
                     let q = &self.qps[qi];
-                    if q.qp_type == QpType::Rc
+                    if q.qp_type.is_reliable()
                         && q.sqd.is_none()
                         && q.errored.is_none()
                         && q.ops_left > 0
@@ -2814,7 +2876,7 @@ impl<N: HarnessNode> World<N> {
             let q = &self.qps[qi];
             ensure!(q.sq.is_empty(), "q{qi}: WRs never completed");
             match q.qp_type {
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcIni | QpType::XrcTgt => {
                     let peer = q.peer.unwrap();
                     if q.errored.is_none() && self.qps[peer].errored.is_none() {
                         // The whole remote area equals the model.
@@ -2840,9 +2902,6 @@ impl<N: HarnessNode> World<N> {
                     }
                 }
                 QpType::Ud => {}
-                QpType::XrcIni | QpType::XrcTgt => {
-                    return Err(format!("q{qi}: the workloads make no XRC QPs"))
-                }
             }
         }
         if self.never_late() && self.sc.poison.is_none() {

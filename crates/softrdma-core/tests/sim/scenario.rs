@@ -55,6 +55,10 @@ pub struct Conn {
     pub recv_depth: usize,
     /// Both ends issue work (otherwise only a).
     pub both_ways: bool,
+    /// An XRC connection ([`XRC`] set in the seed): a is an XRC initiator,
+    /// b an XRC target whose requests land in b's node's XRC SRQ (so
+    /// `srq_b` holds and only a issues work).
+    pub xrc: bool,
 }
 
 /// Links `from`→`to` (and back when `both`) are down in `[start, end)`.
@@ -115,6 +119,8 @@ pub struct Scenario {
     pub mw: bool,
     /// Every node runs DCQCN ([`DCQCN`] set in the seed).
     pub dcqcn: bool,
+    /// XRC connections in the workload ([`XRC`] set in the seed).
+    pub xrc: bool,
 }
 
 /// A star of links (`SimNet::star`) that replaces the network's delay.
@@ -180,6 +186,15 @@ pub const DCQCN: u64 = 1 << 51;
 /// unbind) a type-1 window of their own now and then, between their other
 /// WRs. The rest of the scenario is drawn from the seed as for any other.
 pub const MEMORY_WINDOWS: u64 = 1 << 52;
+
+/// Seeds with this bit set turn every RC connection whose receiver uses
+/// its node's SRQ into an XRC connection (and the first connection into
+/// one when none does): the initiator's WRs name the target node's XRC SRQ
+/// in their XRCETH, target QPs of one node share that SRQ and its CQ, and
+/// the target issues no work (it has no send queue). Every operation runs
+/// on them as on RC, under the same oracle. The rest of the scenario is
+/// the seed's without the bit.
+pub const XRC: u64 = 1 << 53;
 
 fn pick<T: Copy>(r: &mut Rng, xs: &[T]) -> T {
     xs[r.below(xs.len() as u64) as usize]
@@ -298,6 +313,7 @@ impl Scenario {
                 send_max,
                 recv_depth,
                 both_ways: r.chance(0.5),
+                xrc: false,
             });
         }
         let min_timeout = conns
@@ -366,6 +382,10 @@ impl Scenario {
             )
         });
         let sqd_p = if r.chance(0.2) { 0.003 } else { 0.0 };
+        let xrc = seed & XRC != 0;
+        if xrc {
+            make_xrc(&mut conns, srq_cap);
+        }
         let same_host = seed & SAME_HOST != 0;
         let fabric = seed & FABRIC != 0;
         let mode = match mode {
@@ -417,6 +437,21 @@ impl Scenario {
             selective_repeat: seed & SELECTIVE_REPEAT != 0,
             dcqcn: seed & DCQCN != 0,
             mw: seed & MEMORY_WINDOWS != 0,
+            xrc,
         }
+    }
+}
+
+/// [`XRC`]: the RC connections with an SRQ receiver become XRC, one-way;
+/// without any, the first connection (always RC) becomes one.
+fn make_xrc(conns: &mut [Conn], srq_cap: u32) {
+    if !conns.iter().any(|c| c.srq_b) {
+        let c = &mut conns[0];
+        c.srq_b = true;
+        c.send_max = c.send_max.min(srq_cap);
+    }
+    for c in conns.iter_mut().filter(|c| c.srq_b) {
+        c.xrc = true;
+        c.both_ways = false;
     }
 }
