@@ -23,7 +23,12 @@ RATE=${3:-1000}
 MODES=${4:-fixed dcqcn}
 DRAIN=$((RATE * 95 / 100))
 THRESH=${THRESH:-32000}
-LINE_GBPS=${LINE_GBPS:-2}
+# DCQCN's line rate: the senders' own links, as fast as the bottleneck's
+# (an incast between hosts with equal links). veth has no rate of its
+# own; a higher figure (2 Gb/s, the earlier default) lets each sender
+# start, and recover, at twice what the bottleneck drains, and on an idle
+# machine the tbf queue then overflowed (2.5-3.1 % dropped).
+LINE_GBPS=${LINE_GBPS:-$(awk "BEGIN { print $RATE / 1000 }")}
 LIMIT=${LIMIT:-256kb}
 TIMEOUT=${TIMEOUT:-14}
 WARMUP=${WARMUP:-1}

@@ -12,6 +12,8 @@
 #   scripts/sr_netns_bench.sh [MIB] [DELAY_US]
 #
 # TIMEOUT=T sets the local ACK timeout exponent (default 10: 4.2 ms).
+# LOSSES="0 0.01" picks the loss rates (default "0 0.001 0.01 0.05"; the
+# first is the reference of the ratios).
 set -eu
 MIB=${1:-256}
 DELAY=${2:-50}
@@ -61,7 +63,7 @@ echo
 echo "| loss | go-back-N Gb/s | GBN / lossless | GBN retransmits (timeouts) | selective repeat Gb/s | SR / lossless | SR retransmits (timeouts) |"
 echo "|---|---|---|---|---|---|---|"
 g0=""; s0=""
-for loss in 0 0.001 0.01 0.05; do
+for loss in ${LOSSES:-0 0.001 0.01 0.05}; do
   g=$(run $loss gbn); s=$(run $loss sr)
   gg=$(field "$g" gbps); sg=$(field "$s" gbps)
   [ -z "$g0" ] && g0=$gg && s0=$sg
