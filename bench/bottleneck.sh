@@ -9,8 +9,10 @@
 # SECS seconds (crates/softrdma/examples/sr_udp_goodput.rs) to its own
 # server process on the receiver, once with the fixed window (no
 # congestion control) and once with DCQCN (SOFTRDMA_CC). Prints a markdown
-# table: per-sender goodput, the qdisc's sent/dropped packets and its
-# backlog sampled every 20 ms, marks, CNPs, retransmissions. With
+# table: per-sender goodput, the qdisc's sent/dropped packets (the whole
+# run, and after the first WARMUP seconds: DCQCN starts every flow at its
+# line rate, so the start overflows the queue once) and its backlog
+# sampled every 20 ms, marks, CNPs, retransmissions. With
 # CAPTURE=DIR it keeps a capture of CE-marked packets and CNPs taken on the
 # receiver's veth during the DCQCN run (DIR/bottleneck-dcqcn.pcap). Root
 # and iproute2 (tc) needed; tcpdump for CAPTURE.
@@ -77,6 +79,8 @@ qdisc() {
 }
 sleep 0.2
 
+sent_of() { echo "$1" | sed -n 's/.*Sent [0-9]* bytes \([0-9]*\) pkt.*/\1/p'; }
+dropped_of() { echo "$1" | sed -n 's/.*dropped \([0-9]*\),.*/\1/p'; }
 field() { v=$(echo "$1" | tr " " "\n" | sed -n "s/^$2=//p" | head -1); echo "${v:-0}"; }
 
 run() { # mode → one table row
@@ -112,10 +116,14 @@ run() { # mode → one table row
         pids="$pids $!"
     done
     # The backlog, every 20 ms while the senders run (bounded).
+    # The counters as the warm-up ends, for the steady state's drop rate.
     : >"$WORK/backlog.$mode"
-    local k
+    local k st t0 warm=""
+    t0=$(date +%s%N)
     for k in $(seq 1 $((SECS * 50))); do
-        ip netns exec "$SW" tc -s qdisc show dev rport | sed -n 's/.*backlog \([0-9]*\)b.*/\1/p' >>"$WORK/backlog.$mode"
+        st=$(ip netns exec "$SW" tc -s qdisc show dev rport)
+        echo "$st" | sed -n 's/.*backlog \([0-9]*\)b.*/\1/p' >>"$WORK/backlog.$mode"
+        [ -z "$warm" ] && [ $(($(date +%s%N) - t0)) -ge $((WARMUP * 1000000000)) ] && warm=$st
         sleep 0.02
         kill -0 $pids 2>/dev/null || break
     done
@@ -123,12 +131,13 @@ run() { # mode → one table row
     exec 3>&-
     wait "$marker" || true
     [ -n "$cap" ] && { kill "$cap" 2>/dev/null || true; wait "$cap" 2>/dev/null || true; }
-    local st
     st=$(ip netns exec "$SW" tc -s qdisc show dev rport)
     echo "$st" >"$WORK/qdisc.$mode"
-    local sent drop
-    sent=$(echo "$st" | sed -n 's/.*Sent [0-9]* bytes \([0-9]*\) pkt.*/\1/p')
-    drop=$(echo "$st" | sed -n 's/.*dropped \([0-9]*\),.*/\1/p')
+    local sent drop wsent wdrop
+    sent=$(sent_of "$st")
+    drop=$(dropped_of "$st")
+    wsent=$((sent - $(sent_of "${warm:-$st}")))
+    wdrop=$((drop - $(dropped_of "${warm:-$st}")))
     local per="" tot=0 mn="" mx=0 rt=0 to=0 cnpr=0 ce=0 cnps=0 g
     for i in $(seq 1 "$N"); do
         c=$(cat "$WORK/cli.$mode.$i")
@@ -151,9 +160,10 @@ run() { # mode → one table row
     bmax=$(sort -n "$WORK/backlog.$mode" | tail -1)
     bmean=$(awk '{s += $1; n++} END {if (n) printf "%.0f", s / n; else print 0}' "$WORK/backlog.$mode")
     marked=$(field "$(cat "$WORK/marker.$mode")" marked)
-    printf '| %s | %s | %.3f | %.1f %% | %s | %s | %.3f %% | %.1f / %.1f | %s | %s | %s / %s | %s (%s) |\n' \
+    printf '| %s | %s | %.3f | %.1f %% | %s | %s | %.3f %% | %.1f / %.1f | %s | %s | %s / %s | %s (%s) | %s of %s, %.3f %% |\n' \
         "$mode" "$per" "$tot" "$dev" "$sent" "$drop" "$(echo "100 * $drop / ($sent + $drop)" | bc -l)" \
-        "$(echo "$bmax / 1024" | bc -l)" "$(echo "$bmean / 1024" | bc -l)" "$marked" "$ce" "$cnps" "$cnpr" "$rt" "$to"
+        "$(echo "$bmax / 1024" | bc -l)" "$(echo "$bmean / 1024" | bc -l)" "$marked" "$ce" "$cnps" "$cnpr" "$rt" "$to" \
+        "$wdrop" "$((wsent + wdrop))" "$(echo "100 * $wdrop / ($wsent + $wdrop + 1)" | bc -l)"
     [ "${VERBOSE:-0}" = 1 ] && { cat "$WORK/qdisc.$mode" >&2; cat "$WORK"/cli."$mode".* "$WORK"/srv."$mode".* >&2; }
     return 0
 }
@@ -161,7 +171,7 @@ run() { # mode → one table row
 echo "# $N senders → 1 receiver, RoCEv2/UDP, 64 KiB WRITEs for ${SECS} s each (goodput after the first ${WARMUP} s); bottleneck tbf ${RATE} Mbit/s limit $LIMIT;"
 echo "# phantom-queue marker draining at ${DRAIN} Mbit/s, CE above ${THRESH} B; SOFTRDMA_CC=$DCQCN:${LINE_GBPS} (Gb/s line rate)"
 echo
-echo "| congestion control | per-sender Gb/s | total Gb/s | worst share off fair | qdisc sent pkts | qdisc dropped | drop rate | backlog max / mean KiB (20 ms samples) | CE marked | CE received | CNPs sent / received | retransmits (timeouts) |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| congestion control | per-sender Gb/s | total Gb/s | worst share off fair | qdisc sent pkts | qdisc dropped | drop rate | backlog max / mean KiB (20 ms samples) | CE marked | CE received | CNPs sent / received | retransmits (timeouts) | dropped after the warm-up |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for m in $MODES; do run "$m"; done
 if [ "${VERBOSE:-0}" = 1 ]; then for m in $MODES; do echo "## tc -s qdisc after $m" >&2; cat "$WORK/qdisc.$m" >&2; done; fi

@@ -13,7 +13,10 @@
 #
 # TIMEOUT=T sets the local ACK timeout exponent (default 10: 4.2 ms).
 # LOSSES="0 0.01" picks the loss rates (default "0 0.001 0.01 0.05"; the
-# first is the reference of the ratios).
+# first is the reference of the ratios). REPEAT=N runs each cell N times,
+# go-back-N and selective repeat alternating, and prints the median run
+# (by goodput) with the range of the N goodputs after it: a single run of
+# a few hundred milliseconds swings by 1.5x on a shared 2-core VM.
 set -eu
 MIB=${1:-256}
 DELAY=${2:-50}
@@ -22,7 +25,8 @@ BIN=${CARGO_TARGET_DIR:-target}/release/examples/sr_udp_goodput
 [ -x "$BIN" ] || cargo build --release -p softrdma --example sr_udp_goodput
 A=srbench-a-$$
 B=srbench-b-$$
-cleanup() { ip netns del "$A" 2>/dev/null || true; ip netns del "$B" 2>/dev/null || true; }
+WORK=$(mktemp -d /tmp/sr-netns-bench.XXXXXX)
+cleanup() { ip netns del "$A" 2>/dev/null || true; ip netns del "$B" 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT INT TERM
 ip netns add "$A"
 ip netns add "$B"
@@ -63,12 +67,28 @@ echo
 echo "| loss | go-back-N Gb/s | GBN / lossless | GBN retransmits (timeouts) | selective repeat Gb/s | SR / lossless | SR retransmits (timeouts) |"
 echo "|---|---|---|---|---|---|---|"
 g0=""; s0=""
-for loss in ${LOSSES:-0 0.001 0.01 0.05}; do
-  g=$(run $loss gbn); s=$(run $loss sr)
+REPEAT=${REPEAT:-1}
+# The median of a cell's runs by goodput (its whole output line), and the
+# goodputs' range when there was more than one run.
+median() { sort -t= -k5 -n | awk -v n="$REPEAT" 'NR == int((n + 1) / 2) { print }'; }
+range() { [ "$REPEAT" -gt 1 ] && tr ' ' '\n' | sed -n 's/^gbps=//p' | sort -n | sed -n '1p;$p' | paste -sd- | sed 's/^/ [/;s/$/]/'; true; }
+LOSSES=${LOSSES:-0 0.001 0.01 0.05}
+# Rounds of every cell, so that a slow spell of the machine falls on all
+# loss rates alike rather than on one.
+k=0
+while [ "$k" -lt "$REPEAT" ]; do
+  for loss in $LOSSES; do
+    run $loss gbn | grep '^mode=' >>"$WORK/gbn.$loss"
+    run $loss sr | grep '^mode=' >>"$WORK/sr.$loss"
+  done
+  k=$((k + 1))
+done
+for loss in $LOSSES; do
+  g=$(median <"$WORK/gbn.$loss"); s=$(median <"$WORK/sr.$loss")
   gg=$(field "$g" gbps); sg=$(field "$s" gbps)
   [ -z "$g0" ] && g0=$gg && s0=$sg
-  printf '| %s %% | %s | %.3f | %s (%s) | %s | %.3f | %s (%s) |\n' \
-    "$(echo "$loss*100" | bc -l | sed 's/\.\?0*$//;s/^\./0./;s/^$/0/')" "$gg" "$(echo "$gg/$g0" | bc -l)" \
+  printf '| %s %% | %s%s | %.3f | %s (%s) | %s%s | %.3f | %s (%s) |\n' \
+    "$(echo "$loss*100" | bc -l | sed 's/\.\?0*$//;s/^\./0./;s/^$/0/')" "$gg" "$(range <"$WORK/gbn.$loss")" "$(echo "$gg/$g0" | bc -l)" \
     "$(field "$g" retransmits)" "$(field "$g" timeouts)" \
-    "$sg" "$(echo "$sg/$s0" | bc -l)" "$(field "$s" retransmits)" "$(field "$s" timeouts)"
+    "$sg" "$(range <"$WORK/sr.$loss")" "$(echo "$sg/$s0" | bc -l)" "$(field "$s" retransmits)" "$(field "$s" timeouts)"
 done
