@@ -12,6 +12,7 @@
 #   scripts/sr_netns_bench.sh [MIB] [DELAY_US]
 #
 # TIMEOUT=T sets the local ACK timeout exponent (default 10: 4.2 ms).
+# DEPTH=N sets the WRITEs the client keeps outstanding (default 32).
 # LOSSES="0 0.01" picks the loss rates (default "0 0.001 0.01 0.05"; the
 # first is the reference of the ratios). REPEAT=N runs each cell N times,
 # go-back-N and selective repeat alternating, and prints the median run
@@ -21,6 +22,12 @@ set -eu
 MIB=${1:-256}
 DELAY=${2:-50}
 TIMEOUT=${TIMEOUT:-10}
+DEPTH=${DEPTH:-32}
+# PIN=1: the server on CPU 1 and the client on CPU 0 (taskset), so that
+# the scheduler does not move the two processes' threads between cores
+# from run to run.
+PIN_SERVER=""; PIN_CLIENT=""
+if [ "${PIN:-0}" = 1 ]; then PIN_SERVER="taskset -c 1"; PIN_CLIENT="taskset -c 0"; fi
 BIN=${CARGO_TARGET_DIR:-target}/release/examples/sr_udp_goodput
 [ -x "$BIN" ] || cargo build --release -p softrdma --example sr_udp_goodput
 A=srbench-a-$$
@@ -53,16 +60,16 @@ run() { # loss mode
   flag=""; [ "$2" = sr ] && flag=--sr
   port=$((18600 + $$ % 1000))
   SOFTRDMA_TRANSPORT=udp SOFTRDMA_DEVICES=srx0=10.78.0.2 SOFTRDMA_FAULT="loss=$1,seed=2$fdelay" \
-    ip netns exec "$B" "$BIN" server 10.78.0.2:$port $flag --timeout "$TIMEOUT" &
+    ip netns exec "$B" $PIN_SERVER "$BIN" server 10.78.0.2:$port $flag --timeout "$TIMEOUT" &
   srv=$!
   out=$(SOFTRDMA_TRANSPORT=udp SOFTRDMA_DEVICES=srx0=10.78.0.1 SOFTRDMA_FAULT="loss=$1,seed=1$fdelay" \
-    ip netns exec "$A" "$BIN" client 10.78.0.2:$port "$MIB" $flag --timeout "$TIMEOUT")
+    ip netns exec "$A" $PIN_CLIENT "$BIN" client 10.78.0.2:$port "$MIB" $flag --timeout "$TIMEOUT" --depth "$DEPTH")
   wait $srv
   echo "$out"
 }
 field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
-echo "# RoCEv2/UDP between two namespaces, veth MTU 9000, ${delay_note}, SOFTRDMA_FAULT loss on both devices, local ACK timeout $TIMEOUT, ${MIB} MiB of 64 KiB WRITEs per run"
+echo "# RoCEv2/UDP between two namespaces, veth MTU 9000, ${delay_note}, SOFTRDMA_FAULT loss on both devices, local ACK timeout $TIMEOUT, ${MIB} MiB of 64 KiB WRITEs per run, ${DEPTH} outstanding${PIN_CLIENT:+, pinned: client CPU 0, server CPU 1}"
 echo
 echo "| loss | go-back-N Gb/s | GBN / lossless | GBN retransmits (timeouts) | selective repeat Gb/s | SR / lossless | SR retransmits (timeouts) |"
 echo "|---|---|---|---|---|---|---|"

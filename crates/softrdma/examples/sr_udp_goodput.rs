@@ -5,15 +5,15 @@
 //! `SOFTRDMA_DEVICES`). The two exchange their QPs over TCP
 //! (`softrdma::cm`); with `--sr` both set the selective-repeat ECE option
 //! before connecting (the agreement is the command line's). The client
-//! streams 64 KiB RDMA WRITEs, 32 outstanding, and prints one line:
+//! streams 64 KiB RDMA WRITEs, 32 outstanding (`--depth N`), and prints one line:
 //! `mode=… mib=… secs=… gbps=… retransmits=… sr_retransmits=… timeouts=…`.
 //! With `--secs S` the client streams for S seconds instead of MIB MiB
 //! (the congestion bench, `bench/bottleneck.sh`, runs several at once);
-//! the server then prints its device's `ecn_ce_rcvd=… cnp_sent=…` as it
-//! leaves. `SOFTRDMA_CC` chooses the congestion control.
+//! the server prints its device's `ecn_ce_rcvd=… cnp_sent=… rx_packets=…
+//! tx_packets=… ooo_held=… duplicates=…` as it leaves. `SOFTRDMA_CC` chooses the congestion control.
 //!
 //! `sr_udp_goodput server ADDR:PORT [--sr]` /
-//! `sr_udp_goodput client ADDR:PORT MIB [--sr] [--secs S [--warmup W]]` (both take
+//! `sr_udp_goodput client ADDR:PORT MIB [--sr] [--depth N] [--secs S [--warmup W]]` (both take
 //! `--timeout T`, the local ACK timeout exponent, default 10: 4.2 ms)
 
 use std::net::TcpListener;
@@ -23,7 +23,10 @@ use softrdma::cm::{self, ConnInfo};
 use softrdma::*;
 
 const MSG: usize = 64 << 10;
-const SLOTS: usize = 64;
+/// The regions hold this many messages (16 MiB); the client writes the
+/// first twice-the-depth of them round and round.
+const SLOTS: usize = 256;
+/// WRITEs outstanding unless `--depth` says otherwise.
 const DEPTH: usize = 32;
 
 fn main() -> Result<()> {
@@ -44,12 +47,26 @@ fn main() -> Result<()> {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0);
+    // `--depth N`: WRITEs outstanding (1 to SLOTS; ib_write_bw's default
+    // tx depth is 128). Completions come in order, so a hole at the
+    // head holds up every WRITE behind it: the depth is how much a sender
+    // can keep in flight while one packet is resent.
+    let depth: usize = args
+        .iter()
+        .position(|a| a == "--depth")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .filter(|d| (1..=SLOTS).contains(d))
+        .unwrap_or(DEPTH);
     let ctx = Context::open_default()?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(1024)?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let mr = pd.alloc_mr(MSG * SLOTS, access)?;
-    let qp = pd.create_qp(QpType::Rc, &cq, &cq).build()?;
+    let qp = pd
+        .create_qp(QpType::Rc, &cq, &cq)
+        .max_send_wr(SLOTS as u32)
+        .build()?;
     if sr {
         let ece = qp.query_ece()?;
         qp.set_ece(ece.agree(Ece::SUPPORTED))?;
@@ -79,7 +96,10 @@ fn main() -> Result<()> {
             // The client says when it is done.
             cm::sync(&mut s)?;
             let c = ctx.counters();
-            println!("ecn_ce_rcvd={} cnp_sent={}", c.ecn_ce_rcvd, c.cnp_sent);
+            println!(
+                "ecn_ce_rcvd={} cnp_sent={} rx_packets={} tx_packets={} ooo_held={} duplicates={}",
+                c.ecn_ce_rcvd, c.cnp_sent, c.rx_packets, c.tx_packets, c.ooo_held, c.duplicates
+            );
             Ok(())
         }
         "client" => {
@@ -94,6 +114,10 @@ fn main() -> Result<()> {
                 mib * (1 << 20) / MSG
             };
             let (mut posted, mut done) = (0usize, 0usize);
+            // Twice the depth of slots in use (no slot is rewritten while
+            // a WRITE to it is in flight), so the bytes touched, and the
+            // caches' share, grow with the depth only.
+            let ring = (2 * depth).min(SLOTS);
             let t0 = Instant::now();
             let mut warm: Option<(usize, Instant)> = (warmup <= 0.0).then_some((0, t0));
             while done < msgs {
@@ -105,8 +129,8 @@ fn main() -> Result<()> {
                         msgs = posted;
                     }
                 }
-                while posted < msgs && posted - done < DEPTH {
-                    let off = ((posted % SLOTS) * MSG) as u64;
+                while posted < msgs && posted - done < depth {
+                    let off = ((posted % ring) * MSG) as u64;
                     let op = SendOp::Write {
                         remote_addr: r.at(off),
                         rkey: r.rkey,
