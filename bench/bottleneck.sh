@@ -24,7 +24,7 @@ SECS=${2:-5}
 RATE=${3:-1000}
 MODES=${4:-fixed dcqcn}
 DRAIN=$((RATE * 95 / 100))
-THRESH=${THRESH:-32000}
+THRESH=${THRESH:-16000}
 # DCQCN's line rate: the senders' own links, as fast as the bottleneck's
 # (an incast between hosts with equal links). veth has no rate of its
 # own; a higher figure (2 Gb/s, the earlier default) lets each sender
