@@ -804,6 +804,83 @@ QP_TIMEOUT = "18"
 LOSSY_QP_TIMEOUT = "16"
 
 
+SOFTRDMA_ECE_VENDOR = 0x535201  # softrdma_engine::Ece::SOFTRDMA_VENDOR
+SR_OPTION = 1  # softrdma_engine::Ece::SELECTIVE_REPEAT
+CM_REQ, CM_REP = 0x0010, 0x0013  # CM attribute IDs
+
+
+def roce_packets(pcap: Path):
+    """(source IPv4, the RoCEv2 packet from its BTH on) of every UDP/4791 frame."""
+    res = []
+    for fr in pcap_records(pcap):
+        if len(fr) < 34 or fr[12:14] != b"\x08\x00" or fr[23] != 17:
+            continue
+        udp = 14 + (fr[14] & 0x0F) * 4
+        if len(fr) >= udp + 8 and struct.unpack(">H", fr[udp + 2:udp + 4])[0] == 4791:
+            res.append((socket.inet_ntoa(fr[26:30]), fr[udp + 8:]))
+    return res
+
+
+def ece_check(case, pcap: Path):
+    """Problems with a case whose host offers selective repeat to rxe: the
+    host's REQ must offer softrdma's ECE vendor (when it connects), rxe's
+    REP must agree to no option, and no ACK may carry anything past its AETH
+    (a SACK extension): go-back-N, as between any two standard ends. The
+    capture must also show loss being recovered (the host's NAKs or rxe's
+    resends), or the case tested nothing."""
+    problems, offered, answered, acks, naks, resent = [], None, None, 0, 0, 0
+    seen = set()
+    for src, p in roce_packets(pcap):
+        opcode, dqpn = p[0], int.from_bytes(p[5:8], "big")
+        if src != HOST_IP and opcode < 0x11 and dqpn != 1:
+            # An RC request or READ response from rxe: its PSN again is a resend.
+            key = (dqpn, int.from_bytes(p[9:12], "big"))
+            resent += key in seen
+            seen.add(key)
+        if opcode == 0x64 and dqpn == 1 and len(p) >= 20 + 48:
+            mad = p[20:]  # after BTH and DETH
+            attr = struct.unpack(">H", mad[16:18])[0]
+            if attr == CM_REQ:
+                vendor = int.from_bytes(mad[29:32], "big")
+                if src == HOST_IP:
+                    offered = vendor
+                elif vendor:
+                    problems.append(f"rxe's REQ offers ECE vendor {vendor:#x}")
+            elif attr == CM_REP and src != HOST_IP:
+                # The vendor, and the options it agrees to (AttributeModifier).
+                answered = ((mad[39] << 16) | (mad[43] << 8) | mad[47],
+                            struct.unpack(">I", mad[20:24])[0])
+        elif opcode == 0x11 and src == HOST_IP:
+            acks += 1
+            naks += len(p) >= 16 and p[12] >> 5 == 0b011  # AETH syndrome: a NAK
+            if len(p) != 12 + 4 + 4:
+                problems.append(f"an ACK from the host is {len(p)} bytes long, not 20 "
+                                "(BTH, AETH, ICRC): an extension on a go-back-N QP")
+                break
+    if case.server == "guest":
+        if offered != SOFTRDMA_ECE_VENDOR:
+            problems.append(f"the host's REQ offered ECE vendor {offered!r}, "
+                            f"not softrdma's {SOFTRDMA_ECE_VENDOR:#x}")
+        # rxe's side echoes the vendor with no option set (its librdmacm
+        # answers with the REQ's vendor): nothing is agreed.
+        if answered is None:
+            problems.append("no REP from rxe in the capture")
+        elif answered[1] & SR_OPTION:
+            problems.append(f"rxe's REP agreed to options {answered[1]:#x} of vendor "
+                            f"{answered[0]:#x}")
+    if acks == 0:
+        problems.append("no ACK from the host in the capture")
+    if naks + resent == 0:
+        problems.append("no loss recovery in the capture (no NAK from the host, "
+                        "nothing resent by rxe): the case did not test loss")
+    def hexes(v):
+        return "none seen" if v is None else (f"{v:#x}" if isinstance(v, int) else
+                                              "/".join(f"{x:#x}" for x in v))
+    log(f"ECE {case.id}: the host's REQ offered {hexes(offered)}, rxe's REP answered {hexes(answered)}, {acks} ACKs "
+        f"from the host ({naks} NAKs), {resent} packets resent by rxe")
+    return problems
+
+
 def perftest_args(tool, size, extra, lossy=False):
     iters = BW_ITERS if tool.endswith("_bw") else ITERS
     a = ["-F", "-n", str(iters), "-u", LOSSY_QP_TIMEOUT if lossy else QP_TIMEOUT]
@@ -817,9 +894,10 @@ def lossy(case):
 
 
 class Case:
-    def __init__(self, cid, tool, server, impl, size, extra=(), env=None, note=""):
+    def __init__(self, cid, tool, server, impl, size, extra=(), env=None, note="", count=10):
         self.id, self.tool, self.server, self.impl = cid, tool, server, impl
         self.size, self.extra, self.env, self.note = size, list(extra), env or {}, note
+        self.count = count
         self.status, self.metric, self.detail = "", "", ""
         self.frames = self.fh = self.fg = 0
         self.guest_dead = False
@@ -890,6 +968,15 @@ def build_cases(tools):
         # bytes a round, 2 rounds, checked (-T v).
         cases.append(Case(f"dropin-riostream-10000-{server}srv", "riostream", server, "dropin",
                           10000))
+    # Selective repeat offered to rxe, negotiated down: the host's drop-in
+    # offers its ECE (SOFTRDMA_CM_ECE=1) and drops 5 % of what it receives;
+    # rxe has no ECE, so the QPs must run go-back-N, byte for byte the
+    # standard wire (ece_check reads the capture).
+    ece = {"SOFTRDMA_CM_ECE": "1", "SOFTRDMA_FAULT": "loss=0.05,seed=3"}
+    for server in ["guest", "host"]:
+        cases.append(Case(f"dropin-rping-ece-loss5%-4000-{server}srv", "rping", server, "dropin",
+                          4000, env=ece, note="SOFTRDMA_CM_ECE=1, SOFTRDMA_FAULT loss=0.05",
+                          count=100))
     # perftest connecting its QPs with rdma_cm, softrdma serving: perftest's
     # client sends its second REQ (the test QP's) right after the control
     # connection's last exchange; a TCG guest serving has not re-created its
@@ -965,8 +1052,9 @@ def host_command(case, tools, port, gidx_unused=None):
 
 
 def rping_args(case, port):
-    """rping's options on both sides: the port, 10 pings of the case's size, verbose, validated."""
-    return ["-p", str(port), "-C", "10", "-S", str(case.size), "-v", "-V"]
+    """rping's options on both sides: the port, the case's count of pings (10) of its size,
+    verbose, validated."""
+    return ["-p", str(port), "-C", str(case.count), "-S", str(case.size), "-v", "-V"]
 
 
 def ucmatose_args(case, port):
@@ -1221,6 +1309,8 @@ def run_case(case, tools, ns, guest, out, port):
             case.note += f"; {m.group(1)} packets dropped by softrdma"
             if int(m.group(1)) == 0 and n > 200:
                 problems.append("loss case injected no loss")
+    if case.env.get("SOFTRDMA_CM_ECE"):
+        problems += ece_check(case, cap.path)
     k = known_issue(case, cap.path, htext) if problems else None
     if problems and k and not STRICT:
         case.status = "known"
