@@ -17,7 +17,8 @@
 //! * `fabric_0000_0249` runs 250 seeds (`FABRIC + k`) with every node on
 //!   one switch: links with a rate and a delay, bounded queues, CE marks.
 //! * `fresh_block` runs a few hundred seeds that no earlier run chose (and
-//!   a hundred of the same numbers on one host, and on a fabric): its
+//!   a hundred of the same numbers on one host, on a fabric, with
+//!   selective repeat and with XRC): its
 //!   first seed comes from the clock on every run (CI passes
 //!   `SOFTRDMA_SIM_FRESH_START`, printed in its log), so that every test
 //!   run explores new ground; the failure message names the start.
@@ -463,8 +464,8 @@ fn regressions() {
     );
 }
 
-/// How many seeds [`fresh_block`] runs, and how many more on one host and
-/// on a fabric (the first numbers with [`SAME_HOST`], then [`FABRIC`], set).
+/// How many seeds [`fresh_block`] runs, and how many more on one host, on
+/// a fabric, with selective repeat and with XRC (the first numbers again).
 const FRESH_BLOCK: u64 = 400;
 const FRESH_MORE: u64 = 100;
 
