@@ -12,6 +12,22 @@ fn part(len: usize, n: usize, i: usize) -> (usize, usize) {
     (at(i), at(i + 1))
 }
 
+/// `buf[a.0..a.1]` to read and `buf[b.0..b.1]` to write, two ranges
+/// that do not overlap.
+fn apart<T>(buf: &mut [T], a: (usize, usize), b: (usize, usize)) -> (&[T], &mut [T]) {
+    debug_assert!(
+        a.1 <= b.0 || b.1 <= a.0,
+        "overlapping ranges {a:?} and {b:?}"
+    );
+    if a.1 <= b.0 {
+        let (x, y) = buf.split_at_mut(b.0);
+        (&x[a.0..a.1], &mut y[..b.1 - b.0])
+    } else {
+        let (x, y) = buf.split_at_mut(a.0);
+        (&y[..a.1 - a.0], &mut x[b.0..b.1])
+    }
+}
+
 /// `[lo, hi)` in pieces of at most `pe` elements.
 fn pieces(lo: usize, hi: usize, pe: usize) -> impl Iterator<Item = (usize, usize)> {
     (lo..hi)
@@ -93,6 +109,30 @@ impl Communicator {
 
     fn recv_t<T: Element>(&mut self, peer: usize, x: &mut [T]) -> Result<()> {
         self.net.recv(peer, as_bytes_mut(x))
+    }
+
+    /// Receives `x` from `peer` while posting `own[*sent..]` (bytes) to
+    /// `to` as slots allow ([`Net::recv_sending`]).
+    fn recv_sending_t<T: Element>(
+        &mut self,
+        peer: usize,
+        x: &mut [T],
+        to: usize,
+        own: &[T],
+        sent: &mut usize,
+    ) -> Result<()> {
+        let send = Some((to, as_bytes(own), sent));
+        self.net.recv_sending(peer, as_bytes_mut(x), send)
+    }
+
+    /// Queues whatever of `own` is not posted yet (`*sent` bytes are).
+    fn send_rest_t<T: Element>(&mut self, peer: usize, own: &[T], sent: &mut usize) -> Result<()> {
+        let b = as_bytes(own);
+        if *sent < b.len() {
+            self.net.send(peer, &b[*sent..])?;
+            *sent = b.len();
+        }
+        Ok(())
     }
 
     fn piece<T: Element>(&self) -> usize {
@@ -228,20 +268,24 @@ impl Communicator {
         let (n, r) = (self.net.size, self.net.rank);
         let (right, left) = ((r + 1) % n, (r + n - 1) % n);
         let pe = self.piece::<T>();
+        // This rank's own segment is never reduced into here: it goes out
+        // straight from `buf` while the others come in.
         let (lo, hi) = segs[r];
-        self.send_t(right, &buf[lo..hi])?;
+        let mut sent = 0;
         let mut tmp = vec![T::default(); pe];
         for s in 0..n - 1 {
-            let (lo, hi) = segs[(r + 2 * n - s - 1) % n];
-            for (a, b) in pieces(lo, hi, pe) {
+            let (slo, shi) = segs[(r + 2 * n - s - 1) % n];
+            for (a, b) in pieces(slo, shi, pe) {
                 let t = &mut tmp[..b - a];
-                self.recv_t(left, t)?;
+                self.recv_sending_t(left, t, right, &buf[lo..hi], &mut sent)?;
                 reduce_into(op, &mut buf[a..b], t);
                 if s < n - 2 {
+                    self.send_rest_t(right, &buf[lo..hi], &mut sent)?;
                     self.send_t(right, &buf[a..b])?;
                 }
             }
         }
+        self.send_rest_t(right, &buf[lo..hi], &mut sent)?;
         Ok((r + 1) % n)
     }
 
@@ -256,17 +300,22 @@ impl Communicator {
         let (n, r) = (self.net.size, self.net.rank);
         let (right, left) = ((r + 1) % n, (r + n - 1) % n);
         let pe = self.piece::<T>();
+        // The own segment goes out straight from `buf` while the others
+        // come in (they never overlap it).
         let (lo, hi) = segs[own];
-        self.send_t(right, &buf[lo..hi])?;
+        let mut sent = 0;
         for s in 0..n - 1 {
-            let (lo, hi) = segs[(own + 2 * n - s - 1) % n];
-            for (a, b) in pieces(lo, hi, pe) {
-                self.recv_t(left, &mut buf[a..b])?;
+            let (slo, shi) = segs[(own + 2 * n - s - 1) % n];
+            for (a, b) in pieces(slo, shi, pe) {
+                let (mine, into) = apart(buf, (lo, hi), (a, b));
+                self.recv_sending_t(left, into, right, mine, &mut sent)?;
                 if s < n - 2 {
+                    self.send_rest_t(right, &buf[lo..hi], &mut sent)?;
                     self.send_t(right, &buf[a..b])?;
                 }
             }
         }
+        self.send_rest_t(right, &buf[lo..hi], &mut sent)?;
         Ok(())
     }
 

@@ -397,6 +397,22 @@ impl Net {
 
     /// Fills `dst` with the next bytes from `peer`, waiting up to the timeout.
     pub fn recv(&mut self, peer: usize, dst: &mut [u8]) -> Result<(), Error> {
+        self.recv_sending(peer, dst, None)
+    }
+
+    /// [`Net::recv`] that also posts `src[*sent..]` to `to` straight from
+    /// `src`, as slots allow, and moves `*sent` past what it posted. A
+    /// ring posts the segment it keeps unchanged this way between its
+    /// receives instead of copying it into the send queue; posting while
+    /// it waits keeps two ranks that wait on each other moving. The caller
+    /// hands what is left to [`Net::send`] before it sends anything else
+    /// to `to`.
+    pub fn recv_sending(
+        &mut self,
+        peer: usize,
+        dst: &mut [u8],
+        mut send: Option<(usize, &[u8], &mut usize)>,
+    ) -> Result<(), Error> {
         self.check()?;
         let mut got = 0;
         let start = Instant::now();
@@ -404,6 +420,9 @@ impl Net {
         let (depth, lay) = (self.depth, self.lay);
         self.link(peer)?;
         loop {
+            if let Some((to, src, sent)) = send.as_mut() {
+                self.offer(*to, src, sent)?;
+            }
             let l = self.links[peer].as_mut().expect("checked");
             let mut freed = false;
             while got < dst.len() {
@@ -444,6 +463,21 @@ impl Net {
                 return self.fail(e);
             }
             idle = backoff(idle, self.spin);
+        }
+    }
+
+    /// Posts what slots allow of `src[*sent..]` to `to`, unless earlier
+    /// sends are still queued there (the stream stays in order).
+    fn offer(&mut self, to: usize, src: &[u8], sent: &mut usize) -> Result<(), Error> {
+        if *sent >= src.len() || !self.link(to)?.out.is_empty() {
+            return Ok(());
+        }
+        match self.post_from(to, &src[*sent..]) {
+            Ok(n) => {
+                *sent += n;
+                Ok(())
+            }
+            Err(e) => self.fail(e),
         }
     }
 
