@@ -201,9 +201,16 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 /// The device's HCA: the one its open contexts share, or a new one
 /// (`true`: its async fd is new too).
 fn open_shared(d: &Dev) -> softrdma::Result<(Context, bool)> {
-    let open = d.open.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((c, _)) = open.as_ref() {
-        return Ok((c.clone(), false));
+    let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
+    match open.as_ref() {
+        Some((c, _, pid)) if *pid == std::process::id() => return Ok((c.clone(), false)),
+        // Opened by the parent of this forked process: that HCA's progress
+        // thread did not come along, and its locks may be held by parent
+        // threads that did not either (a child that used it hung in
+        // ibv_query_device_ex). Forgotten, never dropped (dropping would
+        // take those locks); the child gets an HCA of its own.
+        Some(_) => std::mem::forget(open.take()),
+        None => {}
     }
     Ok((Context::open_with(&d.cfg)?, true))
 }
@@ -211,7 +218,7 @@ fn open_shared(d: &Dev) -> softrdma::Result<(Context, bool)> {
 /// Records an open context of `d` (with the HCA it opened).
 fn add_context(d: &Dev, dev: &Context, ctx: usize) {
     let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
-    open.get_or_insert_with(|| (dev.clone(), Vec::new()))
+    open.get_or_insert_with(|| (dev.clone(), Vec::new(), std::process::id()))
         .1
         .push(ctx);
 }
@@ -220,7 +227,7 @@ fn add_context(d: &Dev, dev: &Context, ctx: usize) {
 /// the objects that hold it are gone too).
 fn close_shared(d: &Dev, ctx: usize) {
     let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, ctxs)) = open.as_mut() {
+    if let Some((_, ctxs, _)) = open.as_mut() {
         ctxs.retain(|&c| c != ctx);
         if ctxs.is_empty() {
             *open = None;
@@ -238,7 +245,7 @@ fn hand_to_sibling(c: &Ctx, find: impl Fn(&Ctx) -> Option<*mut c_void>, event_ty
     };
     let open = d.open.lock().unwrap_or_else(|e| e.into_inner());
     let me = c as *const Ctx as usize;
-    for &a in open.iter().flat_map(|(_, v)| v).filter(|&&a| a != me) {
+    for &a in open.iter().flat_map(|(_, v, _)| v).filter(|&&a| a != me) {
         // SAFETY: an open context of the device: it leaves this list (under
         // the lock held here) before it is freed.
         let other = unsafe { &*(a as *const Ctx) };

@@ -29,11 +29,12 @@ pub struct Dev {
     pub index: i32,
     /// `ibv_get_device_guid` (network order), stable per device name.
     pub guid_be: u64,
-    /// The soft HCA while any context has it open, and those contexts
-    /// (addresses of their [`Ctx`]): every `ibv_open_device` of one device in
-    /// a process is a context on the same HCA (one address, one GID, one QP
-    /// number space), as on hardware.
-    pub open: Mutex<Option<(Context, Vec<usize>)>>,
+    /// The soft HCA while any context has it open, those contexts
+    /// (addresses of their [`Ctx`]) and the process that opened it: every
+    /// `ibv_open_device` of one device in a process is a context on the
+    /// same HCA (one address, one GID, one QP number space), as on
+    /// hardware. A child made by fork(2) opens an HCA of its own.
+    pub open: Mutex<Option<(Context, Vec<usize>, u32)>>,
 }
 
 /// An open device (`ibv_open_device`).

@@ -178,6 +178,39 @@ fn documented(doc: &str, id: &str) -> bool {
     doc.contains(&format!("`{id}`")) || doc.contains(&format!("`{class}`"))
 }
 
+/// A process forked from one that has the device open gets a soft HCA of
+/// its own (`tests/pyverbs/fork_child.py`): the parent's HCA has no
+/// progress thread in the child, and its locks may be held by parent
+/// threads that do not exist there. A child that used it hung in
+/// `ibv_query_device_ex` (the suite's rdma_cm tests fork, once in CI).
+/// Over UDP and the same-host path, 20 children each.
+#[test]
+fn a_forked_child_opens_its_own_hca() {
+    if suite().is_none() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pyverbs/fork_child.py");
+    for transport in ["udp", "shm"] {
+        let mut c = softrdma_cmd(PYTHON, &[], Load::LibraryPath, transport);
+        c.arg(&script).args(["srx0", "20"]);
+        let o = run(c, Duration::from_secs(120));
+        assert!(
+            o.ok && o.stdout.contains("ALL OK") && !o.stdout.contains("FAIL"),
+            "{transport}: code {:?}, timed out {}\n---- stdout\n{}\n---- stderr\n{}",
+            o.code,
+            o.timed_out,
+            o.stdout,
+            o.stderr
+        );
+        let children = o
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("ok child"))
+            .count();
+        assert_eq!(children, 20, "{transport}: {}", o.stdout);
+    }
+}
+
 #[test]
 fn rdma_core_test_suite() {
     let Some(suite) = suite() else { return };

@@ -118,13 +118,53 @@ impl Id {
     }
 }
 
+/// A process-wide table that a child made by fork(2) starts afresh: what
+/// the parent had in it names the parent's ids and devices, whose threads
+/// do not exist in the child (rdma-core's test suite runs its rdma_cm
+/// tests in forked processes).
+#[derive(Default)]
+pub struct PerProcess<T> {
+    pid: u32,
+    v: T,
+}
+
+impl<T> std::ops::Deref for PerProcess<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.v
+    }
+}
+
+impl<T> std::ops::DerefMut for PerProcess<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.v
+    }
+}
+
+/// Locks `m`, emptying it first in a process other than the one that
+/// filled it.
+fn lock_here<T: Default>(
+    m: &'static OnceLock<Mutex<PerProcess<T>>>,
+) -> MutexGuard<'static, PerProcess<T>> {
+    let mut g = m
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if g.pid != pid {
+        // The parent's entries are addresses and numbers: forgetting them
+        // frees nothing of the parent's, and touches none of its locks.
+        std::mem::forget(std::mem::take(&mut g.v));
+        g.pid = pid;
+    }
+    g
+}
+
 /// The addresses of the ids that exist (made by [`new_id`], not yet
 /// freed).
-pub fn live_ids() -> MutexGuard<'static, std::collections::HashSet<usize>> {
-    static LIVE: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
-    LIVE.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+pub fn live_ids() -> MutexGuard<'static, PerProcess<std::collections::HashSet<usize>>> {
+    static LIVE: OnceLock<Mutex<PerProcess<std::collections::HashSet<usize>>>> = OnceLock::new();
+    lock_here(&LIVE)
 }
 
 /// Connections and listeners by device (the address of its `Ctx`), so
@@ -135,46 +175,61 @@ pub struct Registry {
     pub listeners: HashMap<(usize, u16), usize>,
 }
 
-pub fn registry() -> MutexGuard<'static, Registry> {
-    static R: OnceLock<Mutex<Registry>> = OnceLock::new();
-    R.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+pub fn registry() -> MutexGuard<'static, PerProcess<Registry>> {
+    static R: OnceLock<Mutex<PerProcess<Registry>>> = OnceLock::new();
+    lock_here(&R)
 }
 
-/// Every device (the addresses of their `Ctx`), opened once (as librdmacm opens them all at its first
-/// call) and never closed; each with its pump thread.
+/// Every device (the addresses of their `Ctx`), opened once per process
+/// (as librdmacm opens them all at its first call) and never closed; each
+/// with its pump thread. A child made by fork(2) opens its own: the
+/// parent's have no pump or progress thread in the child, and their locks
+/// may be held by threads that did not come along.
 pub fn contexts() -> &'static [usize] {
-    static CTXS: OnceLock<Vec<usize>> = OnceLock::new();
-    CTXS.get_or_init(|| {
-        let mut n: c_int = 0;
-        // SAFETY: this library's own device list; `n` is a live int.
-        let list = unsafe { crate::device::ibv_get_device_list(&mut n) };
-        if list.is_null() {
-            return Vec::new();
+    static CTXS: OnceLock<Mutex<PerProcess<Option<&'static [usize]>>>> = OnceLock::new();
+    let mut g = lock_here(&CTXS);
+    if let Some(v) = g.v {
+        return v;
+    }
+    let first = !EXIT_HANDLER.swap(true, std::sync::atomic::Ordering::Relaxed);
+    let v: &'static [usize] = Box::leak(open_contexts(first).into_boxed_slice());
+    g.v = Some(v);
+    v
+}
+
+/// Whether the exit handler is registered (a forked child inherits it).
+static EXIT_HANDLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Opens every device and starts its pump; registers the exit handler
+/// when `first`.
+fn open_contexts(first: bool) -> Vec<usize> {
+    let mut n: c_int = 0;
+    // SAFETY: this library's own device list; `n` is a live int.
+    let list = unsafe { crate::device::ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return Vec::new();
+    }
+    let mut v = Vec::new();
+    for i in 0..n.max(0) as usize {
+        // SAFETY: i < n entries of the list; each is a device of ours.
+        let ctx = unsafe { crate::device::ibv_open_device(*list.add(i)) };
+        if ctx.is_null() {
+            continue;
         }
-        let mut v = Vec::new();
-        for i in 0..n.max(0) as usize {
-            // SAFETY: i < n entries of the list; each is a device of ours.
-            let ctx = unsafe { crate::device::ibv_open_device(*list.add(i)) };
-            if ctx.is_null() {
-                continue;
-            }
-            // SAFETY: just opened; contexts of this list are never closed.
-            let c: &'static Ctx = unsafe { Ctx::from_ptr(ctx) };
-            v.push(c as *const Ctx as usize);
-            start_pump(c);
-        }
-        // SAFETY: the list came from ibv_get_device_list.
-        unsafe { crate::device::ibv_free_device_list(list) };
-        // SAFETY: registers a function of this library, which stays
-        // loaded for the process's life (it is never dlclose'd while
-        // devices are open).
-        if unsafe { libc::atexit(disconnect_at_exit) } != 0 {
-            eprintln!("softrdma: rdma_cm: cannot register the exit handler");
-        }
-        v
-    })
+        // SAFETY: just opened; contexts of this list are never closed.
+        let c: &'static Ctx = unsafe { Ctx::from_ptr(ctx) };
+        v.push(c as *const Ctx as usize);
+        start_pump(c);
+    }
+    // SAFETY: the list came from ibv_get_device_list.
+    unsafe { crate::device::ibv_free_device_list(list) };
+    // SAFETY: registers a function of this library, which stays
+    // loaded for the process's life (it is never dlclose'd while
+    // devices are open).
+    if first && unsafe { libc::atexit(disconnect_at_exit) } != 0 {
+        eprintln!("softrdma: rdma_cm: cannot register the exit handler");
+    }
+    v
 }
 
 /// At `exit`, every connection still up is ended as the kernel ends those

@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -147,9 +148,14 @@ struct Running {
 }
 
 fn spawn(mut c: Command) -> Running {
+    // A process group of its own: a program that forks (rdma-core's test
+    // suite runs rdma_cm tests in forked processes) is ended with
+    // everything it started, and nothing left behind holds the output
+    // pipes open (the readers below would wait for their end for good).
     c.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        .process_group(0);
     let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {c:?}: {e}"));
     let mut so = child.stdout.take().expect("piped");
     let mut se = child.stderr.take().expect("piped");
@@ -167,7 +173,8 @@ fn spawn(mut c: Command) -> Running {
 }
 
 impl Running {
-    /// Waits until `deadline`, then kills the child (by its own pid).
+    /// Waits until `deadline`, then kills the child; either way, then
+    /// kills what is left of its process group.
     fn finish(mut self, deadline: Instant) -> Output {
         let mut timed_out = false;
         let status = loop {
@@ -182,6 +189,7 @@ impl Running {
                 Err(_) => break None,
             }
         };
+        kill_group(self.child.id());
         Output {
             ok: !timed_out && status.is_some_and(|s| s.success()),
             code: status.and_then(|s| s.code()),
@@ -190,6 +198,17 @@ impl Running {
             stderr: self.err.join().unwrap_or_default(),
         }
     }
+}
+
+/// Sends SIGKILL to process group `pgid` (the group a spawned program
+/// leads): its leftovers, such as forked children still running.
+fn kill_group(pgid: u32) {
+    let Ok(pgid) = i32::try_from(pgid) else {
+        return;
+    };
+    // SAFETY: kill(2) with a negative pid signals a process group and
+    // touches no memory of this process.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
 }
 
 /// Runs one program to completion (killed after `timeout`).
