@@ -14,6 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::ptr::{self, null_mut};
 use std::sync::{Mutex, OnceLock};
 
+use softrdma::per_process::{lock_here, PerProcess};
 use softrdma::{Context, DeviceConfig};
 
 use crate::abi::*;
@@ -89,7 +90,7 @@ fn new_dev(index: i32, cfg: DeviceConfig) -> Dev {
         cfg,
         index,
         guid_be: guid.to_be(),
-        open: Mutex::new(None),
+        open: Mutex::new(PerProcess::new(None)),
     }
 }
 
@@ -201,24 +202,18 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 /// The device's HCA: the one its open contexts share, or a new one
 /// (`true`: its async fd is new too).
 fn open_shared(d: &Dev) -> softrdma::Result<(Context, bool)> {
-    let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
-    match open.as_ref() {
-        Some((c, _, pid)) if *pid == std::process::id() => return Ok((c.clone(), false)),
-        // Opened by the parent of this forked process: that HCA's progress
-        // thread did not come along, and its locks may be held by parent
-        // threads that did not either (a child that used it hung in
-        // ibv_query_device_ex). Forgotten, never dropped (dropping would
-        // take those locks); the child gets an HCA of its own.
-        Some(_) => std::mem::forget(open.take()),
-        None => {}
+    // Never the HCA of the parent of a forked process (`lock_here`).
+    let open = lock_here(&d.open);
+    if let Some((c, _)) = open.as_ref() {
+        return Ok((c.clone(), false));
     }
     Ok((Context::open_with(&d.cfg)?, true))
 }
 
 /// Records an open context of `d` (with the HCA it opened).
 fn add_context(d: &Dev, dev: &Context, ctx: usize) {
-    let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
-    open.get_or_insert_with(|| (dev.clone(), Vec::new(), std::process::id()))
+    let mut open = lock_here(&d.open);
+    open.get_or_insert_with(|| (dev.clone(), Vec::new()))
         .1
         .push(ctx);
 }
@@ -226,11 +221,11 @@ fn add_context(d: &Dev, dev: &Context, ctx: usize) {
 /// At `ibv_close_device`: the last context lets the HCA go (it closes once
 /// the objects that hold it are gone too).
 fn close_shared(d: &Dev, ctx: usize) {
-    let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, ctxs, _)) = open.as_mut() {
+    let mut open = lock_here(&d.open);
+    if let Some((_, ctxs)) = open.as_mut() {
         ctxs.retain(|&c| c != ctx);
         if ctxs.is_empty() {
-            *open = None;
+            **open = None;
         }
     }
 }
@@ -243,9 +238,9 @@ fn hand_to_sibling(c: &Ctx, find: impl Fn(&Ctx) -> Option<*mut c_void>, event_ty
     let Some(d) = (unsafe { dev(c.vctx.context.device) }) else {
         return;
     };
-    let open = d.open.lock().unwrap_or_else(|e| e.into_inner());
+    let open = lock_here(&d.open);
     let me = c as *const Ctx as usize;
-    for &a in open.iter().flat_map(|(_, v, _)| v).filter(|&&a| a != me) {
+    for &a in open.iter().flat_map(|(_, v)| v).filter(|&&a| a != me) {
         // SAFETY: an open context of the device: it leaves this list (under
         // the lock held here) before it is freed.
         let other = unsafe { &*(a as *const Ctx) };

@@ -17,6 +17,7 @@ use std::ffi::c_void;
 use std::mem::offset_of;
 use std::sync::Mutex;
 
+use softrdma::per_process::PerProcess;
 use softrdma::{CompChannel, Context, DeviceConfig};
 
 use crate::abi::*;
@@ -29,13 +30,16 @@ pub struct Dev {
     pub index: i32,
     /// `ibv_get_device_guid` (network order), stable per device name.
     pub guid_be: u64,
-    /// The soft HCA while any context has it open, those contexts
-    /// (addresses of their [`Ctx`]) and the process that opened it: every
-    /// `ibv_open_device` of one device in a process is a context on the
-    /// same HCA (one address, one GID, one QP number space), as on
-    /// hardware. A child made by fork(2) opens an HCA of its own.
-    pub open: Mutex<Option<(Context, Vec<usize>, u32)>>,
+    /// The soft HCA while any context has it open, and those contexts
+    /// (addresses of their [`Ctx`]): every `ibv_open_device` of one device in
+    /// a process is a context on the same HCA (one address, one GID, one QP
+    /// number space), as on hardware. Read with `lock_here`: a child made by
+    /// fork(2) opens an HCA of its own (`softrdma::per_process`).
+    pub open: Mutex<PerProcess<Option<SharedHca>>>,
 }
+
+/// A device's soft HCA and its open contexts (addresses of their [`Ctx`]).
+pub type SharedHca = (Context, Vec<usize>);
 
 /// An open device (`ibv_open_device`).
 #[repr(C)]

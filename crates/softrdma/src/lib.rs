@@ -48,6 +48,7 @@ mod grant;
 mod keymap;
 pub mod linkmsg;
 mod paging;
+pub mod per_process;
 mod region;
 pub mod rundir;
 mod segment;

@@ -21,6 +21,7 @@ use softrdma_wire::Psn;
 use crate::config::{devices, DeviceConfig};
 use crate::device::{ChannelShared, Device, DriverCounters, Lifetime};
 use crate::paging::OdpRegion;
+use crate::per_process::{lock_here, PerProcess};
 use crate::region::{OwnedRegion, RawRegion};
 use crate::segment::{Segment, SegmentRegion};
 use crate::shm_port::SharedRegion;
@@ -138,23 +139,19 @@ impl Context {
     /// (libfabric, for one, opens a device twice); it closes when the last
     /// context goes.
     pub fn open_with(cfg: &DeviceConfig) -> Result<Context> {
-        /// Open devices at fixed addresses, to share, with the process
-        /// that opened each: a child made by fork(2) must not share its
-        /// parent's (their progress threads did not come along, and their
-        /// locks may be held by threads that did not either).
-        static OPEN: Mutex<Vec<(SocketAddr, std::sync::Weak<Lifetime>, u32)>> =
-            Mutex::new(Vec::new());
+        /// Open devices at fixed addresses, to share (in this process
+        /// only: a forked child opens its own, see [`crate::per_process`]).
+        type Shared = Vec<(SocketAddr, std::sync::Weak<Lifetime>)>;
+        static OPEN: Mutex<PerProcess<Shared>> = Mutex::new(PerProcess::new(Vec::new()));
         let fixed = match cfg.bind {
             crate::config::Bind::Addr(a) => Some(a),
             crate::config::Bind::AutoLoopback { .. } => None,
         };
-        let pid = std::process::id();
-        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-        // Dropping a parent's weak entry runs no teardown.
-        open.retain(|(_, w, p)| *p == pid && w.strong_count() > 0);
+        let mut open = lock_here(&OPEN);
+        open.retain(|(_, w)| w.strong_count() > 0);
         if let Some(life) = fixed
-            .and_then(|a| open.iter().find(|(b, _, _)| *b == a))
-            .and_then(|(_, w, _)| w.upgrade())
+            .and_then(|a| open.iter().find(|(b, _)| *b == a))
+            .and_then(|(_, w)| w.upgrade())
         {
             return Ok(Context {
                 dev: life.0.clone(),
@@ -165,7 +162,7 @@ impl Context {
         crate::stats::publish(&dev);
         let life = Arc::new(Lifetime(dev.clone()));
         if let Some(a) = fixed {
-            open.push((a, Arc::downgrade(&life), pid));
+            open.push((a, Arc::downgrade(&life)));
         }
         Ok(Context { _life: life, dev })
     }

@@ -36,6 +36,8 @@ use std::ffi::c_int;
 use std::net::{IpAddr, SocketAddr};
 use std::ptr::null_mut;
 use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use softrdma::per_process::{lock_here, PerProcess};
 use std::time::Duration;
 
 use softrdma::rdma_cm::{CmEvent, ConnId, ConnParam, PortSpace};
@@ -118,53 +120,11 @@ impl Id {
     }
 }
 
-/// A process-wide table that a child made by fork(2) starts afresh: what
-/// the parent had in it names the parent's ids and devices, whose threads
-/// do not exist in the child (rdma-core's test suite runs its rdma_cm
-/// tests in forked processes).
-#[derive(Default)]
-pub struct PerProcess<T> {
-    pid: u32,
-    v: T,
-}
-
-impl<T> std::ops::Deref for PerProcess<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.v
-    }
-}
-
-impl<T> std::ops::DerefMut for PerProcess<T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.v
-    }
-}
-
-/// Locks `m`, emptying it first in a process other than the one that
-/// filled it.
-fn lock_here<T: Default>(
-    m: &'static OnceLock<Mutex<PerProcess<T>>>,
-) -> MutexGuard<'static, PerProcess<T>> {
-    let mut g = m
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let pid = std::process::id();
-    if g.pid != pid {
-        // The parent's entries are addresses and numbers: forgetting them
-        // frees nothing of the parent's, and touches none of its locks.
-        std::mem::forget(std::mem::take(&mut g.v));
-        g.pid = pid;
-    }
-    g
-}
-
 /// The addresses of the ids that exist (made by [`new_id`], not yet
 /// freed).
 pub fn live_ids() -> MutexGuard<'static, PerProcess<std::collections::HashSet<usize>>> {
     static LIVE: OnceLock<Mutex<PerProcess<std::collections::HashSet<usize>>>> = OnceLock::new();
-    lock_here(&LIVE)
+    lock_here(LIVE.get_or_init(Default::default))
 }
 
 /// Connections and listeners by device (the address of its `Ctx`), so
@@ -177,7 +137,7 @@ pub struct Registry {
 
 pub fn registry() -> MutexGuard<'static, PerProcess<Registry>> {
     static R: OnceLock<Mutex<PerProcess<Registry>>> = OnceLock::new();
-    lock_here(&R)
+    lock_here(R.get_or_init(Default::default))
 }
 
 /// Every device (the addresses of their `Ctx`), opened once per process
@@ -186,14 +146,14 @@ pub fn registry() -> MutexGuard<'static, PerProcess<Registry>> {
 /// parent's have no pump or progress thread in the child, and their locks
 /// may be held by threads that did not come along.
 pub fn contexts() -> &'static [usize] {
-    static CTXS: OnceLock<Mutex<PerProcess<Option<&'static [usize]>>>> = OnceLock::new();
+    static CTXS: Mutex<PerProcess<Option<&'static [usize]>>> = Mutex::new(PerProcess::new(None));
     let mut g = lock_here(&CTXS);
-    if let Some(v) = g.v {
+    if let Some(v) = **g {
         return v;
     }
     let first = !EXIT_HANDLER.swap(true, std::sync::atomic::Ordering::Relaxed);
     let v: &'static [usize] = Box::leak(open_contexts(first).into_boxed_slice());
-    g.v = Some(v);
+    **g = Some(v);
     v
 }
 
