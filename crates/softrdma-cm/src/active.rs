@@ -4,8 +4,8 @@
 use std::hash::Hash;
 
 use softrdma_wire::cm::{
-    CmMessage, MessageKind, MraRepr, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr,
-    ADDITIONAL_INFO_LEN,
+    CmMessage, MessageKind, MraRepr, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr, TransportType,
+    ADDITIONAL_INFO_LEN, EXTENDED_XRC,
 };
 use softrdma_wire::Psn;
 
@@ -65,6 +65,10 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
     fn build_req(&self, id: ConnId, p: &ConnectParams) -> Result<ReqRepr> {
         let mut path = p.path;
         path.local_ack_timeout = ack_timeout(self.config.ack_delay, p.packet_life_time);
+        // An XRC initiator has no responder and sends no READ depth,
+        // retry counts or SRQ bit: the kernel's CM leaves them zero.
+        let xrc = p.transport == TransportType::Extended;
+        let unless_xrc = |v: u8| if xrc { 0 } else { v };
         Ok(ReqRepr {
             local_comm_id: id.0,
             vendor_id: p.ece.vendor_id,
@@ -72,7 +76,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             local_ca_guid: self.config.ca_guid,
             local_qkey: 0,
             local_qpn: p.qpn,
-            responder_resources: p.responder_resources,
+            responder_resources: unless_xrc(p.responder_resources),
             local_eecn: 0,
             initiator_depth: p.initiator_depth,
             remote_eecn: 0,
@@ -81,14 +85,14 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             end_to_end_flow_control: false,
             starting_psn: p.starting_psn,
             local_cm_response_timeout: p.local_cm_response_timeout,
-            retry_count: p.retry_count,
+            retry_count: unless_xrc(p.retry_count),
             pkey: p.pkey,
             path_mtu: p.path_mtu,
             rdc_exists: false,
-            rnr_retry_count: p.rnr_retry_count,
+            rnr_retry_count: unless_xrc(p.rnr_retry_count),
             max_cm_retries: p.max_cm_retries,
-            srq: p.srq,
-            extended_transport: 0,
+            srq: p.srq && !xrc,
+            extended_transport: if xrc { EXTENDED_XRC } else { 0 },
             primary_path: path,
             alternate_path: Default::default(),
             sap_supported: false,
@@ -306,7 +310,11 @@ impl Exchange {
     /// depths the passive side chose, mirrored (its responder resources
     /// are our initiator depth and the other way round).
     fn adopt_rep(&mut self, rep: &RepRepr) {
-        self.remote_qpn = rep.local_qpn;
+        // An XRC target's QPN comes in the Local EECN field.
+        self.remote_qpn = match self.transport {
+            TransportType::Extended => rep.local_eecn,
+            _ => rep.local_qpn,
+        };
         self.remote_psn = rep.starting_psn;
         self.remote_qkey = rep.local_qkey;
         self.initiator_depth = rep.responder_resources;

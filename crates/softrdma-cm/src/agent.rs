@@ -219,6 +219,12 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         self.conns.get(&conn).map(|c| c.remote_ece)
     }
 
+    /// The transport `conn` connects: its REQ's (RC, UC, or `Extended`
+    /// for XRC); `None` for an unknown connection.
+    pub fn transport(&self, conn: ConnId) -> Option<softrdma_wire::cm::TransportType> {
+        self.conns.get(&conn).map(|c| c.exchange.transport)
+    }
+
     /// Queues `mad` for `to`, sent once.
     pub(crate) fn send(&mut self, to: A, mad: [u8; MAD_LEN]) {
         self.transmits.push_back((to, mad));

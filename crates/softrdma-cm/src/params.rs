@@ -35,7 +35,9 @@ impl Default for AgentConfig {
 pub struct ConnectParams {
     /// The service to connect to.
     pub service_id: u64,
-    /// RC or UC.
+    /// RC, UC, or `Extended` for an XRC initiator (the REQ then carries
+    /// Extended Transport Type XRC, and the REP's target QPN is read from
+    /// its Local EECN field).
     pub transport: TransportType,
     /// The local QP.
     pub qpn: u32,

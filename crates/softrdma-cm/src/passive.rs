@@ -26,7 +26,9 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         } else if !self.listeners.contains(&req.service_id) {
             // As the kernel's cm.c: no listener → invalid service ID.
             Some(reject(RejReason::InvalidServiceId))
-        } else if req.transport == TransportType::Rd {
+        } else if req.transport == TransportType::Rd
+            || (req.transport == TransportType::Extended && !req.is_xrc())
+        {
             Some(reject(RejReason::InvalidTransportType))
         } else {
             None
@@ -102,21 +104,25 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         if c.state == State::SidrReqRcvd {
             return self.sidr_answer(conn, softrdma_wire::cm::SidrStatus::Success, p);
         }
+        // For an XRC request the REP answers for an XRC target: its QPN
+        // goes in the Local EECN field, the SRQ bit is set and there is no
+        // initiator depth (as the kernel's cm_format_rep).
+        let xrc = c.exchange.transport == TransportType::Extended;
         let rep = RepRepr {
             local_comm_id: conn.0,
             remote_comm_id: c.remote_comm_id,
             local_qkey: p.qkey,
-            local_qpn: p.qpn,
+            local_qpn: if xrc { 0 } else { p.qpn },
             vendor_id: p.ece.vendor_id,
-            local_eecn: 0,
+            local_eecn: if xrc { p.qpn } else { 0 },
             starting_psn: p.starting_psn,
             responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
+            initiator_depth: if xrc { 0 } else { p.initiator_depth },
             target_ack_delay: self.config.ack_delay,
             failover_accepted: 0,
             end_to_end_flow_control: false,
             rnr_retry_count: p.rnr_retry_count,
-            srq: p.srq,
+            srq: p.srq || xrc,
             local_ca_guid: self.config.ca_guid,
             private_data: Message::Rep.fill(&p.private_data)?,
         };

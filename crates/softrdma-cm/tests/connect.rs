@@ -150,6 +150,99 @@ fn confirm_rep_holds_the_rtu_until_establish() {
     assert_eq!(net.agents[ACTIVE].state(a), Some(State::Established));
 }
 
+/// XRC (IBTA annex A14, as the kernel's cm.c): the REQ says Extended
+/// transport, type XRC, without the initiator's responder resources,
+/// retry counts or SRQ bit; the REP carries the XRC target's QPN in its
+/// Local EECN field (its Local QPN zero, SRQ set, no initiator depth), and
+/// the initiator's RTR takes its destination QPN from there.
+#[test]
+fn xrc_request_and_reply_carry_the_target_qpn_in_the_eecn() {
+    use softrdma_wire::cm::{TransportType, EXTENDED_XRC};
+    let mut net = pair(30, Faults::default());
+    let p = ConnectParams {
+        transport: TransportType::Extended,
+        confirm_rep: true,
+        ..connect_params()
+    };
+    let now = net.now;
+    let a = net.agents[ACTIVE].connect(now, PASSIVE as u8, &p).unwrap();
+    assert!(net.run_until(Duration::from_secs(1), |n| n
+        .find(ACTIVE, |e| matches!(e, Event::ConnectResponse { .. }))
+        .is_some()));
+    let (_, Event::ConnectRequest { req, .. }) = net
+        .find(PASSIVE, |e| matches!(e, Event::ConnectRequest { .. }))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    assert!(req.is_xrc());
+    assert_eq!(
+        (req.transport, req.extended_transport),
+        (TransportType::Extended, EXTENDED_XRC)
+    );
+    assert_eq!(req.local_qpn, connect_params().qpn);
+    assert_eq!(
+        (
+            req.responder_resources,
+            req.retry_count,
+            req.rnr_retry_count,
+            req.srq
+        ),
+        (0, 0, 0, false)
+    );
+    assert_eq!(req.initiator_depth, connect_params().initiator_depth);
+    let (_, Event::ConnectResponse { rep, .. }) = net
+        .find(ACTIVE, |e| matches!(e, Event::ConnectResponse { .. }))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!((rep.local_qpn, rep.local_eecn), (0, accept_params().qpn));
+    assert!(rep.srq);
+    assert_eq!(rep.initiator_depth, 0);
+    let rtr = net.agents[ACTIVE].init_qp_attr(a, QpState::Rtr).unwrap();
+    assert_eq!(rtr.dest_qp_num, accept_params().qpn);
+    net.agents[ACTIVE].establish(a).unwrap();
+    assert!(net.run_until(Duration::from_secs(1), |n| established(n, PASSIVE)));
+}
+
+/// A REQ with the Extended transport but an extended type other than XRC
+/// is refused with reason 9 (invalid transport type).
+#[test]
+fn an_unknown_extended_transport_is_rejected() {
+    use softrdma_wire::cm::TransportType;
+    let mut net = pair(31, Faults::default());
+    let p = ConnectParams {
+        transport: TransportType::Extended,
+        ..connect_params()
+    };
+    net.drop_all.push(attr::REQ);
+    let now = net.now;
+    net.agents[ACTIVE].connect(now, PASSIVE as u8, &p).unwrap();
+    net.run_until(Duration::from_millis(1), |n| !n.captured.is_empty());
+    // The REQ as sent, with extended type 2 (none is defined): the low
+    // three bits of the class data's byte 51, after the 24-byte MAD header.
+    let mut mad = net.captured[0];
+    assert_eq!(u16::from_be_bytes([mad[16], mad[17]]), attr::REQ);
+    assert_eq!(mad[24 + 51] & 0x07, 1);
+    mad[24 + 51] = (mad[24 + 51] & 0xF8) | 2;
+    let now = net.now;
+    net.agents[PASSIVE].on_mad(now, ACTIVE as u8, &mad);
+    assert!(net.run_until(Duration::from_secs(1), |n| n
+        .find(ACTIVE, |e| matches!(e, Event::Rejected { .. }))
+        .is_some()));
+    let (_, Event::Rejected { reason, .. }) = net
+        .find(ACTIVE, |e| matches!(e, Event::Rejected { .. }))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(reason, RejReason::InvalidTransportType);
+    assert!(net
+        .find(PASSIVE, |e| matches!(e, Event::ConnectRequest { .. }))
+        .is_none());
+}
+
 #[test]
 fn no_listener_is_rejected_with_invalid_service_id() {
     let mut net = pair(3, Faults::default());

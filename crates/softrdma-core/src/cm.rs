@@ -16,8 +16,10 @@ use softrdma_cm::{
     QpState as CmQpState, SidrParams,
 };
 use softrdma_engine::{
-    AccessFlags, AhAttr, AttrMask, Ece, Engine, Gid, Instant, Mtu, QpAttr, QpState, Qpn, VerbsError,
+    AccessFlags, AhAttr, AttrMask, Ece, Engine, Gid, Instant, Mtu, QpAttr, QpState, QpType, Qpn,
+    VerbsError,
 };
+use softrdma_wire::cm::TransportType;
 
 /// The IB CM of one device.
 pub struct DeviceCm {
@@ -216,6 +218,7 @@ impl DeviceCm {
         // ECE: the options both sides can do go on the QP before RTR and
         // in the REP. Nothing agreed (no offer, or nothing in common)
         // leaves the QP alone: it keeps what its owner set.
+        self.check_qp_type(engine, conn, qpn)?;
         let ece = self.ece_answer(conn, p.ece);
         if ece.vendor_id != 0 {
             engine.set_ece(qpn, engine_ece(ece))?;
@@ -231,6 +234,27 @@ impl DeviceCm {
         }
         self.qps.insert(conn, qpn);
         Ok(())
+    }
+
+    /// Refuses (EINVAL) a QP of the wrong kind for the request: an XRC
+    /// request takes an XRC target, and an XRC target takes nothing else
+    /// (an XRC initiator answers no request).
+    fn check_qp_type(&self, engine: &Engine, conn: ConnId, qpn: Qpn) -> Result<(), CmError> {
+        let (_, init) = engine.query_qp(qpn)?;
+        let asked = self
+            .agent
+            .transport(conn)
+            .ok_or(softrdma_cm::Error::NoSuchConn(conn))?;
+        let xrc_asked = asked == TransportType::Extended;
+        let fits = xrc_asked == (init.qp_type == QpType::XrcTgt) && init.qp_type != QpType::XrcIni;
+        if fits {
+            return Ok(());
+        }
+        Err(CmError::Qp(VerbsError::InvalidArgument(format!(
+            "a {:?} connection request cannot be accepted on a {} QP (accept an XRC request \
+             on an XRC target QP, an RC one on an RC QP)",
+            asked, init.qp_type
+        ))))
     }
 
     /// INIT, RTR and RTS for the passive side of `conn`, after its accept.

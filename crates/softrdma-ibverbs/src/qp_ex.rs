@@ -209,11 +209,11 @@ fn ops_for(qp_type: c_uint) -> u64 {
 const IBV_QPT_RC: c_uint = 2;
 const IBV_QPT_UC: c_uint = 3;
 const IBV_QPT_UD: c_uint = 4;
-const IBV_QPT_XRC_SEND: c_uint = 9;
-const IBV_QPT_XRC_RECV: c_uint = 10;
+pub(crate) const IBV_QPT_XRC_SEND: c_uint = 9;
+pub(crate) const IBV_QPT_XRC_RECV: c_uint = 10;
 
-const INIT_ATTR_PD: u32 = 1 << 0;
-const INIT_ATTR_XRCD: u32 = 1 << 1;
+pub(crate) const INIT_ATTR_PD: u32 = 1 << 0;
+pub(crate) const INIT_ATTR_XRCD: u32 = 1 << 1;
 const INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const INIT_ATTR_MAX_TSO_HEADER: u32 = 1 << 3;
 const INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;

@@ -209,10 +209,8 @@ fn rdma_server_and_rdma_client() {
 /// rdma_xserver and rdma_xclient in RC mode (`-c r`: synchronous
 /// endpoints, a 16-byte inline SEND from a QP created asking for no
 /// inline room — the provider's rounding, 16 bytes an SGE as rxe's and
-/// mlx5's, lets it through), over UDP and the same-host path. (`-c x`
-/// needs XRC connections through rdma_cm — XRC QPs and SRQs made by
-/// `rdma_create_ep` — which the drop-in librdmacm does not offer yet; the
-/// verbs themselves have XRC, docs/ibverbs.md.)
+/// mlx5's, lets it through), over UDP and the same-host path. `-c x`
+/// (XRC) is [`rdma_xserver_and_rdma_xclient_xrc`].
 #[test]
 fn rdma_xserver_and_rdma_xclient_rc() {
     if !have(&["rdma_xserver", "rdma_xclient"]) {
@@ -246,6 +244,123 @@ fn rdma_xserver_and_rdma_xclient_rc() {
             assert!(o.stdout.contains(&format!("{name}: end 0")), "{}", show(o));
         }
     }
+}
+
+/// rdma_xserver and rdma_xclient in XRC mode (`-c x`): the IB port space,
+/// `rdma_create_ep` making an XRC_SEND QP (client) and, through
+/// `rdma_get_request`, an XRC_RECV QP in the device's XRC domain
+/// (server), `rdma_create_srq` an XRC SRQ whose number the server sends in
+/// the REP's private data, and the client's SEND naming it. The programs
+/// check no completion status, so the server's capture (read by tshark)
+/// is the judge: the REQ asks for XRC (transport type 3, extended type 1)
+/// from the client's QP, the REP carries the target's QPN in its Local
+/// EECN (Local QPN 0), an XRC SEND_ONLY goes to that QPN and an XRC ACK
+/// comes back to the client's QP; no frame malformed.
+#[test]
+fn rdma_xserver_and_rdma_xclient_xrc() {
+    if !have(&["rdma_xserver", "rdma_xclient"]) {
+        return;
+    }
+    let _g = common::serial();
+    for transport in ["udp", "shm"] {
+        let pcap = std::env::temp_dir().join(format!(
+            "softrdma-xrc-{}-{transport}.pcap",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&pcap);
+        let mut server = cmd_on(
+            "rdma_xserver",
+            &["-p", "7474", "-c", "x"],
+            "127.0.77.24",
+            transport,
+        );
+        server.env("SOFTRDMA_CAPTURE", &pcap);
+        let (s, c) = pair(
+            server,
+            cmd_on(
+                "rdma_xclient",
+                &["-s", "127.0.77.24", "-p", "7474", "-c", "x"],
+                "127.0.77.25",
+                transport,
+            ),
+            [127, 0, 77, 24],
+            Duration::from_secs(30),
+        );
+        assert!(
+            s.ok && c.ok,
+            "{transport}: server: {}\nclient: {}",
+            show(&s),
+            show(&c)
+        );
+        for (o, name) in [(&s, "rdma_xserver"), (&c, "rdma_xclient")] {
+            assert!(o.stdout.contains(&format!("{name}: end 0")), "{}", show(o));
+        }
+        check_xrc_capture(&pcap, transport);
+        let _ = std::fs::remove_file(&pcap);
+    }
+}
+
+/// The XRC exchange in a capture of rdma_xserver's device (see
+/// [`rdma_xserver_and_rdma_xclient_xrc`]); skipped (or failed under
+/// SOFTRDMA_STRICT_TESTS) without tshark.
+fn check_xrc_capture(pcap: &std::path::Path, transport: &str) {
+    let Some(t) = common::which("tshark") else {
+        assert!(
+            std::env::var_os("SOFTRDMA_STRICT_TESTS").is_none(),
+            "tshark missing, and SOFTRDMA_STRICT_TESTS forbids skipping the capture check"
+        );
+        eprintln!("SKIPPED the capture check: tshark not installed");
+        return;
+    };
+    let fields = [
+        "infiniband.bth.opcode",
+        "infiniband.bth.destqp",
+        "infiniband.cm.req.transpsvctype",
+        "infiniband.cm.req.ext_transport",
+        "infiniband.cm.req.localqpn",
+        "infiniband.cm.rep.localqpn",
+        "infiniband.cm.rep.localeecn",
+        "_ws.malformed",
+    ];
+    let mut cmd = Command::new(t);
+    cmd.arg("-r").arg(pcap).args(["-T", "fields"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("tshark runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+    fn col<'a>(r: &[&'a str], i: usize) -> &'a str {
+        r.get(i).copied().unwrap_or("")
+    }
+    assert!(
+        rows.iter().all(|r| col(r, 7).is_empty()),
+        "{transport}: a malformed frame:\n{text}"
+    );
+    let req = rows
+        .iter()
+        .find(|r| !col(r, 2).is_empty())
+        .unwrap_or_else(|| panic!("{transport}: no REQ:\n{text}"));
+    assert_eq!((col(req, 2), col(req, 3)), ("0x03", "0x01"), "{text}");
+    let initiator = col(req, 4);
+    let rep = rows
+        .iter()
+        .find(|r| !col(r, 6).is_empty())
+        .unwrap_or_else(|| panic!("{transport}: no REP:\n{text}"));
+    assert_eq!(col(rep, 5), "0x000000", "the REP's Local QPN:\n{text}");
+    let target = col(rep, 6);
+    assert_ne!(target, "0x000000", "{text}");
+    // 164 = 0xA4, XRC SEND_ONLY; 177 = 0xB1, XRC ACKNOWLEDGE.
+    assert!(
+        rows.iter()
+            .any(|r| col(r, 0) == "164" && col(r, 1) == target),
+        "{transport}: no XRC SEND to the target {target}:\n{text}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| col(r, 0) == "177" && col(r, 1) == initiator),
+        "{transport}: no XRC ACK to the initiator {initiator}:\n{text}"
+    );
 }
 
 /// rping (asynchronous ids on an event channel it polls from a thread of
@@ -303,9 +418,10 @@ fn ucmatose_four_connections() {
     }
 }
 
-/// perftest with `-R` (its QPs made and connected through rdma_cm):
-/// `ib_write_lat` and `ib_send_bw` complete on both sides and print their
-/// result lines.
+/// perftest with `-R` (its QPs made and connected through rdma_cm): WRITE,
+/// READ and SEND, latency (64 B) and bandwidth (4 KiB), 200 iterations
+/// each, complete on both sides and print their result lines (READ's on
+/// the client only: its server takes no part in the measurement).
 ///
 /// perftest races itself: after the exchange over its first (control)
 /// connection the server makes a new listener for the data QPs, while the
@@ -316,22 +432,20 @@ fn ucmatose_four_connections() {
 /// three times, said on stderr); any other failure fails the test.
 #[test]
 fn perftest_over_rdma_cm() {
-    if !have(&["ib_write_lat", "ib_send_bw"]) {
+    let tools = [
+        ("ib_write_lat", "64", "127.0.77.13"),
+        ("ib_write_bw", "4096", "127.0.77.26"),
+        ("ib_read_lat", "64", "127.0.77.27"),
+        ("ib_read_bw", "4096", "127.0.77.28"),
+        ("ib_send_lat", "64", "127.0.77.29"),
+        ("ib_send_bw", "4096", "127.0.77.14"),
+    ];
+    if !have(&tools.map(|t| t.0)) {
         return;
     }
     let _g = common::serial();
-    for (tool, args, ip) in [
-        (
-            "ib_write_lat",
-            ["-R", "-n", "200", "-s", "64"],
-            "127.0.77.13",
-        ),
-        (
-            "ib_send_bw",
-            ["-R", "-n", "200", "-s", "4096"],
-            "127.0.77.14",
-        ),
-    ] {
+    for (tool, size, ip) in tools {
+        let args = ["-R", "-n", "200", "-s", size];
         let mut cargs = args.to_vec();
         cargs.push(ip);
         let octets: Vec<u8> = ip.split('.').map(|o| o.parse().expect("octet")).collect();
@@ -356,12 +470,17 @@ fn perftest_over_rdma_cm() {
             show(&s),
             show(&c)
         );
-        for o in [&s, &c] {
+        for (o, side) in [(&s, "server"), (&c, "client")] {
             assert!(
                 o.stdout.contains("Data ex. method : rdma_cm"),
                 "{tool}: {}",
                 show(o)
             );
+            // READ is one-sided: perftest's READ server waits and reports
+            // nothing, its client measures.
+            if side == "server" && tool.starts_with("ib_read") {
+                continue;
+            }
             let size = args[4];
             let result = o
                 .stdout

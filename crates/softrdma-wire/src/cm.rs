@@ -121,7 +121,15 @@ pub enum TransportType {
     Uc = 1,
     /// Reliable Datagram.
     Rd = 2,
+    /// Extended: the REQ's Extended Transport Type says which. Its one
+    /// value, 1, is XRC (IBTA annex A14): the requester is an XRC
+    /// initiator, the responder answers for an XRC target, whose QPN its
+    /// REP carries in the Local EECN field ([`EXTENDED_XRC`]).
+    Extended = 3,
 }
+
+/// The Extended Transport Type of an XRC REQ (with [`TransportType::Extended`]).
+pub const EXTENDED_XRC: u8 = 1;
 
 impl TransportType {
     fn from_bits(v: u8) -> Result<Self> {
@@ -129,6 +137,7 @@ impl TransportType {
             0 => Ok(TransportType::Rc),
             1 => Ok(TransportType::Uc),
             2 => Ok(TransportType::Rd),
+            3 => Ok(TransportType::Extended),
             _ => Err(Error::BadField {
                 header: "CM REQ",
                 field: "TransportServiceType",
@@ -276,6 +285,12 @@ pub struct ReqRepr {
 }
 
 impl ReqRepr {
+    /// Whether the REQ asks for an XRC connection (transport Extended,
+    /// extended type XRC).
+    pub fn is_xrc(&self) -> bool {
+        self.transport == TransportType::Extended && self.extended_transport == EXTENDED_XRC
+    }
+
     /// Parses the 232 bytes of class data.
     pub fn parse(b: &[u8]) -> Result<Self> {
         let d = data("CM REQ", b)?;

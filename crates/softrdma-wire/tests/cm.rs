@@ -229,9 +229,17 @@ fn malformed_mads_are_named() {
     let req = CmMad::send(1, random_message(&mut r, attr::REQ))
         .to_bytes()
         .unwrap();
-    let mut bad = req;
-    bad[24 + 43] |= 0b110; // transport service type 3
-    assert_eq!(field_of(&bad), "CM REQ.TransportServiceType");
+    // Transport service type 3 is Extended (XRC with extended type 1):
+    // every 2-bit value is defined, so it parses; the CM judges the
+    // extended type (softrdma-cm rejects all but XRC).
+    let mut ext = req;
+    ext[24 + 43] |= 0b110;
+    match CmMad::parse(&ext).unwrap().message {
+        softrdma_wire::cm::CmMessage::Req(q) => {
+            assert_eq!(q.transport, softrdma_wire::cm::TransportType::Extended)
+        }
+        m => panic!("not a REQ: {m:?}"),
+    }
     let rej = CmMad::send(1, random_message(&mut r, attr::REJ))
         .to_bytes()
         .unwrap();

@@ -51,6 +51,7 @@ pub fn parse_req_private_data(private_data: &[u8]) -> Result<(CmaHeader, &[u8])>
 }
 
 use crate::verbs::{Context, Qp};
+use crate::QpType;
 use crate::{Ece, Error, Result};
 
 /// What `rdma_conn_param` carries: private data and the QP's READ/atomic
@@ -157,8 +158,39 @@ impl Cm {
     /// now and to RTS when the peer accepts; [`CmEvent::Established`] or a
     /// failure follows.
     pub fn connect(&self, qp: &Qp, dst: SocketAddr, p: &ConnParam) -> Result<ConnId> {
+        self.connect_in(PortSpace::Tcp, qp, dst, p)
+    }
+
+    /// [`Cm::connect`] to a listener of port space `space`: `Tcp` takes RC
+    /// QPs; `Ib` (RDMA_PS_IB) also takes an XRC initiator
+    /// ([`crate::QpType::XrcIni`]), whose REQ asks for XRC and whose peer
+    /// accepts on an XRC target ([`Pd::create_tgt_qp`](crate::Pd)); the
+    /// target's QPN comes back in the REP. `Udp` has no connections
+    /// (use [`Cm::resolve_ud`]).
+    pub fn connect_in(
+        &self,
+        space: PortSpace,
+        qp: &Qp,
+        dst: SocketAddr,
+        p: &ConnParam,
+    ) -> Result<ConnId> {
+        let transport = match (space, qp.qp_type()) {
+            (PortSpace::Udp, _) => {
+                return Err(einval(
+                    "the UDP port space has no connections: use resolve_ud",
+                ))
+            }
+            (PortSpace::Tcp | PortSpace::Ib, QpType::Rc) => TransportType::Rc,
+            (PortSpace::Ib, QpType::XrcIni) => TransportType::Extended,
+            (_, t) => {
+                return Err(einval(&format!(
+                "a {t} QP cannot connect in the {space:?} port space (TCP: RC; IB: RC or XRC_INI)"
+            )))
+            }
+        };
         let ep = qp.endpoint();
-        let (peer, params) = self.rc_request(ep.qpn.raw(), ep.psn, dst, p)?;
+        let (peer, mut params) = self.rc_request(space, ep.qpn.raw(), ep.psn, dst, p)?;
+        params.transport = transport;
         let qpn = ep.qpn;
         self.command(|cm, e, now| {
             cm.connect(e, now, peer, qpn, &params)
@@ -167,19 +199,26 @@ impl Cm {
     }
 
     /// Connects without a QP of softrdma's moving, as rdma_cm's ids
-    /// without a QP do (UCX's rdmacm transport): the REQ names QP `qpn`
+    /// without a QP do (UCX's rdmacm transport), to a listener of port
+    /// space `space` (`Tcp` or `Ib`; an RC request): the REQ names QP `qpn`
     /// and starting PSN `psn`, [`CmEvent::ConnectResponse`] brings the
     /// REP, and the caller moves its QPs itself, then confirms with
     /// [`Cm::establish`] (the RTU; the passive side then sees
     /// [`CmEvent::Established`]).
     pub fn connect_qpless(
         &self,
+        space: PortSpace,
         qpn: u32,
         psn: u32,
         dst: SocketAddr,
         p: &ConnParam,
     ) -> Result<ConnId> {
-        let (peer, params) = self.rc_request(qpn, psn, dst, p)?;
+        if space == PortSpace::Udp {
+            return Err(einval(
+                "the UDP port space has no connections: use resolve_ud",
+            ));
+        }
+        let (peer, params) = self.rc_request(space, qpn, psn, dst, p)?;
         self.command(|cm, _, now| cm.connect_qpless(now, peer, &params).map_err(command_error))
     }
 
@@ -190,10 +229,19 @@ impl Cm {
         self.command(|cm, _, _| cm.establish(conn).map_err(command_error))
     }
 
+    /// The passive side's QP received the peer's first packet before the
+    /// RTU (the verbs COMM_EST event, `rdma_notify`): the connection is
+    /// established now ([`CmEvent::Established`] follows) instead of when
+    /// the RTU arrives. An error (EINVAL) before this side accepted.
+    pub fn notify_established(&self, conn: ConnId) -> Result<()> {
+        self.command(|cm, _, _| cm.agent().notify_established(conn).map_err(cm_error))
+    }
+
     /// The REQ's parameters for an RC connection from QP `qpn` (starting
     /// PSN `psn`) to the listener at `dst`, and the peer's CM address.
     fn rc_request(
         &self,
+        space: PortSpace,
         qpn: u32,
         psn: u32,
         dst: SocketAddr,
@@ -204,7 +252,7 @@ impl Cm {
         // The CMA header's source port names the active side's id.
         let src = SocketAddr::new(dev.addr.ip(), 0x8000 | (qpn & 0x7FFF) as u16);
         let mut params = connect_params(
-            PortSpace::Tcp,
+            space,
             src,
             dst,
             qpn,
@@ -435,5 +483,13 @@ fn command_error(e: softrdma_core::cm::CmError) -> Error {
     Error::Cm {
         errno: e.errno(),
         message: e.to_string(),
+    }
+}
+
+/// A connect or accept the port space or QP type forbids (EINVAL).
+fn einval(message: &str) -> Error {
+    Error::Cm {
+        errno: softrdma_engine::errno::EINVAL,
+        message: message.to_string(),
     }
 }

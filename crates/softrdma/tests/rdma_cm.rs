@@ -523,3 +523,88 @@ fn ece_through_the_cm_over_udp() {
 fn ece_through_the_cm_on_the_same_host() {
     ece_through_the_cm(softrdma::shm::Transport::Shm);
 }
+
+/// XRC through the CM (rdma_cm's IB port space, as `rdma_xserver -c x`
+/// uses it): an XRC initiator connects, the listener accepts on an XRC
+/// target QP and sends its XRC SRQ's number as private data; the initiator
+/// reads the target's QPN from the REP, both QPs reach RTS, and SENDs
+/// naming the SRQ arrive on it. The wrong kind of QP on either side is
+/// EINVAL.
+fn xrc_through_the_cm(t: softrdma::shm::Transport, port: u16) {
+    let (a, b) = (device(t), device(t));
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let (ma, mb) = (
+        pa.alloc_mr(4096, access).unwrap(),
+        pb.alloc_mr(4096, access).unwrap(),
+    );
+    let xrcd = b.open_xrcd().unwrap();
+    let init = SrqInit {
+        max_wr: 4,
+        max_sge: 1,
+        limit: 0,
+    };
+    let srq = pb.create_xrc_srq(&xrcd, &cb, init).unwrap();
+    let ini = pa.create_qp(QpType::XrcIni, &ca, &ca).build().unwrap();
+    let tgt = xrcd.create_tgt_qp().unwrap();
+    let (cma, cmb) = (a.cm(), b.cm());
+    cmb.listen(PortSpace::Ib, port).unwrap();
+    let dst = SocketAddr::new(b.addr().ip(), port);
+    // An XRC initiator connects in the IB port space only.
+    let e = cma.connect(&ini, dst, &quick()).unwrap_err();
+    assert!(e.to_string().contains("port space"), "{e}");
+    let conn_a = cma.connect_in(PortSpace::Ib, &ini, dst, &quick()).unwrap();
+    let CmEvent::ConnectRequest {
+        conn: conn_b, req, ..
+    } = wait_for(&cmb, |e| matches!(e, CmEvent::ConnectRequest { .. }))
+    else {
+        unreachable!()
+    };
+    assert!(req.is_xrc(), "the REQ asks for XRC");
+    assert_eq!(req.local_qpn, ini.qpn().raw());
+    // An RC QP cannot take an XRC request; the target can.
+    let rc = pb.create_qp(QpType::Rc, &cb, &cb).build().unwrap();
+    let e = cmb.accept(conn_b, &rc, &ConnParam::default()).unwrap_err();
+    assert!(e.to_string().contains("XRC"), "{e}");
+    let srqn = srq.srq_num().unwrap();
+    let reply = ConnParam {
+        private_data: srqn.to_be_bytes().to_vec(),
+        ..ConnParam::default()
+    };
+    cmb.accept(conn_b, &tgt, &reply).unwrap();
+    let est = |c: ConnId| move |e: &CmEvent<SocketAddr>| matches!(e, CmEvent::Established { conn } if *conn == c);
+    wait_for(&cma, est(conn_a));
+    wait_for(&cmb, est(conn_b));
+    assert_eq!((ini.state(), tgt.state()), (QpState::Rts, QpState::Rts));
+    let got = cma
+        .take_rep_private_data(conn_a)
+        .expect("the REP's private data");
+    let srqn_seen = u32::from_be_bytes(got[..4].try_into().unwrap());
+    assert_eq!(srqn_seen, srqn);
+    srq.post_recv(&RecvWr {
+        wr_id: 9,
+        sg_list: vec![mb.sge(0, 64)],
+    })
+    .unwrap();
+    ma.write(0, b"xrc over the cm").unwrap();
+    let mut wr = SendWr::new(1, SendOp::Send, vec![ma.sge(0, 15)]);
+    wr.xrc_srqn = Some(srqn_seen);
+    ini.post_send(&wr).unwrap();
+    ca.wait_ok(T).unwrap();
+    let w = cb.wait_ok(T).unwrap();
+    assert_eq!((w.wr_id, w.byte_len, w.qp_num), (9, 15, tgt.qpn()));
+    let mut back = [0u8; 15];
+    mb.read(0, &mut back).unwrap();
+    assert_eq!(&back, b"xrc over the cm");
+}
+
+#[test]
+fn xrc_through_the_cm_over_udp() {
+    xrc_through_the_cm(softrdma::shm::Transport::Udp, PORT + 40);
+}
+
+#[test]
+fn xrc_through_the_cm_on_the_same_host() {
+    xrc_through_the_cm(softrdma::shm::Transport::Shm, PORT + 41);
+}

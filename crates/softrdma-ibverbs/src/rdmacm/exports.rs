@@ -398,6 +398,91 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_create_qp(
     })
 }
 
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_create_qp_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut crate::qp_ex::ibv_qp_init_attr_ex,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: a live id (or NULL) and attributes (or NULL).
+        let r = unsafe { id_mut(id) }.and_then(|id| {
+            // SAFETY: per the contract, readable and writable or NULL.
+            let attr = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+            // SAFETY: per the contract.
+            unsafe { super::qp::create_qp_ex(id, attr) }
+        });
+        ret("rdma_create_qp_ex", r)
+    })
+}
+
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut crate::abi::ibv_srq_init_attr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: a live id (or NULL), PD (or NULL) and attributes.
+        let r = unsafe { id_mut(id) }.and_then(|id| {
+            // SAFETY: per the contract, readable and writable or NULL.
+            let attr = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+            // SAFETY: per the contract.
+            unsafe { super::qp::create_srq(id, pd, attr) }
+        });
+        ret("rdma_create_srq", r)
+    })
+}
+
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_create_srq_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut crate::xrc::ibv_srq_init_attr_ex,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: a live id (or NULL) and attributes (or NULL).
+        let r = unsafe { id_mut(id) }.and_then(|id| {
+            // SAFETY: per the contract, readable and writable or NULL.
+            let attr = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+            // SAFETY: per the contract.
+            unsafe { super::qp::create_srq_ex(id, attr) }
+        });
+        ret("rdma_create_srq_ex", r)
+    })
+}
+
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_destroy_srq(id: *mut rdma_cm_id) {
+    guard((), || {
+        // SAFETY: a live id or NULL.
+        if let Ok(id) = unsafe { id_mut(id) } {
+            super::qp::destroy_srq(id)
+        }
+    })
+}
+
+/// `enum ibv_event_type`'s COMM_EST and LID_CHANGE.
+const IBV_EVENT_COMM_EST: c_int = 4;
+const IBV_EVENT_LID_CHANGE: c_int = 11;
+
+pub unsafe extern "C" fn softrdma_rdmacm_rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
+    guard(-1, || {
+        // SAFETY: a live id or NULL.
+        let r = unsafe { id_mut(id) }.and_then(|id| notify(id, event));
+        ret("rdma_notify", r)
+    })
+}
+
+/// As the kernel's `ib_cm_notify`: COMM_EST establishes a connection
+/// whose RTU has not come yet (EINVAL before the accept), LID_CHANGE is
+/// accepted and ignored, any other event is EINVAL.
+fn notify(id: &mut Id, event: c_int) -> R {
+    match event {
+        IBV_EVENT_LID_CHANGE => Ok(()),
+        IBV_EVENT_COMM_EST => {
+            let ctx = id.ctx().ok_or(libc::EINVAL)?;
+            let conn = id.state().conn.ok_or(libc::EINVAL)?;
+            ctx.dev.cm().notify_established(conn).map_err(|e| e.errno())
+        }
+        _ => Err(libc::EINVAL),
+    }
+}
+
 pub unsafe extern "C" fn softrdma_rdmacm_rdma_destroy_qp(id: *mut rdma_cm_id) {
     guard((), || {
         // SAFETY: a live id or NULL.
@@ -492,14 +577,23 @@ unsafe fn connect(id: &mut Id, param: *const rdma_conn_param) -> R {
             // SIDR: which UD QP serves the port (no QP of ours moves).
             RDMA_PS_UDP => cm.resolve_ud(dst, &p),
             // SAFETY: the id's QP is NULL or live.
-            RDMA_PS_TCP => match unsafe { super::qp::soft_qp(id) } {
-                Some(qp) => cm.connect(qp, dst, &p),
-                // No QP: the caller's QP number, a PSN of ours (as the
-                // kernel picks one), CONNECT_RESPONSE, then rdma_establish.
-                // SAFETY: per the contract.
-                None => cm.connect_qpless(unsafe { qpless_qpn(id, param) }?, new_psn(), dst, &p),
-            },
-            // The IB port space (AF_IB addressing) is not offered.
+            // TCP: RC; IB (with IP addresses, as rdma_xclient -c x): RC
+            // or an XRC initiator.
+            RDMA_PS_TCP | RDMA_PS_IB => {
+                let space = port_space(id.c.ps).ok_or(libc::EINVAL)?;
+                // SAFETY: the id's QP is NULL or live.
+                match unsafe { super::qp::soft_qp(id) } {
+                    Some(qp) => cm.connect_in(space, qp, dst, &p),
+                    // No QP: the caller's QP number, a PSN of ours (as the
+                    // kernel picks one), CONNECT_RESPONSE, then
+                    // rdma_establish.
+                    None => {
+                        // SAFETY: per the contract.
+                        let qpn = unsafe { qpless_qpn(id, param) }?;
+                        cm.connect_qpless(space, qpn, new_psn(), dst, &p)
+                    }
+                }
+            }
             _ => return Err(libc::ENOSYS),
         }
         .map_err(|e| e.errno())?;
@@ -934,6 +1028,7 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_destroy_ep(id: *mut rdma_cm_id) {
         // SAFETY: a live id or NULL.
         if let Ok(i) = unsafe { id_mut(id) } {
             super::qp::destroy_qp(i);
+            super::qp::destroy_srq(i);
             // SAFETY: as above.
             let _ = unsafe { destroy_id(id) };
         }

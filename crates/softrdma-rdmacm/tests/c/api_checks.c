@@ -64,6 +64,13 @@ struct qp_attr {           /* struct ibv_qp_attr */
     uint32_t rate_limit;
 };
 int rdma_init_qp_attr(void *, struct qp_attr *, int *);
+struct srq_init {          /* struct ibv_srq_init_attr */
+    void *srq_context;
+    uint32_t max_wr, max_sge, srq_limit;
+};
+int rdma_create_srq(void *, void *, struct srq_init *);
+void rdma_destroy_srq(void *);
+int rdma_notify(void *, int);
 
 #define PS_TCP 0x0106
 static int failed;
@@ -196,6 +203,22 @@ int main(int argc, char **argv)
     check(*(void **)((char *)id + 400) != NULL, "a resolved id has the device's PD");
     check(rdma_ack_cm_event(ev) == 0, "ack");
     check(!readable(ch->fd), "fd not readable once taken");
+    {
+        /* rdma_create_srq: a basic SRQ for a TCP id, kept in id->srq (byte
+         * 392); one per id; rdma_destroy_srq clears it. rdma_notify:
+         * COMM_EST needs a connection, LID_CHANGE is ignored, anything
+         * else is EINVAL (the kernel's ib_cm_notify). */
+        struct srq_init sa = { .max_wr = 8, .max_sge = 1 };
+        check(rdma_create_srq(id, NULL, &sa) == 0 && *(void **)((char *)id + 392) != NULL,
+              "create_srq: a basic SRQ in id->srq");
+        check(fails_with(rdma_create_srq(id, NULL, &sa), EINVAL), "a second SRQ on the id: EINVAL");
+        check(fails_with(rdma_create_srq(id, NULL, NULL), EINVAL), "create_srq NULL attributes: EINVAL");
+        rdma_destroy_srq(id);
+        check(*(void **)((char *)id + 392) == NULL, "destroy_srq clears id->srq");
+        check(fails_with(rdma_notify(id, 4), EINVAL), "notify COMM_EST unconnected: EINVAL");
+        check(rdma_notify(id, 11) == 0, "notify LID_CHANGE: ignored");
+        check(fails_with(rdma_notify(id, 1), EINVAL), "notify QP_FATAL: EINVAL");
+    }
 
     {
         /* rdma_set_option: sizes checked as the kernel checks them, an
