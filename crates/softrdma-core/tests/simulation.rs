@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sim::scenario::{Scenario, DCQCN, FABRIC, MEMORY_WINDOWS, SAME_HOST, SELECTIVE_REPEAT, XRC};
+use sim::scenario::{
+    Scenario, DCQCN, FABRIC, FABRIC_MODEL, MEMORY_WINDOWS, SAME_HOST, SELECTIVE_REPEAT, XRC,
+};
 use sim::{run_seed, Core, Summary};
 
 fn replay_cmd(seed: u64) -> String {
@@ -297,6 +299,27 @@ fn fabric_0000_0249() {
     );
 }
 
+/// Seeds `FABRIC_MODEL + 0..250`: every packet crosses softrdma-fabric's
+/// model (a radix-4 fat-tree; lossy Ethernet with tail drops, PFC or
+/// InfiniBand credits, some with RED marking), under the same oracle, then
+/// 100 of them with DCQCN on every node (ECN-capable packets, which RED
+/// marks); the blocks must have dropped packets in the fabric and marked
+/// some, every mark counted by its receiver.
+#[test]
+fn fabric_model_0000_0249() {
+    let t = run_range_named(FABRIC_MODEL..FABRIC_MODEL + 250, " in the fabric model");
+    let d = run_range_named(
+        DCQCN + FABRIC_MODEL..DCQCN + FABRIC_MODEL + 100,
+        " with DCQCN in the fabric model",
+    );
+    assert!(
+        t.tail_drops + d.tail_drops > 0 && d.ce_marks > 0,
+        "the fabric model dropped {} packets and marked {}",
+        t.tail_drops + d.tail_drops,
+        d.ce_marks
+    );
+}
+
 /// Runs seeds `SELECTIVE_REPEAT + k`: every RC connection negotiated
 /// selective repeat; same invariants, and the block must really have held
 /// requests out of order and sent packets again selectively.
@@ -502,6 +525,10 @@ fn fresh_block() {
     run_range_named(start..start + FRESH_BLOCK, &context);
     run_same_host(start..start + FRESH_MORE, &context);
     run_range_named(FABRIC + start..FABRIC + start + FRESH_MORE, &context);
+    run_range_named(
+        FABRIC_MODEL + start..FABRIC_MODEL + start + FRESH_MORE,
+        &context,
+    );
     run_selective_repeat(start..start + FRESH_MORE, &context);
     run_xrc(start..start + FRESH_MORE, &context);
 }

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod carrier;
 pub mod html;
 pub mod link;
 pub mod queue;
@@ -23,5 +24,6 @@ pub mod sim;
 pub mod topology;
 pub mod workload;
 
+pub use carrier::Carrier;
 pub use report::{run, Report};
 pub use scenario::Scenario;

@@ -78,6 +78,24 @@ impl<T: Ord> CalendarQueue<T> {
         }
     }
 
+    /// The time of the earliest event, without taking it (it may move on
+    /// to the bucket that holds it, as `pop` would).
+    pub fn peek_time(&mut self) -> Option<u64> {
+        loop {
+            match (self.now.last(), self.late.peek()) {
+                (Some(a), Some(Reverse(b))) => return Some(a.0.min(b.0)),
+                (Some(a), None) => return Some(a.0),
+                (None, Some(Reverse(b))) => return Some(b.0),
+                (None, None) => {
+                    if self.len == 0 {
+                        return None;
+                    }
+                    self.advance();
+                }
+            }
+        }
+    }
+
     /// The earliest event.
     pub fn pop(&mut self) -> Option<(u64, u64, T)> {
         loop {

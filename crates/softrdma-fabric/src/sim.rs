@@ -134,6 +134,8 @@ struct Pkt {
     chunk: u32,
     /// A result going down the tree (else a contribution going up).
     down: bool,
+    /// A packet of an outside network's ([`Sim::inject`]): its token, else 0.
+    token: u64,
 }
 
 /// The aggregation tree (one for every in-network operation: all the
@@ -303,6 +305,18 @@ pub struct Sim {
     /// bins double in width to stay at most `GOODPUT_BINS`).
     pub goodput_bins: Vec<u64>,
     pub goodput_shift: u32,
+    /// What happened to injected packets ([`Sim::inject`]), not yet taken
+    /// by [`Sim::advance_until`].
+    outside: Vec<Outside>,
+}
+
+/// What the fabric did with a packet handed to it by [`Sim::inject`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outside {
+    /// It reached its host at `at` (ps), carrying `ecn`.
+    Arrived { token: u64, at: Ps, ecn: Ecn },
+    /// A queue, a headroom or a bad cable dropped it.
+    Dropped { token: u64 },
 }
 
 /// The most bins of the goodput-over-time series.
@@ -346,6 +360,28 @@ impl Sim {
         sc.validate()?;
         let tree = Tree::build(&sc.topology)?;
         let plan = crate::workload::plan(&sc.workload, tree.hosts, sc.seed)?;
+        Self::with_plan(sc, tree, plan)
+    }
+
+    /// The fabric of `sc` with no workload of its own: its packets come
+    /// from outside ([`Sim::inject`]), and what becomes of them is taken
+    /// with [`Sim::advance_until`] (the engines of its hosts stay idle).
+    /// `sc.workload` is not used.
+    pub fn carrier(sc: &Scenario) -> std::result::Result<Sim, String> {
+        sc.validate()?;
+        let tree = Tree::build(&sc.topology)?;
+        let plan = Plan {
+            msgs: Vec::new(),
+            groups: 1,
+            bytes: 0,
+            bus_factor: 0.0,
+            compute_ps: 0,
+            sharp_base: Vec::new(),
+        };
+        Self::with_plan(sc, tree, plan)
+    }
+
+    fn with_plan(sc: &Scenario, tree: Tree, plan: Plan) -> std::result::Result<Sim, String> {
         let ll = &sc.link_layer;
         let mut rng = Rng::new(sc.seed);
         let mut links = Vec::with_capacity(tree.links.len());
@@ -468,6 +504,7 @@ impl Sim {
             sh: SharpTree::default(),
             goodput_bins: Vec::new(),
             goodput_shift: 20,
+            outside: Vec::new(),
         };
         sim.connect(sc)?;
         if !sim.plan.sharp_base.is_empty() {
@@ -480,6 +517,71 @@ impl Sim {
             }
         }
         Ok(sim)
+    }
+
+    /// Packet `token` (`data`, `ecn`; `token` not 0) leaves host `from`
+    /// for host `to` at `at` (ps, not before what already ran): it joins
+    /// the host's NIC queue and crosses the fabric as the workload's
+    /// packets do (its class, ECN marking, ECMP on its UDP source port).
+    pub fn inject(&mut self, at: Ps, from: u32, to: u32, data: &[u8], ecn: Ecn, token: u64) {
+        debug_assert!(token != 0);
+        self.advance_until(at, None);
+        self.now = self.now.max(at);
+        // The UDP source port is not in the RoCE bytes: take it from the
+        // BTH's destination QP, as a flow's port is fixed per QP pair.
+        let sport = data
+            .get(5..8)
+            .map_or(0, |q| u16::from_be_bytes([q[1], q[2]]) | 0xC000);
+        let kept = data.len().min(54);
+        let p = Pkt {
+            wire: data.len() as u32 + self.overhead,
+            data: Bytes::new([&data[..kept], &[]]),
+            head: kept as u32,
+            zeros: (data.len() - kept) as u32,
+            dst: to,
+            src: from,
+            sport,
+            ecn,
+            class: class_of(data),
+            in_link: u32::MAX,
+            sharp: 0,
+            chunk: 0,
+            down: false,
+            token,
+        };
+        let (class, wire) = (p.class as usize, u64::from(p.wire));
+        let li = self.tree.host_up[from as usize];
+        let id = self.alloc(p);
+        let l = &mut self.links[li];
+        l.q[class].push_back(id);
+        l.qbytes[class] += wire;
+        self.kick(li);
+    }
+
+    /// When the next event is due (ps), if any: a queued event, or what
+    /// became of an injected packet and was not taken yet.
+    pub fn next_event_at(&mut self) -> Option<Ps> {
+        let taken = self.outside.iter().map(|o| match o {
+            Outside::Arrived { at, .. } => *at,
+            Outside::Dropped { .. } => self.now,
+        });
+        taken.chain(self.events.peek_time()).min()
+    }
+
+    /// Runs every event due at or before `until` (ps); with `out`, moves
+    /// what became of injected packets so far into it, in order.
+    pub fn advance_until(&mut self, until: Ps, out: Option<&mut Vec<Outside>>) {
+        while self.events.peek_time().is_some_and(|t| t <= until) {
+            let Some((t, _, ev)) = self.events.pop() else {
+                break;
+            };
+            self.now = t;
+            self.totals.events += 1;
+            self.dispatch(ev);
+        }
+        if let Some(out) = out {
+            out.append(&mut self.outside);
+        }
     }
 
     /// Sets the interval of queue samples (0: none).
@@ -903,6 +1005,7 @@ impl Sim {
             sharp: 0,
             chunk: 0,
             down: false,
+            token: 0,
         };
         let wire = u64::from(p.wire);
         let id = self.alloc(p);
@@ -1142,6 +1245,11 @@ impl Sim {
             DropCause::Corruption => self.totals.drops_corruption += 1,
         }
         self.links[li].drops[cause as usize] += 1;
+        if let Some(token) = self.pkts[id as usize].as_ref().map(|p| p.token) {
+            if token != 0 {
+                self.outside.push(Outside::Dropped { token });
+            }
+        }
         self.release(id);
     }
 
@@ -1167,6 +1275,11 @@ impl Sim {
                 let p = self.pkts[id as usize].take().expect("arriving");
                 self.free.push(id);
                 self.totals.packets_delivered += 1;
+                if p.token != 0 {
+                    let (token, at, ecn) = (p.token, self.now, p.ecn);
+                    self.outside.push(Outside::Arrived { token, at, ecn });
+                    return;
+                }
                 if p.zeros > 0 {
                     self.count_goodput(p.zeros);
                 }
@@ -1330,6 +1443,7 @@ impl Sim {
             sharp: op + 1,
             chunk,
             down,
+            token: 0,
         })
     }
 

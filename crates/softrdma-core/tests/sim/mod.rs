@@ -458,7 +458,11 @@ impl<N: HarnessNode> World<N> {
             c.ack_req_every = sc.ack_req_every;
             c.ack_delay_ns = sc.ack_delay_ns;
             if sc.dcqcn {
-                let line = sc.fabric.map_or(100_000_000_000, |f| f.rate_bps);
+                let line = match (sc.fabric, sc.fabric_model) {
+                    (Some(f), _) => f.rate_bps,
+                    (None, Some(m)) => m.link_gbps * 1_000_000_000,
+                    (None, None) => 100_000_000_000,
+                };
                 c.congestion = CongestionConfig::dcqcn(DcqcnParams::new(line));
             }
             cfgs.push(c);
@@ -486,6 +490,12 @@ impl<N: HarnessNode> World<N> {
                 };
                 net.set_ecn_hook(l, Some(Box::new(mark)));
             }
+        }
+        if let Some(m) = sc.fabric_model {
+            let fsc: softrdma_fabric::Scenario = serde_json::from_str(&m.scenario_json(sc.seed))
+                .map_err(|e| format!("the fabric model's scenario: {e}"))?;
+            let carrier = softrdma_fabric::Carrier::new(&fsc, sc.nodes, net.now)?;
+            net.set_fabric(Box::new(carrier));
         }
         let mut w = World {
             rng: Rng::new(sc.seed ^ 0xA99),
@@ -2092,7 +2102,7 @@ impl<N: HarnessNode> World<N> {
     /// messages each way on 10 Gb/s links, behind a go-back-N resend), so
     /// there the wire must justify a RETRY_EXC_ERR as on a lossy network.
     fn never_late(&self) -> bool {
-        self.sc.mode == Mode::Clean && self.sc.fabric.is_none()
+        self.sc.mode == Mode::Clean && self.sc.fabric.is_none() && self.sc.fabric_model.is_none()
     }
 
     fn excuse_retry_exc(&mut self, qi: usize, wr_id: u64, peer_failed: bool) -> Check {

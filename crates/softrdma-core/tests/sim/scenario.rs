@@ -121,6 +121,61 @@ pub struct Scenario {
     pub dcqcn: bool,
     /// XRC connections in the workload ([`XRC`] set in the seed).
     pub xrc: bool,
+    /// Every packet crosses softrdma-fabric's model ([`FABRIC_MODEL`] set
+    /// in the seed).
+    pub fabric_model: Option<FabricModel>,
+}
+
+/// A fat-tree of softrdma-fabric (`softrdma_fabric::Carrier`) that carries
+/// every packet: its switches, queues and link layer in place of the
+/// network's delay and jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FabricModel {
+    /// `lossy` (tail drop), `pfc` or `ib_credit`; never lossy on a clean
+    /// network, where nothing may be lost.
+    pub kind: &'static str,
+    pub link_gbps: u64,
+    pub cable_ns: u64,
+    /// Lossy Ethernet: the most one egress queue holds.
+    pub port_queue_bytes: u64,
+    /// RED marking on every switch egress queue (ECN-capable packets).
+    pub ecn: bool,
+}
+
+impl FabricModel {
+    /// Drawn from its own generator, as [`Fabric`] is.
+    fn from_seed(seed: u64, clean: bool) -> FabricModel {
+        let mut r = Rng::new(seed ^ 0xFAB2_0DE1);
+        let kinds: &[&'static str] = if clean {
+            &["pfc", "ib_credit"]
+        } else {
+            &["lossy", "lossy", "pfc", "ib_credit"]
+        };
+        FabricModel {
+            kind: pick(&mut r, kinds),
+            link_gbps: pick(&mut r, &[10, 25, 100]),
+            cable_ns: 50 + r.below(2_000),
+            port_queue_bytes: pick(&mut r, &[16 << 10, 64 << 10, 256 << 10]),
+            ecn: r.chance(0.5),
+        }
+    }
+
+    /// The fabric's scenario: a two-tier fat-tree of radix 4 (8 hosts on
+    /// 4 leaves and 2 spines); its workload is not used.
+    pub fn scenario_json(&self, seed: u64) -> String {
+        let ecn = if self.ecn {
+            r#", "ecn": {"kmin_bytes": 8000, "kmax_bytes": 64000, "pmax": 0.2}"#
+        } else {
+            ""
+        };
+        format!(
+            r#"{{"seed": {seed}, "topology": {{"tiers": 2, "k": 4, "link_gbps": {}, "cable_ns": {},
+                "switch_ns": 300}},
+              "link_layer": {{"kind": "{}", "port_queue_bytes": {}{ecn}}},
+              "workload": {{"kind": "permutation", "bytes": 1}}}}"#,
+            self.link_gbps, self.cable_ns, self.kind, self.port_queue_bytes
+        )
+    }
 }
 
 /// A star of links (`SimNet::star`) that replaces the network's delay.
@@ -195,6 +250,13 @@ pub const MEMORY_WINDOWS: u64 = 1 << 52;
 /// on them as on RC, under the same oracle. The rest of the scenario is
 /// the seed's without the bit.
 pub const XRC: u64 = 1 << 53;
+
+/// Seeds with this bit set carry every packet through softrdma-fabric's
+/// model ([`FabricModel`]: a fat-tree with a lossy, PFC or InfiniBand
+/// credit link layer, chosen by the seed), with links cut for a while but
+/// never for good, as on [`FABRIC`]; the rest of the scenario is the
+/// seed's without the bit.
+pub const FABRIC_MODEL: u64 = 1 << 54;
 
 fn pick<T: Copy>(r: &mut Rng, xs: &[T]) -> T {
     xs[r.below(xs.len() as u64) as usize]
@@ -388,8 +450,9 @@ impl Scenario {
         }
         let same_host = seed & SAME_HOST != 0;
         let fabric = seed & FABRIC != 0;
+        let fabric_model = seed & FABRIC_MODEL != 0;
         let mode = match mode {
-            Mode::PermanentCut if fabric => {
+            Mode::PermanentCut if fabric || fabric_model => {
                 cuts.clear();
                 for c in &mut conns {
                     c.retry_cnt = 7;
@@ -438,6 +501,7 @@ impl Scenario {
             dcqcn: seed & DCQCN != 0,
             mw: seed & MEMORY_WINDOWS != 0,
             xrc,
+            fabric_model: fabric_model.then(|| FabricModel::from_seed(seed, mode == Mode::Clean)),
         }
     }
 }

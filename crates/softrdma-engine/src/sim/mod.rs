@@ -204,6 +204,36 @@ struct ScheduledLink {
 /// the wire (count READ requests in flight, drop exactly one packet, …).
 pub type Tap = Box<dyn FnMut(&Tapped<'_>) -> Verdict>;
 
+/// A packet network that carries the packets between nodes in place of
+/// [`SimNet`]'s own delay and links: a packet simulator's topology and
+/// link layers (`softrdma_fabric::Carrier` is one: fat-trees, lossy
+/// Ethernet, PFC, InfiniBand credits). The network's loss, duplication,
+/// corruption, cuts and taps still act as the packet leaves its node; the
+/// fabric then decides when (and whether) it arrives, and with which ECN
+/// codepoint. It must be deterministic: the same calls give the same
+/// answers.
+pub trait Fabric {
+    /// Packet `token` (`data`, with ECN `ecn`) leaves node `from` for node
+    /// `to` at `now`.
+    fn send(&mut self, now: Instant, from: usize, to: usize, data: &[u8], ecn: Ecn, token: u64);
+    /// When the fabric next has something to do (an arrival, a queue to
+    /// serve, a pause to lift), if anything.
+    fn next_event(&mut self) -> Option<Instant>;
+    /// Runs the fabric up to and including `until`, appending what reached
+    /// its destination or was dropped by then to `out`, in the order it
+    /// happened.
+    fn advance(&mut self, until: Instant, out: &mut Vec<FabricOut>);
+}
+
+/// What a [`Fabric`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FabricOut {
+    /// It reached its destination at `at`, carrying `ecn`.
+    Arrived { token: u64, at: Instant, ecn: Ecn },
+    /// A queue, a buffer or a bad cable dropped it.
+    Dropped { token: u64 },
+}
+
 /// Nodes on a simulated network.
 pub struct SimNet<N: SimNode = Engine> {
     /// The nodes, by index.
@@ -229,8 +259,13 @@ pub struct SimNet<N: SimNode = Engine> {
     /// The fabric's links, by [`LinkId`].
     links: Vec<Link>,
     /// `routes[a][b]`: the links a packet from a to b passes (empty: it
-    /// takes [`NetConfig::delay`]).
+    /// takes [`NetConfig::delay`], or the [`Fabric`] when there is one).
     routes: Vec<Vec<Rc<[LinkId]>>>,
+    /// The fabric that carries unrouted packets, if any, and the packets
+    /// it holds, by token.
+    fabric: Option<Box<dyn Fabric>>,
+    in_fabric: std::collections::HashMap<u64, InFlight>,
+    fabric_out: Vec<FabricOut>,
 }
 
 /// What the network did.
@@ -313,7 +348,19 @@ impl<N: SimNode> SimNet<N> {
             gather: false,
             links: Vec::new(),
             routes: vec![vec![Rc::from(Vec::new()); n]; n],
+            fabric: None,
+            in_fabric: std::collections::HashMap::new(),
+            fabric_out: Vec::new(),
         }
+    }
+
+    /// Hands every packet without a route ([`SimNet::set_route`]) to
+    /// `fabric` instead of the network's delay and jitter (the network's
+    /// loss, duplication, corruption and cuts still apply as it leaves its
+    /// node). Packets the fabric drops count as tail drops; CE marks it
+    /// makes, as ECN marks.
+    pub fn set_fabric(&mut self, fabric: Box<dyn Fabric>) {
+        self.fabric = Some(fabric);
     }
 
     /// Whether engines build packets with [`Engine::poll_transmit_gather`]
@@ -340,7 +387,7 @@ impl<N: SimNode> SimNet<N> {
 
     /// Packets on the wire, not yet delivered.
     pub fn in_flight(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.in_fabric.len()
     }
 
     /// True when a packet is in flight or an engine has a timer armed.
@@ -555,6 +602,12 @@ impl<N: SimNode> SimNet<N> {
             if p.hops < p.route.len() {
                 return self.push(p);
             }
+        } else if let Some(f) = self.fabric.as_mut() {
+            self.seq += 1;
+            let token = self.seq;
+            f.send(p.at, p.from, p.to, &p.data, p.ecn, token);
+            self.in_fabric.insert(token, p);
+            return;
         } else {
             p.at = p.at + self.net.delay;
         }
@@ -567,6 +620,36 @@ impl<N: SimNode> SimNet<N> {
         };
         p.at = p.at + Duration::from_nanos(jitter);
         self.push(p);
+    }
+
+    /// Runs the fabric up to now and queues what arrived for delivery in
+    /// this instant (in the order the fabric delivered it).
+    fn take_from_fabric(&mut self) {
+        let Some(f) = self.fabric.as_mut() else {
+            return;
+        };
+        let mut out = std::mem::take(&mut self.fabric_out);
+        f.advance(self.now, &mut out);
+        for o in out.drain(..) {
+            match o {
+                FabricOut::Arrived { token, at, ecn } => {
+                    let Some(mut p) = self.in_fabric.remove(&token) else {
+                        continue;
+                    };
+                    if ecn == Ecn::Ce && p.ecn != Ecn::Ce {
+                        self.stats.ecn_marked += 1;
+                    }
+                    (p.at, p.ecn) = (at.min(self.now), ecn);
+                    self.push(p);
+                }
+                FabricOut::Dropped { token } => {
+                    if self.in_fabric.remove(&token).is_some() {
+                        self.stats.tail_drops += 1;
+                    }
+                }
+            }
+        }
+        self.fabric_out = out;
     }
 
     fn push(&mut self, mut p: InFlight) {
@@ -584,6 +667,9 @@ impl<N: SimNode> SimNet<N> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        if let Some(f) = self.fabric.as_mut().and_then(|f| f.next_event()) {
+            t = Some(t.map_or(f, |x: Instant| x.min(f)));
+        }
         for e in &mut self.nodes {
             if let Some(d) = e.poll_timeout() {
                 t = Some(t.map_or(d, |x: Instant| x.min(d)));
@@ -605,6 +691,7 @@ impl<N: SimNode> SimNet<N> {
             self.now = t;
         }
         self.apply_link_changes();
+        self.take_from_fabric();
         while let Some(Reverse(p)) = self.queue.peek() {
             if p.at > self.now {
                 break;
