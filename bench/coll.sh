@@ -7,7 +7,11 @@
 #   component's algorithm forced (--mca coll_tuned_use_dynamic_rules 1
 #   --mca coll_tuned_allreduce_algorithm N: 0 default decision, 3 recursive
 #   doubling, 4 ring, 6 Rabenseifner) over vader (shared memory) and over
-#   tcp (loopback).
+#   tcp (loopback);
+#   Gloo (bench/gloo_allreduce.cc, built with g++ against Debian's
+#   libgloo-dev): its TCP transport, and its ibverbs transport on softrdma's
+#   drop-in libibverbs.so.1 (LIBDIR, default built here) over the same-host
+#   path and over UDP, ring and halving-doubling in turn (2 ranks only).
 # Prints each table, then per size: softrdma shm busbw against the best
 # vader algorithm, softrdma udp against the best tcp one, and the ratios
 # (time ratios for sizes below 1 MiB, busbw ratios from 1 MiB up).
@@ -69,6 +73,45 @@ else
     echo "# Open MPI (mpicc, mpirun) not installed: no MPI rows"
 fi
 
+# Gloo (Debian libgloo-dev, bench/gloo_allreduce.cc): its TCP transport,
+# and its ibverbs transport on softrdma's drop-in libibverbs.so.1 over the
+# same-host path and over UDP; ring (AllreduceRingChunked) and halving-
+# doubling in turn, the best per size reported.
+GLOO=()
+gloo() { # label, algo, transport, env...
+    local label=$1 algo=$2 transport=$3; shift 3
+    local store="$OUT/store-$label"
+    mkdir -p "$store"
+    echo "## $label"
+    env "$@" timeout 600 "$OUT/gloo_allreduce" 1 "$RANKS" "$store" "$transport" "$algo" \
+        "$MIN" "$MAX" "$STEP" "$ITERS" "$WARM" >/dev/null 2>"$OUT/$label.err1" &
+    local peer=$!
+    env "$@" timeout 600 "$OUT/gloo_allreduce" 0 "$RANKS" "$store" "$transport" "$algo" \
+        "$MIN" "$MAX" "$STEP" "$ITERS" "$WARM" >"$OUT/$label.txt" 2>"$OUT/$label.err" ||
+        echo "# $label failed: $(tail -2 "$OUT/$label.err")"
+    wait "$peer" || echo "# $label: rank 1 failed: $(tail -2 "$OUT/$label.err1")"
+    sed 's/^/  /' "$OUT/$label.txt"
+    GLOO+=("$label")
+}
+if [ "$RANKS" = 2 ] && command -v g++ >/dev/null && [ -e /usr/include/gloo/allreduce_ring_chunked.h ]; then
+    if g++ -O2 -o "$OUT/gloo_allreduce" bench/gloo_allreduce.cc -lgloo; then
+        if [ -z "${LIBDIR:-}" ]; then
+            cargo build --release -q -p softrdma-ibverbs || exit 2
+            LIBDIR=$OUT/lib
+            mkdir -p "$LIBDIR"
+            ln -sf "$(realpath "${CARGO_TARGET_DIR:-target}/release/libibverbs.so")" "$LIBDIR/libibverbs.so.1"
+        fi
+        for algo in ring hd; do
+            gloo "gloo-tcp-$algo" "$algo" tcp
+            for t in shm udp; do
+                gloo "gloo-ibverbs-$t-$algo" "$algo" ibverbs LD_LIBRARY_PATH="$LIBDIR" SOFTRDMA_TRANSPORT="$t"
+            done
+        done
+    fi
+else
+    echo "# Gloo (g++, libgloo-dev) not installed, or RANKS is not 2: no Gloo rows"
+fi
+
 for t in shm udp; do
     run "softrdma-$t" "$SOFTRDMA" coll all_reduce_perf --ranks "$RANKS" --transport "$t" \
         -b "$MIN" -e "$MAX" -f "$STEP" -n "$ITERS" -w "$WARM"
@@ -76,9 +119,11 @@ done
 
 # size -> time (us) and busbw, per table: softrdma in-place columns 9/11,
 # MPI's columns 2/4 (0-based).
-python3 - "$OUT" "${MPI[@]}" <<'PY'
+python3 - "$OUT" "${MPI[@]}" "${GLOO[@]}" <<'PY'
 import sys, os
-out, mpi = sys.argv[1], sys.argv[2:]
+out = sys.argv[1]
+mpi = [a for a in sys.argv[2:] if a.startswith("mpi-")]
+gloo = [a for a in sys.argv[2:] if a.startswith("gloo-")]
 def table(name):
     rows = {}
     p = os.path.join(out, name + ".txt")
@@ -115,10 +160,38 @@ for t, btl in (("shm", "vader"), ("udp", "tcp")):
             (pt, pb, _), m = max(cands, key=lambda c: c[0][1])
             ratio = f"busbw {bw / pb:.2f}x" if pb > 0 else "-"
         print(f"{size:>10} {tm:>12.2f} {bw:>7.2f} {alg:>5} | {pt:>11.2f} {pb:>7.2f} {names[m.rsplit('-',1)[1]]:>18} | {ratio}")
+# Gloo: the best of ring and halving-doubling per size, per transport.
+if gloo:
+    def best(prefix, size):
+        cands = [(table(g)[size], g.rsplit("-", 1)[1]) for g in gloo
+                 if g.startswith(prefix) and size in table(g)]
+        if not cands:
+            return None
+        key = (lambda c: -c[0][1]) if size >= 1 << 20 else (lambda c: c[0][0])
+        return min(cands, key=key)
+    for t in ("shm", "udp"):
+        ours = table("softrdma-" + t)
+        print(f"\nsoftrdma {t} vs Gloo (best of ring and halving-doubling per size)")
+        print(f"{'size':>10} {'softrdma us':>12} {'busbw':>7} | {'Gloo tcp us':>11} {'busbw':>7} | "
+              f"{'Gloo ibverbs/softrdma ' + t + ' us':>31} {'busbw':>7} | ratio to the better Gloo")
+        for size in sorted(ours):
+            tm, bw, _ = ours[size]
+            g_tcp = best("gloo-tcp-", size)
+            g_ib = best(f"gloo-ibverbs-{t}-", size)
+            cell = lambda g: f"{g[0][0]:>11.2f} {g[0][1]:>7.2f}" if g else f"{'-':>11} {'-':>7}"
+            cell_ib = f"{g_ib[0][0]:>31.2f} {g_ib[0][1]:>7.2f}" if g_ib else f"{'-':>31} {'-':>7}"
+            both = [g for g in (g_tcp, g_ib) if g]
+            if not both:
+                ratio = "-"
+            elif size < 1 << 20:
+                ratio = f"time {tm / min(g[0][0] for g in both):.2f}x"
+            else:
+                ratio = f"busbw {bw / max(g[0][1] for g in both):.2f}x"
+            print(f"{size:>10} {tm:>12.2f} {bw:>7.2f} | {cell(g_tcp)} | {cell_ib} | {ratio}")
 PY
 
 CMP=(--compare "softrdma udp=$OUT/softrdma-udp.txt")
-for m in "${MPI[@]}"; do CMP+=(--compare "$m=$OUT/$m.txt"); done
+for m in "${MPI[@]}" "${GLOO[@]}"; do CMP+=(--compare "$m=$OUT/$m.txt"); done
 "$SOFTRDMA" coll all_reduce_perf --plot-only --svg "$SVG" \
     --compare "softrdma shm=$OUT/softrdma-shm.txt" "${CMP[@]}" && echo "# plot: $SVG"
 
