@@ -214,7 +214,15 @@ impl Communicator {
                 let own = self.ring_rs(buf, rop, &segs)?;
                 self.ring_ag(buf, &segs, own)
             }
-            Algorithm::Rhd => self.rhd_all_reduce(buf, rop),
+            Algorithm::Rhd => {
+                let model = self.model();
+                let (n, m) = (self.net.size, std::mem::size_of_val(buf));
+                if model.all_reduce_by_doubling(n, m) {
+                    self.rd_all_reduce(buf, rop)
+                } else {
+                    self.rhd_all_reduce(buf, rop)
+                }
+            }
             Algorithm::Tree => self.dbtree_all_reduce(buf, rop),
             Algorithm::InNetwork => {
                 let alg = self.host_algorithm(Collective::AllReduce, std::mem::size_of_val(buf));
@@ -272,7 +280,11 @@ impl Communicator {
         // straight from `buf` while the others come in.
         let (lo, hi) = segs[r];
         let mut sent = 0;
-        let mut tmp = vec![T::default(); pe];
+        // A piece, or the longest segment if shorter: a small vector must
+        // not pay for a piece-sized allocation (256 KiB: an mmap, a munmap
+        // and page faults, most of an 8-byte all-reduce's time).
+        let longest = segs.iter().map(|&(a, b)| b - a).max().unwrap_or(0);
+        let mut tmp = vec![T::default(); pe.min(longest)];
         for s in 0..n - 1 {
             let (slo, shi) = segs[(r + 2 * n - s - 1) % n];
             for (a, b) in pieces(slo, shi, pe) {
@@ -370,6 +382,42 @@ impl Communicator {
         Ok((f, Some((v, (lo, hi)))))
     }
 
+    /// Recursive doubling: after the fold of the non-power-of-two ranks,
+    /// the whole vector goes to the partner at each of the lg p2 steps
+    /// (lower partner's operand first, so both hold the same bits), and
+    /// back to the folded ranks at the end. Half the latencies of
+    /// halving-doubling for twice the bytes: the small vectors' algorithm
+    /// (`CostModel::all_reduce_by_doubling`).
+    fn rd_all_reduce<T: Element>(&mut self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        let (n, r) = (self.net.size, self.net.rank);
+        let f = Fold::new(n);
+        let Some(v) = f.vrank(r) else {
+            self.send_t(r + 1, buf)?;
+            return self.recv_t(r + 1, buf);
+        };
+        let mut tmp = vec![T::default(); buf.len()];
+        if r < 2 * f.rem {
+            self.recv_t(r - 1, &mut tmp)?;
+            reduce_into_rev(op, buf, &tmp);
+        }
+        let mut mask = 1;
+        while mask < f.p2 {
+            let partner = f.real(v ^ mask);
+            self.send_t(partner, buf)?;
+            self.recv_t(partner, &mut tmp)?;
+            if v & mask == 0 {
+                reduce_into(op, buf, &tmp);
+            } else {
+                reduce_into_rev(op, buf, &tmp);
+            }
+            mask *= 2;
+        }
+        if r < 2 * f.rem {
+            self.send_t(r - 1, buf)?;
+        }
+        Ok(())
+    }
+
     fn rhd_all_reduce<T: Element>(&mut self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         let r = self.net.rank;
         let mut stack = Vec::new();
@@ -429,7 +477,8 @@ impl Communicator {
                 order.push((1, lo, hi));
             }
         }
-        let mut tmp = vec![T::default(); pe];
+        let longest = order.iter().map(|&(_, lo, hi)| hi - lo).max().unwrap_or(0);
+        let mut tmp = vec![T::default(); pe.min(longest)];
         for &(t, lo, hi) in &order {
             let (parent, children) = &trees[t];
             for &c in children {
@@ -725,7 +774,7 @@ impl Communicator {
                 let vr = (r + n - root) % n;
                 let real = |v: usize| (v + root) % n;
                 let (parent, children) = heap_links(vr, n);
-                let mut tmp = vec![T::default(); pe];
+                let mut tmp = vec![T::default(); pe.min(len)];
                 for (a, b) in pieces(0, len, pe) {
                     for &c in &children {
                         let x = &mut tmp[..b - a];

@@ -175,8 +175,8 @@ impl CostModel {
                 2.0 * (nf - 1.0) * a + 2.0 * frac * mf * b + frac * mf * g
             }
             (Collective::AllReduce, Algorithm::Rhd) => {
-                let pf = (p2f - 1.0) / p2f;
-                2.0 * lgp * a + 2.0 * pf * mf * b + pf * mf * g + fold
+                let (halving, doubling) = self.rhd_all_reduce_times(n, m);
+                halving.min(doubling)
             }
             (Collective::AllReduce, Algorithm::Tree) => {
                 // Each half goes up and down a tree of depth lg; pipelined,
@@ -211,6 +211,34 @@ impl CostModel {
             (Collective::Reduce, Algorithm::Tree) => 2.0 * lg * a + 2.0 * mf * b + 2.0 * mf * g,
             _ => return None,
         })
+    }
+
+    /// The all-reduce of `Algorithm::Rhd` on `n` ranks and `m` bytes:
+    /// (recursive halving then doubling, 2 lg p latencies and about 2m
+    /// bytes; recursive doubling of the whole vector, lg p latencies and
+    /// lg p × m bytes), each after the fold of the non-power-of-two ranks.
+    fn rhd_all_reduce_times(&self, n: usize, m: usize) -> (f64, f64) {
+        let (a, b, g) = (self.alpha, self.beta, self.gamma);
+        let mf = m as f64;
+        let p2 = 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
+        let p2f = p2 as f64;
+        let lgp = log2_ceil(p2);
+        let fold = if p2 != n {
+            2.0 * (a + mf * b) + mf * g
+        } else {
+            0.0
+        };
+        let pf = (p2f - 1.0) / p2f;
+        let halving = 2.0 * lgp * a + 2.0 * pf * mf * b + pf * mf * g + fold;
+        let doubling = lgp * (a + mf * b + mf * g) + fold;
+        (halving, doubling)
+    }
+
+    /// Whether `Algorithm::Rhd`'s all-reduce of `m` bytes on `n` ranks
+    /// doubles the whole vector (small vectors) rather than halving it.
+    pub fn all_reduce_by_doubling(&self, n: usize, m: usize) -> bool {
+        let (halving, doubling) = self.rhd_all_reduce_times(n, m);
+        doubling < halving
     }
 
     /// The cheapest algorithm for `c` on `n` ranks and `m` bytes.

@@ -350,13 +350,19 @@ impl Communicator {
         self.net.timeout = t;
     }
 
-    /// The algorithm a collective of `bytes` bytes runs with now.
-    pub fn algorithm_for(&self, c: Collective, bytes: usize) -> Algorithm {
-        let model = if self.deterministic {
+    /// The model the choices use: the measured one, or in deterministic
+    /// mode the fixed default (so that every run chooses alike).
+    pub(crate) fn model(&self) -> CostModel {
+        if self.deterministic {
             CostModel::default()
         } else {
             self.cost
-        };
+        }
+    }
+
+    /// The algorithm a collective of `bytes` bytes runs with now.
+    pub fn algorithm_for(&self, c: Collective, bytes: usize) -> Algorithm {
+        let model = self.model();
         match self.algorithm {
             Some(Algorithm::InNetwork) if c == Collective::AllReduce && self.agg.is_some() => {
                 Algorithm::InNetwork
@@ -370,14 +376,7 @@ impl Communicator {
     /// (the fallback of the in-network one).
     pub(crate) fn host_algorithm(&self, c: Collective, bytes: usize) -> Algorithm {
         match self.algorithm_for(c, bytes) {
-            Algorithm::InNetwork => {
-                let model = if self.deterministic {
-                    CostModel::default()
-                } else {
-                    self.cost
-                };
-                model.choose(c, self.net.size, bytes)
-            }
+            Algorithm::InNetwork => self.model().choose(c, self.net.size, bytes),
             a => a,
         }
     }
