@@ -124,6 +124,25 @@ fn connect_accept_rtu_establishes_with_mirrored_qp_attributes() {
     assert_eq!(net.sent.len(), 3);
 }
 
+/// Connects with `p` (which holds the RTU: `confirm_rep`) and runs until
+/// the REP has come; the active side's connection.
+fn connect_until_rep(net: &mut Net, p: &ConnectParams) -> softrdma_cm::ConnId {
+    let now = net.now;
+    let a = net.agents[ACTIVE].connect(now, PASSIVE as u8, p).unwrap();
+    assert!(net.run_until(Duration::from_secs(1), |n| n
+        .find(ACTIVE, |e| matches!(e, Event::ConnectResponse { .. }))
+        .is_some()));
+    a
+}
+
+/// The REP the active side's ConnectResponse carried.
+fn rep_of(net: &Net) -> softrdma_wire::cm::RepRepr {
+    match net.find(ACTIVE, |e| matches!(e, Event::ConnectResponse { .. })) {
+        Some((_, Event::ConnectResponse { rep, .. })) => *rep,
+        other => panic!("no ConnectResponse: {other:?}"),
+    }
+}
+
 #[test]
 fn confirm_rep_holds_the_rtu_until_establish() {
     let mut net = pair(2, Faults::default());
@@ -131,17 +150,8 @@ fn confirm_rep_holds_the_rtu_until_establish() {
         confirm_rep: true,
         ..connect_params()
     };
-    let now = net.now;
-    let a = net.agents[ACTIVE].connect(now, PASSIVE as u8, &p).unwrap();
-    assert!(net.run_until(Duration::from_secs(1), |n| n
-        .find(ACTIVE, |e| matches!(e, Event::ConnectResponse { .. }))
-        .is_some()));
-    let (_, Event::ConnectResponse { rep, .. }) = net
-        .find(ACTIVE, |e| matches!(e, Event::ConnectResponse { .. }))
-        .unwrap()
-    else {
-        unreachable!()
-    };
+    let a = connect_until_rep(&mut net, &p);
+    let rep = rep_of(&net);
     assert_eq!(&rep.private_data[..15], b"passive says hi");
     assert_eq!(net.agents[ACTIVE].state(a), Some(State::RepRcvd));
     assert_eq!(net.sent_count(0, attr::RTU), 0);
@@ -164,11 +174,7 @@ fn xrc_request_and_reply_carry_the_target_qpn_in_the_eecn() {
         confirm_rep: true,
         ..connect_params()
     };
-    let now = net.now;
-    let a = net.agents[ACTIVE].connect(now, PASSIVE as u8, &p).unwrap();
-    assert!(net.run_until(Duration::from_secs(1), |n| n
-        .find(ACTIVE, |e| matches!(e, Event::ConnectResponse { .. }))
-        .is_some()));
+    let a = connect_until_rep(&mut net, &p);
     let (_, Event::ConnectRequest { req, .. }) = net
         .find(PASSIVE, |e| matches!(e, Event::ConnectRequest { .. }))
         .unwrap()
@@ -191,12 +197,7 @@ fn xrc_request_and_reply_carry_the_target_qpn_in_the_eecn() {
         (0, 0, 0, false)
     );
     assert_eq!(req.initiator_depth, connect_params().initiator_depth);
-    let (_, Event::ConnectResponse { rep, .. }) = net
-        .find(ACTIVE, |e| matches!(e, Event::ConnectResponse { .. }))
-        .unwrap()
-    else {
-        unreachable!()
-    };
+    let rep = rep_of(&net);
     assert_eq!((rep.local_qpn, rep.local_eecn), (0, accept_params().qpn));
     assert!(rep.srq);
     assert_eq!(rep.initiator_depth, 0);

@@ -160,15 +160,8 @@ impl CostModel {
         let (a, b, g) = (self.alpha, self.beta, self.gamma);
         let nf = n as f64;
         let mf = m as f64;
-        let p2 = 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
-        let p2f = p2 as f64;
         let lg = log2_ceil(n);
-        let lgp = log2_ceil(p2);
-        let fold = if p2 != n {
-            2.0 * (a + mf * b) + mf * g
-        } else {
-            0.0
-        };
+        let (p2f, lgp, fold) = self.power_of_two(n, m);
         let frac = (nf - 1.0) / nf;
         Some(match (c, alg) {
             (Collective::AllReduce, Algorithm::Ring) => {
@@ -213,6 +206,21 @@ impl CostModel {
         })
     }
 
+    /// The power-of-two algorithms' terms on `n` ranks and `m` bytes: p,
+    /// the largest power of two not above n; log₂p; and the cost of folding
+    /// the other n − p ranks in (and out again), 0 when n is p.
+    fn power_of_two(&self, n: usize, m: usize) -> (f64, f64, f64) {
+        let (a, b, g) = (self.alpha, self.beta, self.gamma);
+        let mf = m as f64;
+        let p2 = 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
+        let fold = if p2 != n {
+            2.0 * (a + mf * b) + mf * g
+        } else {
+            0.0
+        };
+        (p2 as f64, log2_ceil(p2), fold)
+    }
+
     /// The all-reduce of `Algorithm::Rhd` on `n` ranks and `m` bytes:
     /// (recursive halving then doubling, 2 lg p latencies and about 2m
     /// bytes; recursive doubling of the whole vector, lg p latencies and
@@ -220,14 +228,7 @@ impl CostModel {
     fn rhd_all_reduce_times(&self, n: usize, m: usize) -> (f64, f64) {
         let (a, b, g) = (self.alpha, self.beta, self.gamma);
         let mf = m as f64;
-        let p2 = 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
-        let p2f = p2 as f64;
-        let lgp = log2_ceil(p2);
-        let fold = if p2 != n {
-            2.0 * (a + mf * b) + mf * g
-        } else {
-            0.0
-        };
+        let (p2f, lgp, fold) = self.power_of_two(n, m);
         let pf = (p2f - 1.0) / p2f;
         let halving = 2.0 * lgp * a + 2.0 * pf * mf * b + pf * mf * g + fold;
         let doubling = lgp * (a + mf * b + mf * g) + fold;

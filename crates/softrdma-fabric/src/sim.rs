@@ -370,15 +370,7 @@ impl Sim {
     pub fn carrier(sc: &Scenario) -> std::result::Result<Sim, String> {
         sc.validate()?;
         let tree = Tree::build(&sc.topology)?;
-        let plan = Plan {
-            msgs: Vec::new(),
-            groups: 1,
-            bytes: 0,
-            bus_factor: 0.0,
-            compute_ps: 0,
-            sharp_base: Vec::new(),
-        };
-        Self::with_plan(sc, tree, plan)
+        Self::with_plan(sc, tree, Plan::empty())
     }
 
     fn with_plan(sc: &Scenario, tree: Tree, plan: Plan) -> std::result::Result<Sim, String> {

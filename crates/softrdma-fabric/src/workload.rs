@@ -132,17 +132,24 @@ fn all_reduce(
     Ok(last)
 }
 
+impl Plan {
+    /// No messages (a fabric whose packets come from outside).
+    pub fn empty() -> Plan {
+        Plan {
+            msgs: Vec::new(),
+            groups: 1,
+            bytes: 0,
+            bus_factor: 0.0,
+            compute_ps: 0,
+            sharp_base: Vec::new(),
+        }
+    }
+}
+
 /// The messages of `w` on `n` hosts.
 pub fn plan(w: &Workload, n: u32, seed: u64) -> Result<Plan, String> {
     let mut msgs = Vec::new();
-    let mut p = Plan {
-        msgs: Vec::new(),
-        groups: 1,
-        bytes: 0,
-        bus_factor: 0.0,
-        compute_ps: 0,
-        sharp_base: Vec::new(),
-    };
+    let mut p = Plan::empty();
     match w {
         Workload::Flows { flows } => {
             for f in flows {

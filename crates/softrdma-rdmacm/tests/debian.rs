@@ -218,31 +218,35 @@ fn rdma_xserver_and_rdma_xclient_rc() {
     }
     let _g = common::serial();
     for transport in ["udp", "shm"] {
-        let (s, c) = pair(
-            cmd_on(
-                "rdma_xserver",
-                &["-p", "7473", "-c", "r"],
-                "127.0.77.22",
-                transport,
-            ),
-            cmd_on(
-                "rdma_xclient",
-                &["-s", "127.0.77.22", "-p", "7473", "-c", "r"],
-                "127.0.77.23",
-                transport,
-            ),
-            [127, 0, 77, 22],
-            Duration::from_secs(30),
-        );
-        assert!(
-            s.ok && c.ok,
-            "{transport}: server: {}\nclient: {}",
-            show(&s),
-            show(&c)
-        );
-        for (o, name) in [(&s, "rdma_xserver"), (&c, "rdma_xclient")] {
-            assert!(o.stdout.contains(&format!("{name}: end 0")), "{}", show(o));
-        }
+        xserver_pair("r", 22, transport, None);
+    }
+}
+
+/// rdma_xserver (on 127.0.77.`ip`, its capture in `pcap` if given) and
+/// rdma_xclient (on the next address) with communication type `mode`:
+/// both must end 0.
+fn xserver_pair(mode: &str, ip: u8, transport: &str, pcap: Option<&std::path::Path>) {
+    let (srv, cli) = (format!("127.0.77.{ip}"), format!("127.0.77.{}", ip + 1));
+    let port = format!("{}", 7451 + u16::from(ip));
+    let mut server = cmd_on("rdma_xserver", &["-p", &port, "-c", mode], &srv, transport);
+    if let Some(p) = pcap {
+        server.env("SOFTRDMA_CAPTURE", p);
+    }
+    let client_args = ["-s", &srv, "-p", &port, "-c", mode];
+    let (s, c) = pair(
+        server,
+        cmd_on("rdma_xclient", &client_args, &cli, transport),
+        [127, 0, 77, ip],
+        Duration::from_secs(30),
+    );
+    assert!(
+        s.ok && c.ok,
+        "{transport} -c {mode}: server: {}\nclient: {}",
+        show(&s),
+        show(&c)
+    );
+    for (o, name) in [(&s, "rdma_xserver"), (&c, "rdma_xclient")] {
+        assert!(o.stdout.contains(&format!("{name}: end 0")), "{}", show(o));
     }
 }
 
@@ -268,33 +272,7 @@ fn rdma_xserver_and_rdma_xclient_xrc() {
             std::process::id()
         ));
         let _ = std::fs::remove_file(&pcap);
-        let mut server = cmd_on(
-            "rdma_xserver",
-            &["-p", "7474", "-c", "x"],
-            "127.0.77.24",
-            transport,
-        );
-        server.env("SOFTRDMA_CAPTURE", &pcap);
-        let (s, c) = pair(
-            server,
-            cmd_on(
-                "rdma_xclient",
-                &["-s", "127.0.77.24", "-p", "7474", "-c", "x"],
-                "127.0.77.25",
-                transport,
-            ),
-            [127, 0, 77, 24],
-            Duration::from_secs(30),
-        );
-        assert!(
-            s.ok && c.ok,
-            "{transport}: server: {}\nclient: {}",
-            show(&s),
-            show(&c)
-        );
-        for (o, name) in [(&s, "rdma_xserver"), (&c, "rdma_xclient")] {
-            assert!(o.stdout.contains(&format!("{name}: end 0")), "{}", show(o));
-        }
+        xserver_pair("x", 24, transport, Some(&pcap));
         check_xrc_capture(&pcap, transport);
         let _ = std::fs::remove_file(&pcap);
     }

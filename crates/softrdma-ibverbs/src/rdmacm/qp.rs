@@ -45,24 +45,34 @@ fn last_errno() -> c_int {
         .unwrap_or(libc::EINVAL)
 }
 
-/// The device's default PD (librdmacm's per-device PD), made once.
-pub(super) fn default_pd(ctx: &'static Ctx) -> Result<*mut ibv_pd, c_int> {
-    static PDS: OnceLock<Mutex<HashMap<usize, usize>>> = OnceLock::new();
-    let mut pds = PDS
+/// The object `table` keeps for `ctx`'s device, made by `make` (NULL:
+/// failed, errno set) on the first call for that device.
+fn per_device<T>(
+    table: &OnceLock<Mutex<HashMap<usize, usize>>>,
+    ctx: &'static Ctx,
+    make: impl FnOnce() -> *mut T,
+) -> Result<*mut T, c_int> {
+    let mut made = table
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let key = ctx as *const Ctx as usize;
-    if let Some(&pd) = pds.get(&key) {
-        return Ok(pd as *mut ibv_pd);
+    if let Some(&p) = made.get(&key) {
+        return Ok(p as *mut T);
     }
-    // SAFETY: an open context of this library.
-    let pd = unsafe { verbs::ibv_alloc_pd(ctx.as_ibv()) };
-    if pd.is_null() {
+    let p = make();
+    if p.is_null() {
         return Err(last_errno());
     }
-    pds.insert(key, pd as usize);
-    Ok(pd)
+    made.insert(key, p as usize);
+    Ok(p)
+}
+
+/// The device's default PD (librdmacm's per-device PD), made once.
+pub(super) fn default_pd(ctx: &'static Ctx) -> Result<*mut ibv_pd, c_int> {
+    static PDS: OnceLock<Mutex<HashMap<usize, usize>>> = OnceLock::new();
+    // SAFETY: an open context of this library.
+    per_device(&PDS, ctx, || unsafe { verbs::ibv_alloc_pd(ctx.as_ibv()) })
 }
 
 /// A completion channel and a CQ of `cqe` entries on it, for `id`.
@@ -206,26 +216,15 @@ pub unsafe fn create_qp_ex(id: &mut Id, attr: &mut ibv_qp_init_attr_ex) -> Resul
 /// file), made once.
 pub(super) fn default_xrcd(ctx: &'static Ctx) -> Result<*mut ibv_xrcd, c_int> {
     static XRCDS: OnceLock<Mutex<HashMap<usize, usize>>> = OnceLock::new();
-    let mut xrcds = XRCDS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let key = ctx as *const Ctx as usize;
-    if let Some(&x) = xrcds.get(&key) {
-        return Ok(x as *mut ibv_xrcd);
-    }
-    let mut attr = ibv_xrcd_init_attr {
-        comp_mask: IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
-        fd: -1,
-        oflags: libc::O_CREAT,
-    };
-    // SAFETY: an open context of this library and live attributes.
-    let x = unsafe { crate::xrc::open_xrcd(ctx.as_ibv(), &mut attr) };
-    if x.is_null() {
-        return Err(last_errno());
-    }
-    xrcds.insert(key, x as usize);
-    Ok(x)
+    per_device(&XRCDS, ctx, || {
+        let mut attr = ibv_xrcd_init_attr {
+            comp_mask: IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+            fd: -1,
+            oflags: libc::O_CREAT,
+        };
+        // SAFETY: an open context of this library and live attributes.
+        unsafe { crate::xrc::open_xrcd(ctx.as_ibv(), &mut attr) }
+    })
 }
 
 /// `rdma_create_srq_ex`: the SRQ on the given PD (or the id's, or the
