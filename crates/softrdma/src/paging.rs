@@ -248,20 +248,36 @@ mod tests {
     use super::*;
     use softrdma_engine::RegionMemory;
 
+    /// A private anonymous mapping far below where the kernel places
+    /// mappings (it allocates top-down from just under the stack), so that
+    /// a hole the test unmaps in it stays a hole: another test thread's
+    /// mmap, reusing a freed page, would make "unmapped" memory readable
+    /// (a flaky failure under many test threads). Each call takes its own
+    /// slot of the reserved range.
     fn map(len: usize, prot: libc::c_int) -> usize {
-        // SAFETY: a fresh private anonymous mapping for the test.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        p as usize
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        for _ in 0..64 {
+            let slot = NEXT.fetch_add(1, Ordering::Relaxed);
+            let hint = 0x10_0000_0000usize + slot * (1 << 24);
+            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing
+            // mapping: it fails instead, and another slot is tried.
+            let p = unsafe {
+                libc::mmap(
+                    hint as *mut libc::c_void,
+                    len,
+                    prot,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                assert_eq!(p as usize, hint, "the kernel honours MAP_FIXED_NOREPLACE");
+                return p as usize;
+            }
+        }
+        panic!("no free slot for a test mapping at 64 GiB and above");
     }
 
     #[test]

@@ -345,10 +345,16 @@ fn grant_requests_for_memory_verbs_forbid_are_refused() {
 #[test]
 fn crafted_grants_from_a_hostile_target_are_refused() {
     let honest = shm_device();
-    // A free address for the pretend device.
-    let target: SocketAddr = (2..120u8)
+    // A free address for the pretend device, held for the whole test (its
+    // UDP port bound, as a device's is): a device opened meanwhile by a
+    // test on another thread takes another address, instead of replacing
+    // the pretend socket with its own. Taken from the top, away from the
+    // addresses `default_loopback` hands out from 127.0.0.1 up.
+    let (target, _held): (SocketAddr, _) = (2..200u8)
+        .rev()
         .map(|n| SocketAddr::from(([127, 0, 0, n], 4791)))
-        .find(|a| !socket_path(*a).exists() && std::net::UdpSocket::bind(a).is_ok())
+        .filter(|a| !socket_path(*a).exists())
+        .find_map(|a| std::net::UdpSocket::bind(a).ok().map(|s| (a, s)))
         .unwrap();
     crate::rundir::prepare().unwrap();
     let path = socket_path(target);
