@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The fabric simulator's speed against htsim's figures (measured earlier
 # on this 2-vCPU machine, issue 25): the committed 1,024-host scenarios
-# run one at a time, each ROUNDS times (1), and their figures printed:
+# run one at a time, each ROUNDS times (1), whole on one thread
+# (--partitions 1) and then split as committed (two parts) on two
+# threads, and their figures printed:
 # simulated makespan, events, wall and CPU time (perf stat task-clock when
 # perf is there, else /usr/bin/time), events per second and peak RSS (the
 # simulator's own summary line), and wall-time speed-up over htsim.
@@ -58,13 +60,17 @@ run() {
 
 for r in $(seq 1 "$ROUNDS"); do
     log "round $r/$ROUNDS"
-    run permutation_2MB_1024 23.5 $S/htsim_permutation_1024.json
-    run recursive_doubling_10x1MB_1024 107 $S/htsim_recursive_doubling_1024.json
+    for t in whole split; do
+        if [ $t = whole ]; then opts="--partitions 1 --threads 1"; else opts="--threads 2"; fi
+        run permutation_2MB_1024_$t 23.5 $opts $S/htsim_permutation_1024.json
+        run recursive_doubling_10x1MB_1024_$t 107 $opts $S/htsim_recursive_doubling_1024.json
+    done
     if [ "${PAIR:-0}" = 1 ]; then
-        run both_at_once_threads_2 130.5 --threads 2 \
+        run both_at_once_whole_threads_2 130.5 --partitions 1 --threads 2 \
             $S/htsim_permutation_1024.json $S/htsim_recursive_doubling_1024.json
     fi
     if [ "${RING:-0}" = 1 ]; then
-        run ring_64MiB_1024 1800 $S/ring_allreduce_1024_64MiB.json
+        run ring_64MiB_1024_whole 1800 --partitions 1 --threads 1 $S/ring_allreduce_1024_64MiB.json
+        run ring_64MiB_1024_split 1800 --threads 2 $S/ring_allreduce_1024_64MiB.json
     fi
 done

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use softrdma_fabric::{report::run_with, Scenario};
+use softrdma_fabric::{report::run_threads, Scenario};
 
 /// Options of `softrdma fabric`.
 #[derive(Debug, ClapArgs)]
@@ -22,13 +22,19 @@ pub struct Args {
     /// Sample switch queues every US microseconds of simulated time.
     #[arg(long, value_name = "US", default_value_t = 0)]
     sample_us: u64,
-    /// Run up to N scenarios at once (each is single-threaded and
-    /// deterministic: the results do not depend on N).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    threads: usize,
+    /// Use up to N threads (default: one per CPU): N scenarios at once,
+    /// or one scenario's parts side by side (its `partitions`). The
+    /// results do not depend on N.
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     /// Override the seed of every scenario.
     #[arg(long)]
     seed: Option<u64>,
+    /// Override every scenario's `partitions` (1 runs it whole; the
+    /// results differ from a split only in the order of simultaneous
+    /// events).
+    #[arg(long, value_name = "P")]
+    partitions: Option<usize>,
 }
 
 pub fn run(args: &Args) -> ExitCode {
@@ -46,6 +52,9 @@ pub fn run(args: &Args) -> ExitCode {
                 if let Some(seed) = args.seed {
                     s.seed = seed;
                 }
+                if let Some(p) = args.partitions {
+                    s.partitions = p;
+                }
                 if s.name.is_empty() {
                     s.name = p.display().to_string();
                 }
@@ -57,12 +66,16 @@ pub fn run(args: &Args) -> ExitCode {
             }
         }
     }
-    let threads = args.threads.clamp(1, 64);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = args.threads.unwrap_or(cpus).clamp(1, 64);
     let mut results = vec![None; scenarios.len()];
     for (chunk_s, chunk_r) in scenarios.chunks(threads).zip(results.chunks_mut(threads)) {
+        // Threads left over when fewer scenarios than threads run at once
+        // go to their parts.
+        let each = threads / chunk_s.len();
         std::thread::scope(|sc| {
             for (s, r) in chunk_s.iter().zip(chunk_r.iter_mut()) {
-                sc.spawn(move || *r = Some(run_with(s, args.sample_us)));
+                sc.spawn(move || *r = Some(run_threads(s, args.sample_us, each)));
             }
         });
     }

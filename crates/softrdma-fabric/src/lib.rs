@@ -17,6 +17,7 @@
 pub mod carrier;
 pub mod html;
 pub mod link;
+mod part;
 pub mod queue;
 pub mod report;
 pub mod scenario;

@@ -131,6 +131,13 @@ pub struct Report {
     pub wall_s: f64,
     pub events_per_s: f64,
     pub peak_rss_mb: f64,
+    /// The parts the fabric ran in (the scenario's `partitions`, or 1 and
+    /// why not), and the threads that ran them (a wall-clock figure: the
+    /// results do not depend on it).
+    pub partitions: usize,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub whole_because: String,
+    pub threads: usize,
     /// The busiest links (by pause time, then drops, then queue).
     pub links: Vec<LinkReport>,
 }
@@ -162,8 +169,15 @@ pub fn run(sc: &Scenario) -> Result<Report, String> {
 
 /// Simulates `sc`, sampling queues every `sample_us` (0: never).
 pub fn run_with(sc: &Scenario, sample_us: u64) -> Result<Report, String> {
+    run_threads(sc, sample_us, 1)
+}
+
+/// Simulates `sc` as [`run_with`] does, its parts (if the scenario splits
+/// the fabric) on up to `threads` threads.
+pub fn run_threads(sc: &Scenario, sample_us: u64, threads: usize) -> Result<Report, String> {
     let t0 = WallClock::now();
     let mut sim = Sim::new(sc)?;
+    sim.set_threads(threads);
     sim.set_sample_interval(sample_us * 1_000_000);
     let completed = sim.run();
     let wall = t0.elapsed().as_secs_f64();
@@ -325,6 +339,9 @@ fn report(sc: &Scenario, sim: &mut Sim, completed: bool, wall: f64) -> Report {
         wall_s: wall,
         events_per_s: sim.totals.events as f64 / wall.max(1e-9),
         peak_rss_mb: peak_rss_mb(),
+        partitions: sim.partitions(),
+        whole_because: sim.whole_because.clone(),
+        threads: sim.threads(),
         links,
     }
 }
@@ -401,12 +418,19 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "  simulator: {} events in {:.2} s wall ({:.2} M events/s), peak RSS {:.0} MB",
+            "  simulator: {} events in {:.2} s wall ({:.2} M events/s), peak RSS {:.0} MB; {} part{} on {} thread{}",
             t.events,
             self.wall_s,
             self.events_per_s / 1e6,
-            self.peak_rss_mb
+            self.peak_rss_mb,
+            self.partitions,
+            if self.partitions == 1 { "" } else { "s" },
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
         );
+        if !self.whole_because.is_empty() {
+            let _ = writeln!(s, "  ran whole: {}", self.whole_because);
+        }
         s
     }
 }

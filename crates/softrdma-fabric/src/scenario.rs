@@ -30,9 +30,18 @@ pub struct Scenario {
     /// Stop after this much simulated time (µs) whatever is left.
     #[serde(default = "default_limit")]
     pub time_limit_us: u64,
+    /// Split the fabric into this many parts (by pod, or by leaf on two
+    /// tiers) that run side by side, one per thread (`--threads`). The
+    /// results depend on the split (it orders simultaneous events) but not
+    /// on the threads. 1 (the default) runs it whole.
+    #[serde(default = "one_part")]
+    pub partitions: usize,
 }
 
 fn one() -> u64 {
+    1
+}
+fn one_part() -> usize {
     1
 }
 fn default_limit() -> u64 {
@@ -376,6 +385,12 @@ impl Scenario {
     /// Refuses values the simulator cannot run.
     pub fn validate(&self) -> Result<(), String> {
         let t = &self.topology;
+        if !(1..=64).contains(&self.partitions) {
+            return Err(
+                "partitions must be 1..=64 (parts run side by side; 1 runs the fabric whole)"
+                    .into(),
+            );
+        }
         if t.tiers != 2 && t.tiers != 3 {
             return Err("topology.tiers must be 2 or 3".into());
         }

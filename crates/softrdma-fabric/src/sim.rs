@@ -1,514 +1,130 @@
-//! The event core: a binary heap of (time in picoseconds, sequence) events,
-//! links with queues and the link-layer models of [`crate::link`], and one
-//! softrdma [`Engine`] per host. Everything random comes from one seeded
-//! generator consumed in event order, so a seed always gives the same run.
+//! The simulator: one fabric ([`crate::part::Part`], the event core), run
+//! whole, or split into parts that run side by side on threads.
 //!
-//! A host's NIC pulls one packet at a time from its engine
-//! ([`Engine::poll_transmit`]) when its up-link is free (and not paused,
-//! and has credits), so the engine's own pacing (DCQCN), windows, ACKs,
-//! NAKs and timers decide what goes on the wire. Payload bytes are elided
-//! by a region that reads as zeros and ignores writes ([`NullMemory`]):
-//! packets still carry their real headers and ICRC, which the receiving
-//! engine checks.
+//! A split is conservative parallel discrete-event simulation. Each part
+//! owns some pods' hosts and switches and the links they transmit on.
+//! Whatever one part's event does to another part (a packet reaching the
+//! far end of a link, IB credits or a PFC frame going back upstream, a
+//! receive to post, a dependency delivered) is due at least one
+//! *lookahead* later: the shortest cable between two parts, or the host
+//! delay before a message that waits on another part's delivery. So the
+//! parts run in windows of one lookahead: each runs its events due before
+//! the window's end, then they swap their effects, which all fall in a
+//! later window. The split is fixed by the scenario (`partitions`), not by
+//! the threads: effects are handed over in part order, and a run gives the
+//! same results on one thread or many.
 
-use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use softrdma_engine::*;
-use softrdma_wire::{Ecn, Endpoints, Psn};
-
-use crate::link::*;
-use crate::queue::CalendarQueue;
-use crate::scenario::{LinkKind, Routing, Scenario};
+use crate::link::Ps;
+use crate::part::{Cross, Part};
+pub use crate::part::{LinkReport, MsgTimes, NullMemory, Outside, Totals};
+use crate::scenario::Scenario;
 use crate::topology::{Node, Tree};
 use crate::workload::Plan;
 
-/// A region whose bytes read as zero and whose writes vanish: the payload
-/// is elided, everything the transport does with it (lengths, bounds,
-/// keys, ICRC) still happens.
-#[derive(Debug)]
-pub struct NullMemory(pub usize);
-
-impl RegionMemory for NullMemory {
-    fn len(&self) -> usize {
-        self.0
-    }
-    fn read(&self, _offset: usize, dst: &mut [u8]) {
-        dst.fill(0);
-    }
-    fn write(&self, _offset: usize, _src: &[u8]) {}
-    fn compare_swap(&self, _offset: usize, _compare: u64, _swap: u64) -> u64 {
-        0
-    }
-    fn fetch_add(&self, _offset: usize, _add: u64) -> u64 {
-        0
-    }
-    /// A token, not an address: the engine never reads through it, and
-    /// the simulator only uses it to learn that the payload (all zeros)
-    /// was left out of the packet.
-    fn tx_addr(&self, offset: usize) -> Option<usize> {
-        Some(offset + 1)
-    }
-}
-
-const REGION: usize = 1 << 32;
-const IOVA: u64 = 0x1000_0000;
-/// The engines' clock starts here (ns), the fabric's at 0.
-const EPOCH_NS: u64 = 1_000_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Ev {
-    /// Packet `pkt` has fully arrived at the far end of `link`.
-    Arrive { link: u32, pkt: u32 },
-    /// `link` finished serialising its packet.
-    TxDone { link: u32 },
-    /// `link` may transmit again (a pause ran out).
-    Wake { link: u32 },
-    /// A PFC frame for `link`'s transmitter.
-    Pause { link: u32, class: u8, quanta: u16 },
-    /// Refresh the XOFF that packets arriving on `link` caused.
-    Refresh { link: u32, class: u8 },
-    /// IB credits for `link`'s VL `class` come back while it waits for
-    /// them (credits that come back while it does not are applied when it
-    /// next looks: see `LinkState::credit_ret`).
-    Credit { link: u32, class: u8 },
-    /// A host's engine timer.
-    Timer { host: u32 },
-    /// A workload message is ready to be posted.
-    Ready { msg: u32 },
-    /// Sample queue occupancy.
-    Sample,
-    /// Switch `sw` finished reducing `chunk` of aggregation `op`.
-    SharpEmit { sw: u32, op: u32, chunk: u32 },
-}
-
-/// A packet's stored bytes (its headers and ICRC, the payload elided):
-/// inline when they fit — they always do for what the simulator sends, a
-/// write's BTH, RETH and immediate, or an ACK — so a packet is one
-/// allocation-free record.
-#[derive(Debug)]
-enum Bytes {
-    Inline { len: u8, b: [u8; 54] },
-    Heap(Vec<u8>),
-}
-
-impl Bytes {
-    fn new(parts: [&[u8]; 2]) -> Bytes {
-        let n = parts[0].len() + parts[1].len();
-        if n <= 54 {
-            let mut b = [0u8; 54];
-            b[..parts[0].len()].copy_from_slice(parts[0]);
-            b[parts[0].len()..n].copy_from_slice(parts[1]);
-            Bytes::Inline { len: n as u8, b }
-        } else {
-            Bytes::Heap([parts[0], parts[1]].concat())
-        }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Bytes::Inline { len, b } => &b[..*len as usize],
-            Bytes::Heap(v) => v,
-        }
-    }
-}
-
-/// A packet in the fabric: its bytes with the payload (zeros, from
-/// [`NullMemory`]) left out — `data[..head]`, then `zeros` zero bytes,
-/// then `data[head..]` — so a packet in a queue costs its headers only.
-#[derive(Debug)]
-struct Pkt {
-    data: Bytes,
-    head: u32,
-    zeros: u32,
-    dst: u32,
-    src: u32,
-    sport: u16,
-    ecn: Ecn,
-    class: u8,
-    wire: u32,
-    in_link: u32,
-    /// In-network aggregation: 0, or the operation + 1.
-    sharp: u32,
-    chunk: u32,
-    /// A result going down the tree (else a contribution going up).
-    down: bool,
-    /// A packet of an outside network's ([`Sim::inject`]): its token, else 0.
-    token: u64,
-}
-
-/// The aggregation tree (one for every in-network operation: all the
-/// hosts, rooted at the lowest switch above all of them, reached by every
-/// switch's first up-link).
-#[derive(Debug, Default)]
-struct SharpTree {
-    /// Per switch: the up-link to its parent in the tree (MAX: root or
-    /// not in the tree).
-    parent: Vec<usize>,
-    /// Per switch: the down-links to its children in the tree.
-    down: Vec<Vec<usize>>,
-    /// Per switch: contributions a chunk needs (its children).
-    need: Vec<u32>,
-    root: u32,
-    /// (switch, op, chunk) → contributions so far.
-    partial: HashMap<u64, u32>,
-    /// Per switch: chunks being aggregated now.
-    busy: Vec<u32>,
-    alu_ps: Ps,
-    slots: u32,
-    chunk_bytes: u64,
-    /// Per message: the next chunk to send, the result chunks received.
-    next: Vec<u32>,
-    got: Vec<u32>,
-    /// Per host: its operations with chunks left to send; chunks outstanding.
-    tx: Vec<VecDeque<u32>>,
-    out: Vec<u32>,
-}
-
-/// BTH, an aggregation header and ICRC on an in-network aggregation packet.
-const SHARP_HEADER: u32 = 12 + 16 + 4;
-
-/// A directed link. `repr(C)` keeps the fields every packet touches
-/// (arrival, enqueue, start of transmission) in the first two cache
-/// lines; the statistics come last.
-#[derive(Debug)]
-#[repr(C)]
-struct LinkState {
-    /// The packet on the wire finishes serialising then.
-    busy_until: Ps,
-    qbytes: [u64; 2],
-    dst: Node,
-    src: Node,
-    loss: f64,
-    bps: u64,
-    prop: Ps,
-    q: [VecDeque<u32>; 2],
-    paused_until: [Ps; 2],
-    /// A TxDone event is queued.
-    done_pending: bool,
-    /// A Wake event is queued for this instant (0: none).
-    wake_at: Ps,
-    credits: [Credits; 2],
-    /// IB credit updates on their way back: (arrival, bytes), in arrival
-    /// order (one cable delay after each departure downstream). Applied
-    /// when the transmitter next looks at its credits, so a credit costs
-    /// an event only when the transmitter is waiting for it.
-    credit_ret: [VecDeque<(Ps, u32)>; 2],
-    /// The transmitter is out of credits for the class: 1 waiting with
-    /// nothing on the way back, 2 a Credit event is queued.
-    credit_wait: [u8; 2],
-    pfc_in: [PfcIngress; 2],
-    tx_pkts: u64,
-    tx_bytes: u64,
-    max_q: u64,
-    pause_start: [Option<Ps>; 2],
-    pause_total: Ps,
-    pause_max: Ps,
-    pause_frames: u64,
-    drops: [u64; 3],
-}
-
-struct HostState {
-    engine: Engine,
-    cq: CqHandle,
-    rkey: Rkey,
-    lkey: Lkey,
-    /// peer → local QP.
-    qps: HashMap<u32, Qpn>,
-    timer_at: Ps,
-}
-
-/// Counters of the whole run.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Totals {
-    pub events: u64,
-    pub packets_delivered: u64,
-    pub drops_tail: u64,
-    pub drops_headroom: u64,
-    pub drops_corruption: u64,
-    pub ecn_marked: u64,
-    pub pause_frames: u64,
-    pub retransmits: u64,
-    pub sr_retransmits: u64,
-    pub timeouts: u64,
-    pub seq_naks: u64,
-    pub cnps: u64,
-    pub failed_wrs: u64,
-    /// In-network aggregation: the most chunks one switch aggregated at once.
-    pub sharp_max_slots: u64,
-    /// In-network aggregation packets sent (up and down).
-    pub sharp_packets: u64,
-}
-
-/// What happened to one message.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MsgTimes {
-    pub ready: Option<Ps>,
-    pub delivered: Option<Ps>,
-    pub acked: Option<Ps>,
-}
-
-/// One link's figures.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct LinkReport {
-    pub id: usize,
-    pub from: String,
-    pub to: String,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    pub max_queue_bytes: u64,
-    pub pause_us: f64,
-    pub max_pause_us: f64,
-    pub pause_frames: u64,
-    pub drops_tail: u64,
-    pub drops_headroom: u64,
-    pub drops_corruption: u64,
-}
-
-/// The simulator.
+/// The simulator of one scenario.
 pub struct Sim {
-    now: Ps,
-    seq: u64,
-    events: CalendarQueue<Ev>,
-    pub tree: Tree,
-    links: Vec<LinkState>,
-    bufs: Vec<SharedBuffer>,
-    hosts: Vec<HostState>,
-    pkts: Vec<Option<Pkt>>,
-    free: Vec<u32>,
-    rng: Rng,
-    kind: LinkKind,
-    pfc: PfcParams,
-    red: Option<Red>,
-    routing: Routing,
-    switch_ps: Ps,
-    overhead: u32,
-    seed: u64,
-    txbuf: Vec<u8>,
-    rxbuf: Vec<u8>,
-    wcs: Vec<WorkCompletion>,
-    plan: Plan,
-    deps_left: Vec<u32>,
-    dependents: Vec<Vec<u32>>,
-    pub times: Vec<MsgTimes>,
-    remaining: usize,
-    pub totals: Totals,
+    parts: Vec<Part>,
+    /// How far ahead of a window's start every cross-part effect is due.
+    lookahead: Ps,
+    /// Why a scenario that asked for parts runs whole (empty if it did not).
+    pub whole_because: String,
+    threads: usize,
     limit: Ps,
-    sample_ps: Ps,
+    pub tree: Arc<Tree>,
+    plan: Arc<Plan>,
+    /// Filled in when the run ends (from every part).
+    pub times: Vec<MsgTimes>,
+    pub totals: Totals,
     /// (time µs, bytes in all switch buffers, deepest egress queue bytes).
     pub samples: Vec<(f64, u64, u64)>,
-    spray: u64,
-    host_ps: Ps,
-    sh: SharpTree,
-    /// Payload bytes that reached hosts, in bins of 2^`gp_shift` ps (the
-    /// bins double in width to stay at most `GOODPUT_BINS`).
     pub goodput_bins: Vec<u64>,
     pub goodput_shift: u32,
-    /// What happened to injected packets ([`Sim::inject`]), not yet taken
-    /// by [`Sim::advance_until`].
-    outside: Vec<Outside>,
-}
-
-/// What the fabric did with a packet handed to it by [`Sim::inject`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outside {
-    /// It reached its host at `at` (ps), carrying `ecn`.
-    Arrived { token: u64, at: Ps, ecn: Ecn },
-    /// A queue, a headroom or a bad cable dropped it.
-    Dropped { token: u64 },
-}
-
-/// The most bins of the goodput-over-time series.
-const GOODPUT_BINS: usize = 1024;
-
-fn host_addr(h: u32) -> SocketAddr {
-    SocketAddr::new(
-        IpAddr::V4(Ipv4Addr::new(10, (h >> 16) as u8, (h >> 8) as u8, h as u8)),
-        softrdma_wire::frame::ROCE_PORT,
-    )
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-fn mtu_of(m: u32) -> Mtu {
-    match m {
-        256 => Mtu::Mtu256,
-        512 => Mtu::Mtu512,
-        1024 => Mtu::Mtu1024,
-        2048 => Mtu::Mtu2048,
-        _ => Mtu::Mtu4096,
-    }
-}
-
-/// ACKs, NAKs and CNPs travel in class (priority, VL) 1, data in 0.
-fn class_of(data: &[u8]) -> u8 {
-    match data.first() {
-        Some(0x11) | Some(0x81) => 1,
-        _ => 0,
-    }
 }
 
 impl Sim {
-    /// Builds the fabric, the engines and their connections for `sc`.
-    pub fn new(sc: &Scenario) -> std::result::Result<Sim, String> {
+    /// Builds the fabric, the engines and their connections for `sc`,
+    /// split into `sc.partitions` parts when the scenario allows.
+    pub fn new(sc: &Scenario) -> Result<Sim, String> {
         sc.validate()?;
         let tree = Tree::build(&sc.topology)?;
         let plan = crate::workload::plan(&sc.workload, tree.hosts, sc.seed)?;
-        Self::with_plan(sc, tree, plan)
+        let wanted = sc.partitions.min(groups(&tree)) as u8;
+        let (host_part, switch_part) = assign(&tree, wanted);
+        let host_ps = (sc.transport.host_ns * 1000.0) as Ps;
+        let lookahead = lookahead(&tree, &plan, &host_part, &switch_part, host_ps);
+        let whole_because = if sc.partitions <= 1 {
+            String::new()
+        } else if !plan.sharp_base.is_empty() {
+            "in-network aggregation keeps one state for the whole tree".into()
+        } else if lookahead == 0 {
+            "a cross-part effect is due at once (a cable of 0 ns, or host_ns 0 before a message that waits on another part)".into()
+        } else {
+            String::new()
+        };
+        let whole = Part::with_plan(sc, tree, plan)?;
+        let mut parts = if wanted > 1 && whole_because.is_empty() {
+            whole.split(wanted, host_part, &switch_part, sc.seed)
+        } else {
+            vec![whole]
+        };
+        for p in &mut parts {
+            p.start();
+        }
+        Ok(Self::of(parts, lookahead, whole_because, sc))
     }
 
     /// The fabric of `sc` with no workload of its own: its packets come
     /// from outside ([`Sim::inject`]), and what becomes of them is taken
     /// with [`Sim::advance_until`] (the engines of its hosts stay idle).
-    /// `sc.workload` is not used.
-    pub fn carrier(sc: &Scenario) -> std::result::Result<Sim, String> {
+    /// `sc.workload` is not used; it runs whole.
+    pub fn carrier(sc: &Scenario) -> Result<Sim, String> {
         sc.validate()?;
         let tree = Tree::build(&sc.topology)?;
-        Self::with_plan(sc, tree, Plan::empty())
+        let part = Part::with_plan(sc, tree, Plan::empty())?;
+        Ok(Self::of(vec![part], 0, String::new(), sc))
     }
 
-    fn with_plan(sc: &Scenario, tree: Tree, plan: Plan) -> std::result::Result<Sim, String> {
-        let ll = &sc.link_layer;
-        let mut rng = Rng::new(sc.seed);
-        let mut links = Vec::with_capacity(tree.links.len());
-        for (i, l) in tree.links.iter().enumerate() {
-            let chosen = match ll.loss.links.as_str() {
-                "all" => true,
-                "host" => l.host_cable,
-                _ => i == tree.host_up[0],
-            };
-            let mtu = u64::from(sc.transport.mtu) + 64;
-            let loss = if chosen {
-                1.0 - (1.0 - ll.loss.rate) * (1.0 - ber_drop_rate(ll.loss.ber, mtu))
-            } else {
-                0.0
-            };
-            links.push(LinkState {
-                src: l.src,
-                dst: l.dst,
-                bps: l.bps,
-                prop: l.prop_ps,
-                q: [VecDeque::new(), VecDeque::new()],
-                qbytes: [0; 2],
-                busy_until: 0,
-                done_pending: false,
-                paused_until: [0; 2],
-                wake_at: 0,
-                pause_start: [None; 2],
-                pause_total: 0,
-                pause_max: 0,
-                pause_frames: 0,
-                credits: [Credits::new(ll.credit_bytes), Credits::new(ll.credit_bytes)],
-                credit_ret: [VecDeque::new(), VecDeque::new()],
-                credit_wait: [0; 2],
-                pfc_in: [PfcIngress::default(), PfcIngress::default()],
-                loss,
-                tx_pkts: 0,
-                tx_bytes: 0,
-                max_q: 0,
-                drops: [0; 3],
-            });
-        }
-        let bufs = (0..tree.switches.len())
-            .map(|_| SharedBuffer::new(ll.buffer_bytes, ll.port_queue_bytes))
-            .collect();
-        let tr = &sc.transport;
-        let host_bps = tree.links[tree.host_up[0]].bps;
-        let mut hosts = Vec::with_capacity(tree.hosts as usize);
-        for h in 0..tree.hosts {
-            let mut c = EngineConfig::new(host_addr(h));
-            c.seed = mix(sc.seed ^ u64::from(h).wrapping_mul(0x1_0000_0001));
-            c.max_inflight = tr.window;
-            c.active_mtu = Mtu::Mtu4096;
-            if tr.dcqcn {
-                let mut p = DcqcnParams::new(host_bps);
-                p.window = tr.window;
-                c.congestion = CongestionConfig::dcqcn(p);
-            }
-            let mut e = Engine::new(c);
-            let pd = e.alloc_pd();
-            let cq = e.create_cq(1 << 16).map_err(|e| e.to_string())?;
-            let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-            let keys = e
-                .reg_mr(pd, IOVA, access, Arc::new(NullMemory(REGION)))
-                .map_err(|e| e.to_string())?;
-            let _ = pd;
-            hosts.push(HostState {
-                engine: e,
-                cq,
-                rkey: keys.rkey,
-                lkey: keys.lkey,
-                qps: HashMap::new(),
-                timer_at: Ps::MAX,
-            });
-        }
-        let n_msgs = plan.msgs.len();
-        let mut deps_left = vec![0u32; n_msgs];
-        let mut dependents = vec![Vec::new(); n_msgs];
-        for (i, m) in plan.msgs.iter().enumerate() {
-            deps_left[i] = m.deps.len() as u32;
-            for &d in &m.deps {
-                dependents[d as usize].push(i as u32);
-            }
-        }
-        let mut sim = Sim {
-            now: 0,
-            seq: 0,
-            events: CalendarQueue::default(),
-            tree,
-            links,
-            bufs,
-            hosts,
-            pkts: Vec::new(),
-            free: Vec::new(),
-            rng: Rng::new(rng.next_u64()),
-            kind: ll.kind,
-            pfc: ll.pfc,
-            red: ll.ecn,
-            routing: sc.topology.routing,
-            switch_ps: (sc.topology.switch_ns * 1000.0) as Ps,
-            overhead: if ll.kind == LinkKind::IbCredit {
-                10
-            } else {
-                66
-            },
-            seed: mix(sc.seed ^ 0xECAF),
-            txbuf: vec![0; 4096 + 128],
-            rxbuf: Vec::with_capacity(4096 + 128),
-            wcs: Vec::new(),
-            plan,
-            deps_left,
-            dependents,
-            times: vec![MsgTimes::default(); n_msgs],
-            remaining: n_msgs,
-            totals: Totals::default(),
+    fn of(parts: Vec<Part>, lookahead: Ps, whole_because: String, sc: &Scenario) -> Sim {
+        let tree = Arc::clone(&parts[0].tree);
+        let plan = parts[0].plan_arc();
+        let goodput_shift = parts[0].goodput_shift;
+        Sim {
+            parts,
+            lookahead,
+            whole_because,
+            threads: 1,
             limit: sc.time_limit_us.saturating_mul(1_000_000),
-            sample_ps: 0,
+            tree,
+            plan,
+            times: Vec::new(),
+            totals: Totals::default(),
             samples: Vec::new(),
-            spray: 0,
-            host_ps: (sc.transport.host_ns * 1000.0) as Ps,
-            sh: SharpTree::default(),
             goodput_bins: Vec::new(),
-            goodput_shift: 20,
-            outside: Vec::new(),
-        };
-        sim.connect(sc)?;
-        if !sim.plan.sharp_base.is_empty() {
-            sim.build_sharp(sc);
+            goodput_shift,
         }
-        for i in 0..n_msgs {
-            if sim.deps_left[i] == 0 {
-                let at = sim.plan.msgs[i].delay_ps + sim.host_ps;
-                sim.push(at, Ev::Ready { msg: i as u32 });
-            }
-        }
-        Ok(sim)
+    }
+
+    /// Runs the parts on up to `n` threads (the results do not change).
+    pub fn set_threads(&mut self, n: usize) {
+        self.threads = n.max(1);
+    }
+
+    /// The parts the fabric runs in.
+    pub fn partitions(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// The threads the run uses.
+    pub fn threads(&self) -> usize {
+        self.threads.min(self.parts.len())
+    }
+
+    /// The lookahead of a split run (ps; 0 when whole).
+    pub fn lookahead(&self) -> Ps {
+        self.lookahead
     }
 
     /// Packet `token` (`data`, `ecn`; `token` not 0) leaves host `from`
@@ -516,71 +132,25 @@ impl Sim {
     /// the host's NIC queue and crosses the fabric as the workload's
     /// packets do (its class, ECN marking, ECMP on its UDP source port).
     pub fn inject(&mut self, at: Ps, from: u32, to: u32, data: &[u8], ecn: Ecn, token: u64) {
-        debug_assert!(token != 0);
-        self.advance_until(at, None);
-        self.now = self.now.max(at);
-        // The UDP source port is not in the RoCE bytes: take it from the
-        // BTH's destination QP, as a flow's port is fixed per QP pair.
-        let sport = data
-            .get(5..8)
-            .map_or(0, |q| u16::from_be_bytes([q[1], q[2]]) | 0xC000);
-        let kept = data.len().min(54);
-        let p = Pkt {
-            wire: data.len() as u32 + self.overhead,
-            data: Bytes::new([&data[..kept], &[]]),
-            head: kept as u32,
-            zeros: (data.len() - kept) as u32,
-            dst: to,
-            src: from,
-            sport,
-            ecn,
-            class: class_of(data),
-            in_link: u32::MAX,
-            sharp: 0,
-            chunk: 0,
-            down: false,
-            token,
-        };
-        let (class, wire) = (p.class as usize, u64::from(p.wire));
-        let li = self.tree.host_up[from as usize];
-        let id = self.alloc(p);
-        let l = &mut self.links[li];
-        l.q[class].push_back(id);
-        l.qbytes[class] += wire;
-        self.kick(li);
+        self.parts[0].inject(at, from, to, data, ecn, token);
     }
 
     /// When the next event is due (ps), if any: a queued event, or what
     /// became of an injected packet and was not taken yet.
     pub fn next_event_at(&mut self) -> Option<Ps> {
-        let taken = self.outside.iter().map(|o| match o {
-            Outside::Arrived { at, .. } => *at,
-            Outside::Dropped { .. } => self.now,
-        });
-        taken.chain(self.events.peek_time()).min()
+        self.parts[0].next_event_at()
     }
 
     /// Runs every event due at or before `until` (ps); with `out`, moves
     /// what became of injected packets so far into it, in order.
     pub fn advance_until(&mut self, until: Ps, out: Option<&mut Vec<Outside>>) {
-        while self.events.peek_time().is_some_and(|t| t <= until) {
-            let Some((t, _, ev)) = self.events.pop() else {
-                break;
-            };
-            self.now = t;
-            self.totals.events += 1;
-            self.dispatch(ev);
-        }
-        if let Some(out) = out {
-            out.append(&mut self.outside);
-        }
+        self.parts[0].advance_until(until, out);
     }
 
     /// Sets the interval of queue samples (0: none).
     pub fn set_sample_interval(&mut self, ps: Ps) {
-        self.sample_ps = ps;
-        if ps > 0 {
-            self.push(0, Ev::Sample);
+        for p in &mut self.parts {
+            p.set_sample_interval(ps);
         }
     }
 
@@ -588,1050 +158,375 @@ impl Sim {
         &self.plan
     }
 
+    /// How far the simulated clock got.
     pub fn now(&self) -> Ps {
-        self.now
-    }
-
-    /// Messages not yet delivered and acknowledged.
-    pub fn remaining(&self) -> usize {
-        self.remaining
-    }
-
-    /// One RC QP pair for every pair of hosts that exchange messages.
-    fn connect(&mut self, sc: &Scenario) -> std::result::Result<(), String> {
-        let mut pairs: Vec<(u32, u32)> = self
-            .plan
-            .msgs
-            .iter()
-            .filter(|m| m.sharp.is_none())
-            .map(|m| (m.src.min(m.dst), m.src.max(m.dst)))
-            .collect();
-        pairs.sort_unstable();
-        pairs.dedup();
-        let sr = sc.transport.recovery == "selective_repeat";
-        let now = Instant(EPOCH_NS);
-        let cap = QpCap {
-            max_send_wr: 1024,
-            max_recv_wr: 1024,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let err = |e: VerbsError| e.to_string();
-        for (a, b) in pairs {
-            let mut q = [Qpn::default(); 2];
-            for (i, h) in [a, b].into_iter().enumerate() {
-                let hs = &mut self.hosts[h as usize];
-                let pd = PdHandle::from_raw(1);
-                q[i] = hs
-                    .engine
-                    .create_qp(QpInit {
-                        pd,
-                        qp_type: QpType::Rc,
-                        send_cq: hs.cq,
-                        recv_cq: hs.cq,
-                        srq: None,
-                        cap,
-                        sq_sig_all: false,
-                    })
-                    .map_err(err)?;
-            }
-            if sr {
-                let ea = self.hosts[a as usize].engine.query_ece(q[0]).map_err(err)?;
-                let eb = self.hosts[b as usize].engine.query_ece(q[1]).map_err(err)?;
-                let agreed = ea.agree(eb);
-                self.hosts[a as usize]
-                    .engine
-                    .set_ece(q[0], agreed)
-                    .map_err(err)?;
-                self.hosts[b as usize]
-                    .engine
-                    .set_ece(q[1], agreed)
-                    .map_err(err)?;
-            }
-            for (i, (h, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
-                let e = &mut self.hosts[h as usize].engine;
-                let (mine, theirs) = (q[i], q[1 - i]);
-                let mut at = QpAttr {
-                    qp_state: QpState::Init,
-                    pkey_index: 0,
-                    port_num: 1,
-                    qp_access_flags: AccessFlags::REMOTE_WRITE,
-                    ..Default::default()
-                };
-                e.modify_qp(
-                    now,
-                    mine,
-                    &at,
-                    AttrMask::STATE
-                        | AttrMask::PKEY_INDEX
-                        | AttrMask::PORT
-                        | AttrMask::ACCESS_FLAGS,
-                )
-                .map_err(err)?;
-                at.qp_state = QpState::Rtr;
-                at.ah_attr = AhAttr {
-                    dgid: Gid::from_ip(host_addr(peer).ip()),
-                    is_global: true,
-                    hop_limit: 64,
-                    port_num: 1,
-                    ..Default::default()
-                };
-                at.path_mtu = mtu_of(sc.transport.mtu);
-                at.dest_qp_num = theirs;
-                at.rq_psn = Psn::new(0x100);
-                at.max_dest_rd_atomic = 1;
-                at.min_rnr_timer = 1;
-                e.modify_qp(
-                    now,
-                    mine,
-                    &at,
-                    AttrMask::STATE
-                        | AttrMask::AV
-                        | AttrMask::PATH_MTU
-                        | AttrMask::DEST_QPN
-                        | AttrMask::RQ_PSN
-                        | AttrMask::MAX_DEST_RD_ATOMIC
-                        | AttrMask::MIN_RNR_TIMER,
-                )
-                .map_err(err)?;
-                at.qp_state = QpState::Rts;
-                at.sq_psn = Psn::new(0x100);
-                at.timeout = sc.transport.timeout;
-                at.retry_cnt = 7;
-                at.rnr_retry = 7;
-                at.max_rd_atomic = 1;
-                e.modify_qp(
-                    now,
-                    mine,
-                    &at,
-                    AttrMask::STATE
-                        | AttrMask::SQ_PSN
-                        | AttrMask::TIMEOUT
-                        | AttrMask::RETRY_CNT
-                        | AttrMask::RNR_RETRY
-                        | AttrMask::MAX_QP_RD_ATOMIC,
-                )
-                .map_err(err)?;
-                self.hosts[h as usize].qps.insert(peer, mine);
-            }
-        }
-        Ok(())
-    }
-
-    fn push(&mut self, at: Ps, ev: Ev) {
-        self.seq += 1;
-        self.events.push(at, self.seq, ev);
-    }
-
-    fn eng_now(&self) -> Instant {
-        Instant(EPOCH_NS + self.now / 1000)
+        self.parts.iter().map(Part::now).max().unwrap_or(0)
     }
 
     /// Runs until every message is delivered and acknowledged, nothing is
     /// left to happen, or the time limit. Returns whether all completed.
     pub fn run(&mut self) -> bool {
-        while self.remaining > 0 {
-            let Some((t, _, ev)) = self.events.pop() else {
-                break;
-            };
-            if t > self.limit {
-                break;
-            }
-            self.now = t;
-            self.totals.events += 1;
-            self.dispatch(ev);
-        }
-        self.finish();
-        self.remaining == 0
-    }
-
-    fn finish(&mut self) {
-        for l in &mut self.links {
-            for c in 0..2 {
-                if let Some(s) = l.pause_start[c].take() {
-                    let end = l.paused_until[c].min(self.now).max(s);
-                    l.pause_total += end - s;
-                    l.pause_max = l.pause_max.max(end - s);
-                }
-            }
-        }
-        let t = &mut self.totals;
-        (
-            t.retransmits,
-            t.sr_retransmits,
-            t.timeouts,
-            t.seq_naks,
-            t.cnps,
-        ) = (0, 0, 0, 0, 0);
-        for h in &self.hosts {
-            let c = h.engine.counters();
-            t.retransmits += c.retransmits;
-            t.timeouts += c.timeouts;
-            t.seq_naks += c.seq_naks_rcvd;
-            t.cnps += c.cnp_rcvd;
-            for q in h.engine.qp_numbers() {
-                if let Some(c) = h.engine.qp_counters(q) {
-                    t.sr_retransmits += c.sr_retransmits;
-                }
-            }
-        }
-        t.pause_frames = self.links.iter().map(|l| l.pause_frames).sum();
-    }
-
-    fn dispatch(&mut self, ev: Ev) {
-        match ev {
-            Ev::Arrive { link, pkt } => self.arrive(link as usize, pkt),
-            Ev::TxDone { link } => self.tx_done(link as usize),
-            Ev::Wake { link } => self.kick(link as usize),
-            Ev::Pause {
-                link,
-                class,
-                quanta,
-            } => self.pause(link as usize, class as usize, quanta),
-            Ev::Refresh { link, class } => {
-                if self.links[link as usize].pfc_in[class as usize].on_refresh()
-                    == PfcAction::Send(PAUSE_MAX_QUANTA)
-                {
-                    self.send_pause(link as usize, class, PAUSE_MAX_QUANTA);
-                }
-            }
-            Ev::Credit { link, class } => {
-                self.links[link as usize].credit_wait[class as usize] = 0;
-                self.kick(link as usize);
-            }
-            Ev::Timer { host } => {
-                let now = self.eng_now();
-                let h = &mut self.hosts[host as usize];
-                if h.timer_at != self.now {
-                    return;
-                }
-                h.timer_at = Ps::MAX;
-                h.engine.handle_timeout(now);
-                self.host_after(host);
-            }
-            Ev::Ready { msg } => self.post(msg),
-            Ev::SharpEmit { sw, op, chunk } => self.sharp_emit(sw, op, chunk),
-            Ev::Sample => {
-                let total: u64 = self.bufs.iter().map(|b| b.used).sum();
-                let deepest = self.links.iter().map(|l| l.qbytes[0] + l.qbytes[1]).max();
-                self.samples
-                    .push((self.now as f64 / 1e6, total, deepest.unwrap_or(0)));
-                if !self.events.is_empty() && self.samples.len() < 100_000 {
-                    self.push(self.now + self.sample_ps, Ev::Sample);
-                }
-            }
-        }
-    }
-
-    fn post(&mut self, msg: u32) {
-        let m = &self.plan.msgs[msg as usize];
-        let (src, dst, bytes) = (m.src, m.dst, m.bytes);
-        self.times[msg as usize].ready = Some(self.now);
-        if m.sharp.is_some() {
-            self.sh.tx[src as usize].push_back(msg);
-            return self.pump(src);
-        }
-        let now = self.eng_now();
-        let d = &mut self.hosts[dst as usize];
-        let dq = d.qps[&src];
-        let rkey = d.rkey;
-        let ok = d.engine.post_recv(
-            dq,
-            &RecvWr {
-                wr_id: u64::from(msg),
-                sg_list: Vec::new(),
-            },
-        );
-        let s = &mut self.hosts[src as usize];
-        let sq = s.qps[&dst];
-        let wr = SendWr::new(
-            u64::from(msg),
-            SendOp::WriteWithImm {
-                remote_addr: IOVA,
-                rkey,
-                imm: msg,
-            },
-            vec![Sge {
-                addr: IOVA,
-                length: bytes as u32,
-                lkey: s.lkey,
-            }],
-        );
-        if ok.is_err() || s.engine.post_send(now, sq, &wr).is_err() {
-            self.totals.failed_wrs += 1;
-            return;
-        }
-        self.host_after(src);
-    }
-
-    /// After a host's engine did something: completions, the NIC, the timer.
-    fn host_after(&mut self, h: u32) {
-        let hs = &mut self.hosts[h as usize];
-        loop {
-            self.wcs.clear();
-            let n = hs.engine.poll_cq(hs.cq, 64, &mut self.wcs).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            for wc in self.wcs.drain(..) {
-                let id = wc.wr_id as usize;
-                if wc.status != WcStatus::Success {
-                    self.totals.failed_wrs += 1;
-                    continue;
-                }
-                let Some(t) = self.times.get_mut(id) else {
-                    continue;
-                };
-                if wc.opcode == WcOpcode::RecvRdmaWithImm {
-                    t.delivered = Some(self.now);
-                    if t.acked.is_some() {
-                        self.remaining -= 1;
-                    }
-                    Self::release_dependents(
-                        &self.dependents[id],
-                        &mut self.deps_left,
-                        &self.plan,
-                        self.now + self.host_ps,
-                        &mut self.seq,
-                        &mut self.events,
-                    );
-                } else {
-                    t.acked = Some(self.now);
-                    if t.delivered.is_some() {
-                        self.remaining -= 1;
-                    }
-                }
-            }
-        }
-        self.pump(h);
-        self.arm_timer(h);
-    }
-
-    /// The messages waiting for `deps` (one delivered message's
-    /// dependents): those with nothing else to wait for become ready at
-    /// `at` plus their own delay.
-    fn release_dependents(
-        deps: &[u32],
-        deps_left: &mut [u32],
-        plan: &Plan,
-        at: Ps,
-        seq: &mut u64,
-        events: &mut CalendarQueue<Ev>,
-    ) {
-        for &dep in deps {
-            let left = &mut deps_left[dep as usize];
-            *left -= 1;
-            if *left == 0 {
-                *seq += 1;
-                let when = at + plan.msgs[dep as usize].delay_ps;
-                events.push(when, *seq, Ev::Ready { msg: dep });
-            }
-        }
-    }
-
-    /// Queues a Timer event for the engine's next deadline (sending a
-    /// packet, handling one, a post or a timeout may all move it).
-    fn arm_timer(&mut self, h: u32) {
-        let hs = &mut self.hosts[h as usize];
-        if let Some(t) = hs.engine.poll_timeout() {
-            let mut at = t.0.saturating_sub(EPOCH_NS).saturating_mul(1000);
-            if at <= self.now {
-                // Due now (or in this nanosecond): run it after what is
-                // queued for this instant, at the next nanosecond.
-                at = (self.now / 1000 + 1) * 1000;
-            }
-            if at < hs.timer_at {
-                hs.timer_at = at;
-                self.push(at, Ev::Timer { host: h });
-            }
-        }
-    }
-
-    /// A host's NIC: pull a packet from the engine when its up-link is idle.
-    fn pump(&mut self, h: u32) {
-        let li = self.tree.host_up[h as usize];
-        let l = &self.links[li];
-        if l.busy_until > self.now || !l.q[0].is_empty() || !l.q[1].is_empty() {
-            return self.kick(li);
-        }
-        if !self.sh.tx.is_empty() && self.sharp_pump(h, li) {
-            return;
-        }
-        let now = self.eng_now();
-        let Some(t) = self.hosts[h as usize]
-            .engine
-            .poll_transmit_gather(now, &mut self.txbuf)
-        else {
-            return;
-        };
-        let IpAddr::V4(ip) = t.endpoints.dst.ip() else {
-            return;
-        };
-        let o = ip.octets();
-        let dst = (u32::from(o[1]) << 16) | (u32::from(o[2]) << 8) | u32::from(o[3]);
-        if dst >= self.tree.hosts {
-            return;
-        }
-        let tb = &self.txbuf;
-        let (data, head, zeros) = match t.payload {
-            Some(pl) => (
-                Bytes::new([&tb[..pl.offset], &tb[pl.offset + pl.len..t.len]]),
-                pl.offset,
-                pl.len,
-            ),
-            None => (Bytes::new([&tb[..t.len], &[]]), t.len, 0),
-        };
-        let class = class_of(data.as_slice());
-        let p = Pkt {
-            wire: t.len as u32 + self.overhead,
-            data,
-            head: head as u32,
-            zeros: zeros as u32,
-            dst,
-            src: h,
-            sport: t.endpoints.src.port(),
-            ecn: t.ecn,
-            class,
-            in_link: u32::MAX,
-            sharp: 0,
-            chunk: 0,
-            down: false,
-            token: 0,
-        };
-        let wire = u64::from(p.wire);
-        let id = self.alloc(p);
-        let l = &mut self.links[li];
-        l.q[class as usize].push_back(id);
-        l.qbytes[class as usize] += wire;
-        self.kick(li);
-    }
-
-    /// Counts payload bytes that reached a host now.
-    fn count_goodput(&mut self, bytes: u32) {
-        let mut i = (self.now >> self.goodput_shift) as usize;
-        while i >= GOODPUT_BINS {
-            let b = &mut self.goodput_bins;
-            for j in 0..b.len() / 2 {
-                b[j] = b[2 * j] + b.get(2 * j + 1).copied().unwrap_or(0);
-            }
-            let half = b.len().div_ceil(2);
-            if b.len() % 2 == 1 {
-                b[half - 1] = b[b.len() - 1];
-            }
-            b.truncate(half);
-            self.goodput_shift += 1;
-            i >>= 1;
-        }
-        if self.goodput_bins.len() <= i {
-            self.goodput_bins.resize(i + 1, 0);
-        }
-        self.goodput_bins[i] += u64::from(bytes);
-    }
-
-    fn alloc(&mut self, p: Pkt) -> u32 {
-        if let Some(i) = self.free.pop() {
-            self.pkts[i as usize] = Some(p);
-            i
+        let completed = if self.parts.len() == 1 {
+            self.parts[0].run()
         } else {
-            self.pkts.push(Some(p));
-            (self.pkts.len() - 1) as u32
-        }
-    }
-
-    fn release(&mut self, id: u32) {
-        if self.pkts[id as usize].take().is_some() {
-            self.free.push(id);
-        }
-    }
-
-    /// Starts the next packet on `li` if it is idle, not paused and (IB)
-    /// has the credits. A packet leaves its switch's buffer (and its
-    /// ingress port's PFC count, and returns its upstream credits) when it
-    /// starts onto the wire. A TxDone event is queued only when something
-    /// waits for the link (always for a host's NIC, which then pulls the
-    /// engine's next packet).
-    fn kick(&mut self, li: usize) {
-        let now = self.now;
-        let l = &mut self.links[li];
-        let from_host = matches!(l.src, Node::Host(_));
-        if l.busy_until > now {
-            if !l.done_pending && (from_host || !l.q[0].is_empty() || !l.q[1].is_empty()) {
-                l.done_pending = true;
-                let at = l.busy_until;
-                self.push(at, Ev::TxDone { link: li as u32 });
+            let done = self.run_split();
+            for p in &mut self.parts {
+                p.finish();
             }
-            return;
-        }
-        let credit_checked = self.kind == LinkKind::IbCredit && matches!(l.dst, Node::Switch(_));
-        for c in [1usize, 0] {
-            let Some(&id) = l.q[c].front() else {
-                continue;
-            };
-            if l.paused_until[c] > now {
-                let at = l.paused_until[c];
-                if l.wake_at <= now || l.wake_at > at {
-                    l.wake_at = at;
-                    self.seq += 1;
-                    self.events.push(at, self.seq, Ev::Wake { link: li as u32 });
-                }
-                continue;
-            }
-            let p = self.pkts[id as usize].as_ref().expect("queued packet");
-            let (wire, class, inl) = (u64::from(p.wire), p.class, p.in_link as usize);
-            if credit_checked {
-                while let Some(&(t, b)) = l.credit_ret[c].front() {
-                    if t > now {
-                        break;
-                    }
-                    l.credits[c].refund(u64::from(b));
-                    l.credit_ret[c].pop_front();
-                }
-                if !l.credits[c].try_spend(wire) {
-                    if l.credit_wait[c] != 2 {
-                        if let Some(&(t, _)) = l.credit_ret[c].front() {
-                            l.credit_wait[c] = 2;
-                            self.seq += 1;
-                            let ev = Ev::Credit {
-                                link: li as u32,
-                                class: c as u8,
-                            };
-                            self.events.push(t, self.seq, ev);
-                        } else {
-                            l.credit_wait[c] = 1;
-                        }
-                    }
-                    continue;
-                }
-            }
-            l.q[c].pop_front();
-            l.qbytes[c] -= wire;
-            l.tx_pkts += 1;
-            l.tx_bytes += wire;
-            let ser = serialisation_ps(wire, l.bps);
-            l.busy_until = now + ser;
-            let mut arrive = now + ser + l.prop;
-            let src = l.src;
-            if matches!(l.dst, Node::Switch(_)) {
-                arrive += self.switch_ps;
-            }
-            let waiting = from_host || !l.q[0].is_empty() || !l.q[1].is_empty();
-            if waiting && !l.done_pending {
-                l.done_pending = true;
-                self.push(now + ser, Ev::TxDone { link: li as u32 });
-            }
-            self.push(
-                arrive,
-                Ev::Arrive {
-                    link: li as u32,
-                    pkt: id,
-                },
-            );
-            if let Node::Switch(s) = src {
-                self.bufs[s as usize].release(wire);
-                if inl != u32::MAX as usize {
-                    self.free_ingress(inl, class, wire);
-                }
-            }
-            return;
-        }
-    }
-
-    fn tx_done(&mut self, li: usize) {
-        self.links[li].done_pending = false;
-        match self.links[li].src {
-            Node::Host(h) => {
-                self.pump(h);
-                self.arm_timer(h);
-            }
-            Node::Switch(_) => self.kick(li),
-        }
-    }
-
-    /// Bytes that came in on `inl` left the switch (or never entered it).
-    fn free_ingress(&mut self, inl: usize, class: u8, wire: u64) {
-        match self.kind {
-            LinkKind::Pfc => {
-                let pfc = self.pfc;
-                if self.links[inl].pfc_in[class as usize].on_departure(&pfc, wire)
-                    == PfcAction::Send(0)
-                {
-                    self.send_pause(inl, class, 0);
-                }
-            }
-            LinkKind::IbCredit => {
-                let l = &mut self.links[inl];
-                let at = self.now + l.prop;
-                let c = class as usize;
-                l.credit_ret[c].push_back((at, wire as u32));
-                if l.credit_wait[c] == 1 {
-                    l.credit_wait[c] = 2;
-                    self.push(
-                        at,
-                        Ev::Credit {
-                            link: inl as u32,
-                            class,
-                        },
-                    );
-                }
-            }
-            LinkKind::Lossy => {}
-        }
-    }
-
-    fn send_pause(&mut self, link: usize, class: u8, quanta: u16) {
-        let (bps, prop) = (self.links[link].bps, self.links[link].prop);
-        // The frame crosses the cable back to the transmitter.
-        let at = self.now + serialisation_ps(64 + 20, bps) + prop;
-        self.push(
-            at,
-            Ev::Pause {
-                link: link as u32,
-                class,
-                quanta,
-            },
-        );
-        if quanta > 0 {
-            let refresh = self.now + pause_ps(quanta, bps) / 2;
-            self.push(
-                refresh,
-                Ev::Refresh {
-                    link: link as u32,
-                    class,
-                },
-            );
-        }
-    }
-
-    fn pause(&mut self, li: usize, c: usize, quanta: u16) {
-        let now = self.now;
-        let l = &mut self.links[li];
-        l.pause_frames += u64::from(quanta > 0);
-        // Close a pause that ran out by itself.
-        if l.paused_until[c] <= now {
-            if let Some(s) = l.pause_start[c].take() {
-                let end = l.paused_until[c].max(s);
-                l.pause_total += end - s;
-                l.pause_max = l.pause_max.max(end - s);
-            }
-        }
-        if quanta == 0 {
-            if let Some(s) = l.pause_start[c].take() {
-                l.pause_total += now - s;
-                l.pause_max = l.pause_max.max(now - s);
-            }
-            l.paused_until[c] = now;
-            self.kick(li);
-            return;
-        }
-        if l.pause_start[c].is_none() {
-            l.pause_start[c] = Some(now);
-        }
-        l.paused_until[c] = now + pause_ps(quanta, l.bps);
-    }
-
-    fn drop_pkt(&mut self, li: usize, id: u32, cause: DropCause) {
-        match cause {
-            DropCause::TailDrop => self.totals.drops_tail += 1,
-            DropCause::HeadroomOverflow => self.totals.drops_headroom += 1,
-            DropCause::Corruption => self.totals.drops_corruption += 1,
-        }
-        self.links[li].drops[cause as usize] += 1;
-        if let Some(token) = self.pkts[id as usize].as_ref().map(|p| p.token) {
-            if token != 0 {
-                self.outside.push(Outside::Dropped { token });
-            }
-        }
-        self.release(id);
-    }
-
-    fn arrive(&mut self, li: usize, id: u32) {
-        let loss = self.links[li].loss;
-        if loss > 0.0 && self.rng.chance(loss) {
-            // A bad FCS: the receiver discards it before buffering it.
-            if self.kind == LinkKind::IbCredit && matches!(self.links[li].dst, Node::Switch(_)) {
-                let p = self.pkts[id as usize].as_ref().expect("arriving");
-                let (class, wire) = (p.class, u64::from(p.wire));
-                self.free_ingress(li, class, wire);
-            }
-            return self.drop_pkt(li, id, DropCause::Corruption);
-        }
-        if self.pkts[id as usize]
-            .as_ref()
-            .is_some_and(|p| p.sharp != 0)
-        {
-            return self.sharp_arrive(li, id);
-        }
-        match self.links[li].dst {
-            Node::Host(h) => {
-                let p = self.pkts[id as usize].take().expect("arriving");
-                self.free.push(id);
-                self.totals.packets_delivered += 1;
-                if p.token != 0 {
-                    let (token, at, ecn) = (p.token, self.now, p.ecn);
-                    self.outside.push(Outside::Arrived { token, at, ecn });
-                    return;
-                }
-                if p.zeros > 0 {
-                    self.count_goodput(p.zeros);
-                }
-                let ep = Endpoints::new(
-                    SocketAddr::new(host_addr(p.src).ip(), p.sport),
-                    host_addr(h),
-                );
-                let now = self.eng_now();
-                let rx = &mut self.rxbuf;
-                rx.clear();
-                let d = p.data.as_slice();
-                rx.extend_from_slice(&d[..p.head as usize]);
-                rx.resize(rx.len() + p.zeros as usize, 0);
-                rx.extend_from_slice(&d[p.head as usize..]);
-                self.hosts[h as usize].engine.handle_packet_meta(
-                    now,
-                    ep,
-                    RxMeta {
-                        ecn: p.ecn,
-                        group: None,
-                    },
-                    rx,
-                );
-                self.host_after(h);
-            }
-            Node::Switch(s) => self.switch_in(s, li, id),
-        }
-    }
-
-    fn switch_in(&mut self, s: u32, li: usize, id: u32) {
-        let p = self.pkts[id as usize].as_mut().expect("arriving");
-        let mut h =
-            self.seed ^ u64::from(p.src) ^ (u64::from(p.dst) << 24) ^ (u64::from(p.sport) << 48);
-        if self.routing == Routing::Spray {
-            self.spray += 1;
-            h ^= self.spray.wrapping_mul(0xD6E8_FEB8_6659_FD93);
-        }
-        let hash = mix(h ^ u64::from(s));
-        let out = self.tree.next_link(s, p.dst, hash);
-        let (wire, class) = (u64::from(p.wire), p.class as usize);
-        p.in_link = li as u32;
-        let queued = self.links[out].qbytes[class];
-        match self.kind {
-            LinkKind::Lossy => {
-                if !self.bufs[s as usize].admit(queued, wire) {
-                    return self.drop_pkt(li, id, DropCause::TailDrop);
-                }
-            }
-            LinkKind::Pfc => {
-                let pfc = self.pfc;
-                match self.links[li].pfc_in[class].on_arrival(&pfc, wire) {
-                    PfcAction::Drop => return self.drop_pkt(li, id, DropCause::HeadroomOverflow),
-                    PfcAction::Send(q) => self.send_pause(li, class as u8, q),
-                    PfcAction::None => {}
-                }
-                self.bufs[s as usize].force(wire);
-            }
-            LinkKind::IbCredit => self.bufs[s as usize].force(wire),
-        }
-        if let Some(red) = self.red {
-            let p = self.pkts[id as usize].as_mut().expect("arriving");
-            if matches!(p.ecn, Ecn::Ect0 | Ecn::Ect1) {
-                let prob = red.mark_probability(queued);
-                if prob > 0.0 && self.rng.chance(prob) {
-                    p.ecn = Ecn::Ce;
-                    self.totals.ecn_marked += 1;
-                }
-            }
-        }
-        let l = &mut self.links[out];
-        l.q[class].push_back(id);
-        l.qbytes[class] += wire;
-        l.max_q = l.max_q.max(l.qbytes[0] + l.qbytes[1]);
-        self.kick(out);
-    }
-
-    /// Builds the aggregation tree over all hosts: each host's leaf, then
-    /// every switch's first up-link, up to the lowest level that holds
-    /// every host below one switch.
-    fn build_sharp(&mut self, sc: &Scenario) {
-        let t = &self.tree;
-        let ns = t.switches.len();
-        let leaves: std::collections::BTreeSet<u32> = t.host_leaf.iter().copied().collect();
-        let pods: std::collections::BTreeSet<u32> =
-            leaves.iter().map(|&l| t.switches[l as usize].pod).collect();
-        let top = if leaves.len() == 1 {
-            0
-        } else if t.tiers == 2 || pods.len() == 1 {
-            1
-        } else {
-            2
+            done
         };
-        let mut sh = SharpTree {
-            parent: vec![usize::MAX; ns],
-            down: vec![Vec::new(); ns],
-            need: vec![0; ns],
-            busy: vec![0; ns],
-            alu_ps: (sc.sharp.alu_ns * 1000.0) as Ps,
-            slots: sc.sharp.slots,
-            chunk_bytes: u64::from(sc.transport.mtu),
-            next: vec![0; self.plan.msgs.len()],
-            got: vec![0; self.plan.msgs.len()],
-            tx: vec![VecDeque::new(); t.hosts as usize],
-            out: vec![0; t.hosts as usize],
-            ..Default::default()
+        self.gather();
+        completed
+    }
+
+    /// Messages not delivered and acknowledged (after [`Sim::run`]).
+    pub fn remaining(&self) -> usize {
+        self.times
+            .iter()
+            .filter(|t| t.delivered.is_none() || t.acked.is_none())
+            .count()
+    }
+
+    /// The windows of a split run, the parts shared among the threads.
+    fn run_split(&mut self) -> bool {
+        let n = self.parts.len();
+        let threads = self.threads();
+        let shared = Shared {
+            mail: (0..n * n).map(|_| Mutex::new(Vec::new())).collect(),
+            next: (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            left: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+            barrier: SpinBarrier::new(threads),
+            lookahead: self.lookahead,
+            limit: self.limit,
         };
-        for h in 0..t.hosts as usize {
-            let mut cur = t.host_leaf[h];
-            // The leaf's down-link to the host is the cable's other half.
-            sh.down[cur as usize].push(t.host_up[h] + 1);
-            sh.need[cur as usize] += 1;
-            while t.switches[cur as usize].level < top {
-                let up = t.switches[cur as usize].up[0];
-                let Node::Switch(parent) = t.links[up].dst else {
-                    break;
-                };
-                if sh.parent[cur as usize] != usize::MAX {
-                    cur = parent;
-                    break;
-                }
-                sh.parent[cur as usize] = up;
-                sh.down[parent as usize].push(up + 1);
-                sh.need[parent as usize] += 1;
-                cur = parent;
+        let per = n.div_ceil(threads);
+        let mut chunks = self.parts.chunks_mut(per);
+        let mine = chunks.next().expect("a part");
+        std::thread::scope(|s| {
+            for chunk in chunks {
+                let shared = &shared;
+                s.spawn(move || shared.work(chunk));
             }
-            while t.switches[cur as usize].level < top {
-                cur = match t.links[sh.parent[cur as usize]].dst {
-                    Node::Switch(p) => p,
-                    Node::Host(_) => break,
-                };
-            }
-            sh.root = cur;
-        }
-        self.sh = sh;
-    }
-
-    fn sharp_chunks(&self, msg: u32) -> u32 {
-        self.plan.msgs[msg as usize]
-            .bytes
-            .div_ceil(self.sh.chunk_bytes)
-            .max(1) as u32
-    }
-
-    fn sharp_packet(&mut self, op: u32, chunk: u32, down: bool) -> u32 {
-        let msg = self.plan.sharp_base[op as usize];
-        let bytes = self.plan.msgs[msg as usize].bytes;
-        let cb = self.sh.chunk_bytes;
-        let len = (bytes - u64::from(chunk) * cb).min(cb) as u32;
-        self.totals.sharp_packets += 1;
-        self.alloc(Pkt {
-            data: Bytes::Inline { len: 0, b: [0; 54] },
-            head: 0,
-            zeros: len,
-            dst: 0,
-            src: 0,
-            sport: 0,
-            ecn: Ecn::NotEct,
-            class: 0,
-            wire: len + SHARP_HEADER + self.overhead,
-            in_link: u32::MAX,
-            sharp: op + 1,
-            chunk,
-            down,
-            token: 0,
+            shared.work(mine)
         })
     }
 
-    /// A host's NIC sends its next contribution if its window (the
-    /// switches' aggregation slots) allows. Whether it sent one.
-    fn sharp_pump(&mut self, h: u32, li: usize) -> bool {
-        let hu = h as usize;
-        let Some(&msg) = self.sh.tx[hu].front() else {
-            return false;
-        };
-        if self.sh.out[hu] >= self.sh.slots {
-            return false;
-        }
-        let chunk = self.sh.next[msg as usize];
-        self.sh.next[msg as usize] += 1;
-        if self.sh.next[msg as usize] >= self.sharp_chunks(msg) {
-            self.sh.tx[hu].pop_front();
-        }
-        self.sh.out[hu] += 1;
-        let op = self.plan.msgs[msg as usize].sharp.unwrap_or(0);
-        let id = self.sharp_packet(op, chunk, false);
-        let wire = u64::from(self.pkts[id as usize].as_ref().expect("new").wire);
-        let l = &mut self.links[li];
-        l.q[0].push_back(id);
-        l.qbytes[0] += wire;
-        self.kick(li);
-        true
-    }
-
-    /// An in-network aggregation packet arrived at the end of `li`.
-    fn sharp_arrive(&mut self, li: usize, id: u32) {
-        let p = self.pkts[id as usize].take().expect("arriving");
-        self.free.push(id);
-        let (op, chunk) = (p.sharp - 1, p.chunk);
-        match self.links[li].dst {
-            Node::Host(h) => {
-                self.count_goodput(p.zeros);
-                let msg = self.plan.sharp_base[op as usize] + h;
-                let m = msg as usize;
-                self.sh.got[m] += 1;
-                self.sh.out[h as usize] -= 1;
-                if self.sh.got[m] == self.sharp_chunks(msg) {
-                    let t = &mut self.times[m];
-                    t.delivered = Some(self.now);
-                    t.acked = Some(self.now);
-                    self.remaining -= 1;
-                    Self::release_dependents(
-                        &self.dependents[m],
-                        &mut self.deps_left,
-                        &self.plan,
-                        self.now + self.host_ps,
-                        &mut self.seq,
-                        &mut self.events,
-                    );
-                }
-                self.pump(h);
+    /// Merges what the parts measured into this simulator's fields.
+    fn gather(&mut self) {
+        let mut parts = self.parts.iter_mut();
+        let first = parts.next().expect("a part");
+        let mut times = std::mem::take(&mut first.times);
+        let mut totals = first.totals.clone();
+        let mut samples = std::mem::take(&mut first.samples);
+        let mut bins = (std::mem::take(&mut first.goodput_bins), first.goodput_shift);
+        for p in parts {
+            for (t, o) in times.iter_mut().zip(&p.times) {
+                t.ready = t.ready.or(o.ready);
+                t.delivered = t.delivered.or(o.delivered);
+                t.acked = t.acked.or(o.acked);
             }
-            Node::Switch(s) => {
-                // The packet is consumed here (reduced into the switch's
-                // aggregation buffer, or replicated): on IB its credits go
-                // back upstream at once.
-                if self.kind == LinkKind::IbCredit {
-                    self.free_ingress(li, p.class, u64::from(p.wire));
-                }
-                if p.down {
-                    return self.sharp_down(s, op, chunk);
-                }
-                let key = (u64::from(s) << 44) | (u64::from(op) << 28) | u64::from(chunk);
-                let n = self.sh.partial.entry(key).or_insert(0);
-                *n += 1;
-                let n = *n;
-                if n == 1 {
-                    self.sh.busy[s as usize] += 1;
-                    let b = u64::from(self.sh.busy[s as usize]);
-                    self.totals.sharp_max_slots = self.totals.sharp_max_slots.max(b);
-                }
-                if n == self.sh.need[s as usize] {
-                    self.sh.partial.remove(&key);
-                    self.sh.busy[s as usize] -= 1;
-                    let at = self.now + self.sh.alu_ps;
-                    self.push(at, Ev::SharpEmit { sw: s, op, chunk });
-                }
+            totals.add(&p.totals);
+            if samples.len() < p.samples.len() {
+                samples.resize(p.samples.len(), (0.0, 0, 0));
             }
-        }
-    }
-
-    /// Switch `s` has reduced `chunk`: up to its parent, or from the root
-    /// down the tree.
-    fn sharp_emit(&mut self, s: u32, op: u32, chunk: u32) {
-        if s == self.sh.root {
-            return self.sharp_down(s, op, chunk);
-        }
-        let up = self.sh.parent[s as usize];
-        let id = self.sharp_packet(op, chunk, false);
-        self.sharp_enqueue(s, up, id);
-    }
-
-    /// The result `chunk` goes out of `s` on every down-link of the tree.
-    fn sharp_down(&mut self, s: u32, op: u32, chunk: u32) {
-        for i in 0..self.sh.down[s as usize].len() {
-            let out = self.sh.down[s as usize][i];
-            let id = self.sharp_packet(op, chunk, true);
-            self.sharp_enqueue(s, out, id);
-        }
-    }
-
-    fn sharp_enqueue(&mut self, s: u32, out: usize, id: u32) {
-        let wire = u64::from(self.pkts[id as usize].as_ref().expect("new").wire);
-        self.bufs[s as usize].force(wire);
-        let l = &mut self.links[out];
-        l.q[0].push_back(id);
-        l.qbytes[0] += wire;
-        l.max_q = l.max_q.max(l.qbytes[0] + l.qbytes[1]);
-        self.kick(out);
-    }
-
-    fn node_name(&self, n: Node) -> String {
-        match n {
-            Node::Host(h) => format!("host{h}"),
-            Node::Switch(s) => {
-                let sw = &self.tree.switches[s as usize];
-                let kind = match (self.tree.tiers, sw.level) {
-                    (_, 0) => "leaf",
-                    (2, _) => "spine",
-                    (_, 1) => "agg",
-                    _ => "core",
-                };
-                format!("{kind}{s}")
+            for (s, o) in samples.iter_mut().zip(&p.samples) {
+                *s = (o.0, s.1 + o.1, s.2.max(o.2));
             }
+            bins = add_bins(bins, (p.goodput_bins.clone(), p.goodput_shift));
         }
+        self.times = times;
+        self.totals = totals;
+        self.samples = samples;
+        (self.goodput_bins, self.goodput_shift) = bins;
     }
 
-    /// Every link's figures.
+    /// Every link's figures (each part counts what its side of a link did).
     pub fn link_reports(&self) -> Vec<LinkReport> {
-        self.links
-            .iter()
-            .enumerate()
-            .map(|(i, l)| LinkReport {
-                id: i,
-                from: self.node_name(l.src),
-                to: self.node_name(l.dst),
-                tx_packets: l.tx_pkts,
-                tx_bytes: l.tx_bytes,
-                max_queue_bytes: l.max_q,
-                pause_us: l.pause_total as f64 / 1e6,
-                max_pause_us: l.pause_max as f64 / 1e6,
-                pause_frames: l.pause_frames,
-                drops_tail: l.drops[DropCause::TailDrop as usize],
-                drops_headroom: l.drops[DropCause::HeadroomOverflow as usize],
-                drops_corruption: l.drops[DropCause::Corruption as usize],
-            })
-            .collect()
+        let mut parts = self.parts.iter();
+        let mut all = parts.next().expect("a part").link_reports();
+        for p in parts {
+            for (a, b) in all.iter_mut().zip(p.link_reports()) {
+                a.tx_packets += b.tx_packets;
+                a.tx_bytes += b.tx_bytes;
+                a.max_queue_bytes = a.max_queue_bytes.max(b.max_queue_bytes);
+                a.pause_us += b.pause_us;
+                a.max_pause_us = a.max_pause_us.max(b.max_pause_us);
+                a.pause_frames += b.pause_frames;
+                a.drops_tail += b.drops_tail;
+                a.drops_headroom += b.drops_headroom;
+                a.drops_corruption += b.drops_corruption;
+            }
+        }
+        all
     }
 
-    /// Up to `max` messages not completed: (message, src, dst, ready,
-    /// delivered, acknowledged, the sender QP's state and unacknowledged
-    /// packets) for diagnosis.
+    /// Up to `max` messages not completed (after [`Sim::run`]): (message,
+    /// src, dst, ready, delivered, acknowledged, the sender QP's state and
+    /// unacknowledged packets) for diagnosis.
     pub fn incomplete(&mut self, max: usize) -> Vec<String> {
         let mut out = Vec::new();
-        for (i, (m, t)) in self.plan.msgs.iter().zip(&self.times).enumerate() {
+        for (i, t) in self.times.iter().enumerate() {
             if out.len() >= max {
                 break;
             }
             if t.delivered.is_some() && t.acked.is_some() {
                 continue;
             }
-            if m.sharp.is_some() {
-                out.push(format!(
-                    "msg {i}: host {}'s part of in-network aggregation {:?}, {} B: ready {:?}, {} result chunks received",
-                    m.src, m.sharp, m.bytes, t.ready, self.sh.got[i]
-                ));
+            let src = self.plan.msgs[i].src;
+            let Some(p) = self.parts.iter_mut().find(|p| p.owns(src)) else {
                 continue;
-            }
-            let q = self.hosts[m.src as usize].qps[&m.dst];
-            let timer_at = self.hosts[m.src as usize].timer_at;
-            let deadline = self.hosts[m.src as usize].engine.poll_timeout();
-            let e = &self.hosts[m.src as usize].engine;
-            out.push(format!(
-                "msg {i} {}→{} {} B: ready {:?} delivered {:?} acked {:?}; sender QP {:?}, {} unacked, (engine deadline, timer_at, now, events) {:?}",
-                m.src,
-                m.dst,
-                m.bytes,
-                t.ready,
-                t.delivered,
-                t.acked,
-                e.qp_state(q),
-                e.unacked_packets(q),
-                (deadline, timer_at, self.now, self.events.len()),
-            ));
+            };
+            out.push(p.describe(i, t));
         }
         out
     }
 
     /// The link from host `h` to its leaf, and the leaf's link to it.
     pub fn host_links(&self, h: u32) -> (usize, usize) {
-        let up = self.tree.host_up[h as usize];
-        (up, up + 1)
+        self.parts[0].host_links(h)
+    }
+}
+
+use softrdma_wire::Ecn;
+
+/// What the threads of a split run share.
+struct Shared {
+    /// Effects from part `i` on part `j` at `i * n + j`.
+    mail: Vec<Mutex<Vec<Cross>>>,
+    /// Each part's next event (MAX: none) and halves of messages left.
+    next: Vec<AtomicU64>,
+    left: Vec<AtomicUsize>,
+    barrier: SpinBarrier,
+    lookahead: Ps,
+    limit: Ps,
+}
+
+impl Shared {
+    /// One thread's share of the windows: take in the mail, agree on the
+    /// window (every thread computes the same from the same figures), run
+    /// it, post the mail. Returns whether every message completed.
+    fn work(&self, parts: &mut [Part]) -> bool {
+        let n = self.next.len();
+        loop {
+            for p in parts.iter_mut() {
+                let me = p.index();
+                for from in 0..n {
+                    let mail = std::mem::take(&mut *self.lock(from * n + me));
+                    for c in mail {
+                        p.apply(c);
+                    }
+                }
+                let next = p.next_at().unwrap_or(u64::MAX);
+                self.next[me].store(next, Ordering::Relaxed);
+                self.left[me].store(p.halves_left(), Ordering::Relaxed);
+            }
+            self.barrier.wait();
+            let left: usize = self.left.iter().map(|l| l.load(Ordering::Relaxed)).sum();
+            let start = self.next.iter().map(|t| t.load(Ordering::Relaxed)).min();
+            let start = start.unwrap_or(u64::MAX);
+            if left == 0 || start == u64::MAX || start > self.limit {
+                return left == 0;
+            }
+            let end = start.saturating_add(self.lookahead);
+            for p in parts.iter_mut() {
+                p.run_before(end);
+                let me = p.index();
+                for (to, c) in p.out.drain(..) {
+                    self.lock(me * n + to as usize).push(c);
+                }
+            }
+            self.barrier.wait();
+        }
+    }
+
+    fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, Vec<Cross>> {
+        // A thread that panicked has already failed the run; its mail is
+        // still whole (pushes do not unwind half-way).
+        self.mail[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A barrier for a few threads that wait microseconds at a time: it
+/// spins briefly, then yields (a window is far shorter than a futex
+/// sleep and wake, and the machine may have fewer free cores than threads).
+struct SpinBarrier {
+    threads: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(threads: usize) -> SpinBarrier {
+        SpinBarrier {
+            threads,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    fn wait(&self) {
+        if self.threads == 1 {
+            return;
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == generation {
+            if spins < 2000 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Groups of nodes a split keeps together: the pods of a three-tier
+/// tree, the leaves of a two-tier one.
+fn groups(tree: &Tree) -> usize {
+    tree.switches
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.level == 0)
+        .map(|(i, s)| group_of(tree, i, s.pod))
+        .max()
+        .map_or(1, |g| g + 1)
+}
+
+fn group_of(tree: &Tree, switch: usize, pod: u32) -> usize {
+    if tree.tiers == 3 {
+        pod as usize
+    } else {
+        switch
+    }
+}
+
+/// Each host's and switch's part: groups (pods, or leaves) in `parts`
+/// contiguous runs, the top tier's switches dealt out in order.
+fn assign(tree: &Tree, parts: u8) -> (Vec<u8>, Vec<u8>) {
+    let n = groups(tree);
+    let top = tree.tiers - 1;
+    let tops: Vec<usize> = (0..tree.switches.len())
+        .filter(|&i| tree.switches[i].level == top)
+        .collect();
+    let mut switch_part = vec![0u8; tree.switches.len()];
+    for (i, s) in tree.switches.iter().enumerate() {
+        if s.level != top {
+            let leaf_group = if tree.tiers == 3 { s.pod as usize } else { i };
+            switch_part[i] = (leaf_group * parts as usize / n) as u8;
+        }
+    }
+    for (j, &i) in tops.iter().enumerate() {
+        switch_part[i] = (j * parts as usize / tops.len()) as u8;
+    }
+    let host_part = tree
+        .host_leaf
+        .iter()
+        .map(|&l| switch_part[l as usize])
+        .collect();
+    (host_part, switch_part)
+}
+
+/// The shortest time between a part's event and its effect on another:
+/// the cable delay of links between parts, and the host delay (plus its
+/// own) before a message waiting on a delivery in another part.
+fn lookahead(tree: &Tree, plan: &Plan, host_part: &[u8], switch_part: &[u8], host_ps: Ps) -> Ps {
+    let part = |n: Node| match n {
+        Node::Host(h) => host_part[h as usize],
+        Node::Switch(s) => switch_part[s as usize],
+    };
+    let cables = tree
+        .links
+        .iter()
+        .filter(|l| part(l.src) != part(l.dst))
+        .map(|l| l.prop_ps);
+    let waits = plan.msgs.iter().flat_map(|m| {
+        let mine = host_part[m.src as usize];
+        m.deps
+            .iter()
+            .filter(move |&&d| host_part[plan.msgs[d as usize].dst as usize] != mine)
+            .map(move |_| host_ps + m.delay_ps)
+    });
+    cables.chain(waits).min().unwrap_or(Ps::MAX)
+}
+
+/// Sums two goodput series of bins 2^shift ps wide (the narrower one's
+/// bins are paired up first).
+fn add_bins(a: (Vec<u64>, u32), b: (Vec<u64>, u32)) -> (Vec<u64>, u32) {
+    let shift = a.1.max(b.1);
+    let widen = |(mut v, s): (Vec<u64>, u32)| {
+        for _ in s..shift {
+            v = v.chunks(2).map(|c| c.iter().sum()).collect();
+        }
+        v
+    };
+    let (mut x, y) = (widen(a), widen(b));
+    if x.len() < y.len() {
+        x.resize(y.len(), 0);
+    }
+    for (s, o) in x.iter_mut().zip(y) {
+        *s += o;
+    }
+    (x, shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(json: &str) -> Tree {
+        let t: crate::scenario::Topology = serde_json::from_str(json).unwrap();
+        Tree::build(&t).unwrap()
+    }
+
+    #[test]
+    fn a_split_keeps_pods_together_and_deals_the_cores_out() {
+        let t = tree(r#"{"tiers":3,"k":8,"link_gbps":100,"cable_ns":40}"#);
+        let (hosts, switches) = assign(&t, 4);
+        for (i, s) in t.switches.iter().enumerate() {
+            if s.level < 2 {
+                assert_eq!(switches[i] as u32, s.pod / 2, "switch {i}");
+            }
+        }
+        for (h, &p) in hosts.iter().enumerate() {
+            assert_eq!(p, switches[t.host_leaf[h] as usize]);
+        }
+        for p in 0..4 {
+            let cores = (0..t.switches.len())
+                .filter(|&i| t.switches[i].level == 2 && switches[i] == p)
+                .count();
+            assert_eq!(cores, 4, "part {p}: 16 cores dealt out 4 a part");
+            assert_eq!(hosts.iter().filter(|&&q| q == p).count(), 32);
+        }
+        // Only cables cross parts: the lookahead is one cable.
+        let plan = crate::workload::plan(
+            &serde_json::from_str(r#"{"kind":"permutation","bytes":1000}"#).unwrap(),
+            t.hosts,
+            1,
+        )
+        .unwrap();
+        assert_eq!(lookahead(&t, &plan, &hosts, &switches, 0), 40_000);
+    }
+
+    #[test]
+    fn two_tiers_split_by_leaf() {
+        let t = tree(r#"{"tiers":2,"k":8,"link_gbps":100}"#);
+        assert_eq!(groups(&t), 8);
+        let (hosts, _) = assign(&t, 2);
+        assert_eq!(hosts.iter().filter(|&&p| p == 0).count(), 16);
+        assert_eq!(hosts.iter().filter(|&&p| p == 1).count(), 16);
+    }
+
+    #[test]
+    fn goodput_series_of_other_widths_add_up() {
+        let (v, s) = add_bins((vec![1, 2, 3, 4, 5], 20), (vec![10, 20], 21));
+        assert_eq!((v, s), (vec![13, 27, 5], 21));
+        let (v, s) = add_bins((vec![1], 20), (vec![], 20));
+        assert_eq!((v, s), (vec![1], 20));
     }
 }
