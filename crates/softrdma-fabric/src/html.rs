@@ -172,7 +172,7 @@ pub fn html(reports: &[Report]) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>softrdma fabric report</title><style>\
          body{{font-family:sans-serif;margin:2em;color:#222}}\
-         table{{border-collapse:collapse;font-size:13px;margin:1em 0}}\
+         table{{border-collapse:collapse;font-size:13px;margin:1em 0;display:block;max-width:100%;overflow-x:auto}}\
          td,th{{border:1px solid #bbb;padding:3px 6px;text-align:right}}\
          th{{background:#eee}} td.l{{text-align:left}} .bad{{color:#b00;font-weight:bold}}\
          h2{{margin-top:2em}} figure{{display:inline-block;margin:0.5em}}\

@@ -313,6 +313,11 @@ pub enum Algorithm {
     RecursiveDoubling,
     /// Reduce-scatter by recursive halving, all-gather by doubling.
     HalvingDoubling,
+    /// NCCL's double binary tree: the data in two halves, each reduced up
+    /// one of two binary trees (a host that is a leaf of one is inside
+    /// the other) and broadcast back down, pipelined in chunks of at most
+    /// 512 KiB.
+    DoubleBinaryTree,
     /// In-network aggregation (SHARP-style): every host sends its data
     /// once up an aggregation tree of switches, which reduce and forward;
     /// the root sends the result down, replicated at every branch.

@@ -109,6 +109,18 @@ fn all_reduce(
                 last = next;
             }
         }
+        Algorithm::DoubleBinaryTree => {
+            let half = bytes.div_ceil(2);
+            let chunks = half.div_ceil(DBT_CHUNK).max(1);
+            let chunk = half.div_ceil(chunks);
+            let mut done = vec![Vec::new(); n as usize];
+            for tree in double_binary_tree(n) {
+                for _ in 0..chunks {
+                    tree_pass(msgs, &tree, &last, &mut done, chunk, push);
+                }
+            }
+            last = done;
+        }
         Algorithm::RecursiveDoubling | Algorithm::HalvingDoubling => {
             let steps = log2_exact(n)?;
             let plan: Vec<(u32, u64)> = if alg == Algorithm::RecursiveDoubling {
@@ -130,6 +142,126 @@ fn all_reduce(
         }
     }
     Ok(last)
+}
+
+/// The double binary tree's pipeline chunk (bytes): NCCL's slices are of
+/// this order.
+const DBT_CHUNK: u64 = 512 << 10;
+
+/// A binary tree over hosts `0..n`: each host's parent (None: the root)
+/// and children.
+struct BinTree {
+    parent: Vec<Option<u32>>,
+    children: Vec<Vec<u32>>,
+}
+
+/// The in-order binary tree over `0..n` (a host's height is its lowest set
+/// bit: the odd hosts are leaves) hung below host 0, and its mirror image
+/// (`n − 1 − h`; shifted by one for odd `n`), in which the first tree's
+/// leaves are inside. The two share the links' load in both directions.
+fn double_binary_tree(n: u32) -> [BinTree; 2] {
+    let mut children = vec![Vec::new(); n as usize];
+    // Host 0's one child: the highest power of two below n.
+    let top = if n > 1 {
+        1u32 << (31 - (n - 1).leading_zeros())
+    } else {
+        0
+    };
+    if top > 0 {
+        children[0].push(top);
+    }
+    let mut stack = vec![top];
+    while let Some(h) = stack.pop() {
+        let mut step = (h & h.wrapping_neg()) >> 1;
+        if h == 0 || step == 0 {
+            continue;
+        }
+        children[h as usize].push(h - step);
+        stack.push(h - step);
+        // The right child: the farthest still below n.
+        while step > 0 && h + step >= n {
+            step >>= 1;
+        }
+        if step > 0 {
+            children[h as usize].push(h + step);
+            stack.push(h + step);
+        }
+    }
+    let map = |h: u32| {
+        if n.is_multiple_of(2) {
+            n - 1 - h
+        } else {
+            (h + 1) % n
+        }
+    };
+    let mut mirrored = vec![Vec::new(); n as usize];
+    for (h, c) in children.iter().enumerate() {
+        mirrored[map(h as u32) as usize] = c.iter().map(|&x| map(x)).collect();
+    }
+    [children, mirrored].map(|children| {
+        let mut parent = vec![None; n as usize];
+        for (h, c) in children.iter().enumerate() {
+            for &x in c {
+                parent[x as usize] = Some(h as u32);
+            }
+        }
+        BinTree { parent, children }
+    })
+}
+
+/// One chunk reduced up `tree` and broadcast back down it: a host sends
+/// up once its children's parts arrived (and its `entry`; a leaf after
+/// its compute delay), the root sends down once its children's did,
+/// every other host forwards what its parent sent. Adds to `done[h]`
+/// what host h's result waits for.
+fn tree_pass(
+    msgs: &mut Vec<Msg>,
+    tree: &BinTree,
+    entry: &[Vec<u32>],
+    done: &mut [Vec<u32>],
+    chunk: u64,
+    push: impl Fn(&mut Vec<Msg>, u32, u32, u64, Vec<u32>, bool) -> u32,
+) {
+    let n = tree.parent.len();
+    // Children before parents: hosts by decreasing depth.
+    let depth = |mut h: u32| {
+        let mut d = 0;
+        while let Some(p) = tree.parent[h as usize] {
+            h = p;
+            d += 1;
+        }
+        d
+    };
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.sort_by_key(|&h| std::cmp::Reverse(depth(h)));
+    let mut up = vec![u32::MAX; n];
+    for &h in &order {
+        let Some(p) = tree.parent[h as usize] else {
+            continue;
+        };
+        let mut deps = entry[h as usize].clone();
+        let kids = &tree.children[h as usize];
+        deps.extend(kids.iter().map(|&c| up[c as usize]));
+        up[h as usize] = push(msgs, h, p, chunk, deps, kids.is_empty());
+    }
+    let mut down = vec![u32::MAX; n];
+    for &h in order.iter().rev() {
+        let deps = match tree.parent[h as usize] {
+            Some(_) => vec![down[h as usize]],
+            None => {
+                let mut d = entry[h as usize].clone();
+                d.extend(tree.children[h as usize].iter().map(|&c| up[c as usize]));
+                done[h as usize].extend(&d[entry[h as usize].len()..]);
+                d
+            }
+        };
+        if tree.parent[h as usize].is_some() {
+            done[h as usize].push(down[h as usize]);
+        }
+        for &c in &tree.children[h as usize] {
+            down[c as usize] = push(msgs, h, c, chunk, deps.clone(), false);
+        }
+    }
 }
 
 impl Plan {
@@ -298,6 +430,70 @@ mod tests {
         let sent: u64 = p.msgs.iter().filter(|m| m.src == 0).map(|m| m.bytes).sum();
         assert_eq!(sent, 2 * (1 << 20) * 7 / 8);
         assert!(plan(&w, 6, 1).is_err());
+    }
+
+    #[test]
+    fn double_binary_tree_is_two_trees_whose_leaves_swap() {
+        for n in [2u32, 3, 7, 8, 16, 100, 1024] {
+            let trees = double_binary_tree(n);
+            for t in &trees {
+                let roots = t.parent.iter().filter(|p| p.is_none()).count();
+                assert_eq!(roots, 1, "n {n}");
+                for h in 0..n {
+                    // Every host reaches the root, within log2 n + 1 hops.
+                    let (mut x, mut hops) = (h, 0);
+                    while let Some(p) = t.parent[x as usize] {
+                        x = p;
+                        hops += 1;
+                        assert!(hops <= 32 - n.leading_zeros() + 1, "n {n}: loop at {h}");
+                    }
+                    assert!(t.children[h as usize].len() <= 2);
+                }
+            }
+            if n % 2 == 0 {
+                // For even n a leaf of one tree is inside the other.
+                for h in 0..n as usize {
+                    let leaf = |t: &BinTree| t.children[h].is_empty();
+                    assert!(
+                        !(leaf(&trees[0]) && leaf(&trees[1])),
+                        "n {n}: {h} a leaf twice"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn double_binary_tree_moves_each_half_up_and_down_once() {
+        let w = Workload::AllReduce {
+            bytes: 3 << 20,
+            algorithm: Algorithm::DoubleBinaryTree,
+            repeat: 2,
+        };
+        let n = 16;
+        let p = plan(&w, n, 1).unwrap();
+        // 1.5 MiB a tree in 3 chunks of 512 KiB, n − 1 edges up and down.
+        let per_repeat = 2 * 3 * 2 * (n as usize - 1);
+        assert_eq!(p.msgs.len(), 2 * per_repeat);
+        assert!(p.msgs.iter().all(|m| m.bytes == 512 << 10));
+        // Every edge of both trees carries each chunk once each way.
+        let trees = double_binary_tree(n);
+        for m in &p.msgs[..per_repeat] {
+            let edge = |t: &BinTree| {
+                t.parent[m.src as usize] == Some(m.dst) || t.parent[m.dst as usize] == Some(m.src)
+            };
+            assert!(edge(&trees[0]) || edge(&trees[1]), "{} -> {}", m.src, m.dst);
+        }
+        // The second repeat waits for the first: its messages with no
+        // dependency inside it depend on the first's deliveries.
+        assert!(p.msgs[per_repeat..].iter().all(|m| !m.deps.is_empty()));
+        // A dependency is always delivered at the host that then sends.
+        for m in &p.msgs {
+            for &d in &m.deps {
+                assert_eq!(p.msgs[d as usize].dst, m.src);
+            }
+        }
+        assert!(plan(&w, 1, 1).is_err());
     }
 
     #[test]

@@ -310,6 +310,39 @@ fn in_network_aggregation_latency_is_independent_of_n_at_small_sizes() {
 }
 
 #[test]
+fn double_binary_tree_latency_grows_with_log_n_and_streams_at_large_sizes() {
+    // 8 B on 32, 128 and 512 hosts: each tree is log2(N) deep, so every
+    // ×4 in N adds the same two levels up and down; a ring takes 2(N−1)
+    // steps.
+    let mut dbt = Vec::new();
+    let mut ring = Vec::new();
+    for n in [32, 128, 512] {
+        let t = all_reduce_on(32, n, 100, 25, 300, 500, 100, "double_binary_tree", 8);
+        dbt.push(t.makespan_us);
+        ring.push(all_reduce_on(32, n, 100, 25, 300, 500, 100, "ring", 8).makespan_us);
+    }
+    eprintln!("8 B at N = 32, 128, 512: double binary tree {dbt:?} µs, ring {ring:?} µs");
+    let (d1, d2) = (dbt[1] - dbt[0], dbt[2] - dbt[1]);
+    assert!(
+        d1 > 0.0 && (d2 - d1).abs() < 0.25 * d1,
+        "{dbt:?}: steps of log N"
+    );
+    assert!(ring[2] > 10.0 * ring[0], "ring {ring:?} grows with N");
+    assert!(dbt[2] * 20.0 < ring[2], "tree {dbt:?} vs ring {ring:?}");
+    // 16 MiB on 16 hosts: every NIC sends (and receives) 2 × the data, as
+    // in a ring, so busbw tends to the link's (n−1)/n; the pipeline of
+    // 512 KiB chunks through two trees sharing every NIC keeps it below.
+    let t = all_reduce_on(16, 16, 100, 25, 300, 0, 100, "double_binary_tree", 16 << 20);
+    let bound = 100.0 * IB_EFFICIENCY * 15.0 / 16.0;
+    let busbw = t.busbw_gbps.unwrap();
+    eprintln!("16 MiB, 16 hosts: double binary tree busbw {busbw:.2} Gb/s (bound {bound:.2})");
+    assert!(
+        busbw > 0.7 * bound && busbw < bound,
+        "busbw {busbw} vs {bound}"
+    );
+}
+
+#[test]
 fn in_network_aggregation_doubles_rings_algbw_at_large_sizes() {
     // 16 MiB on 32 hosts at 100 Gb/s: every host sends its data up once
     // and receives the result once (algbw → the link's goodput), where a
