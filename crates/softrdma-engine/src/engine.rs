@@ -219,6 +219,12 @@ impl Engine {
         }
     }
 
+    /// The UDP source port QP `qpn`'s packets leave from (a fabric
+    /// model's ECMP hashes it, as switches do).
+    pub fn qp_src_port(&self, qpn: Qpn) -> u16 {
+        self.src_port_of(qpn)
+    }
+
     /// The next MAD QP1 received, for a management agent (the CM).
     pub fn poll_gsi(&mut self) -> Option<crate::gsi::GsiMad> {
         self.gsi.poll_rx()

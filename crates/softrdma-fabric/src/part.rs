@@ -213,6 +213,20 @@ struct LinkState {
     /// The parts of the transmitter and the receiver.
     src_part: u8,
     dst_part: u8,
+    /// Every pause this transmitter sat out: (start, end).
+    pauses: Vec<(Ps, Ps)>,
+}
+
+impl LinkState {
+    /// Ends class `c`'s pause (if one is open) at `end`.
+    fn close_pause(&mut self, c: usize, end: Ps) {
+        if let Some(s) = self.pause_start[c].take() {
+            let end = end.max(s);
+            self.pause_total += end - s;
+            self.pause_max = self.pause_max.max(end - s);
+            self.pauses.push((s, end));
+        }
+    }
 }
 
 struct HostState {
@@ -393,6 +407,11 @@ const OWN_HOST: &str = "a host of this part";
 /// The most bins of the goodput-over-time series.
 const GOODPUT_BINS: usize = 1024;
 
+/// What ECMP hashes of a packet (with the switch): its flow.
+fn flow_hash(seed: u64, src: u32, dst: u32, sport: u16) -> u64 {
+    seed ^ u64::from(src) ^ (u64::from(dst) << 24) ^ (u64::from(sport) << 48)
+}
+
 fn host_addr(h: u32) -> SocketAddr {
     SocketAddr::new(
         IpAddr::V4(Ipv4Addr::new(10, (h >> 16) as u8, (h >> 8) as u8, h as u8)),
@@ -475,6 +494,7 @@ impl Part {
                 drops: [0; 3],
                 src_part: 0,
                 dst_part: 0,
+                pauses: Vec::new(),
             });
         }
         let bufs = (0..tree.switches.len())
@@ -1001,11 +1021,8 @@ impl Part {
     pub(crate) fn finish(&mut self) {
         for l in &mut self.links {
             for c in 0..2 {
-                if let Some(s) = l.pause_start[c].take() {
-                    let end = l.paused_until[c].min(self.now).max(s);
-                    l.pause_total += end - s;
-                    l.pause_max = l.pause_max.max(end - s);
-                }
+                let end = l.paused_until[c].min(self.now);
+                l.close_pause(c, end);
             }
         }
         let t = &mut self.totals;
@@ -1209,7 +1226,9 @@ impl Part {
         }
     }
 
-    /// A host's NIC: pull a packet from the engine when its up-link is idle.
+    /// A host's NIC: pull a packet from the engine when its up-link is
+    /// idle. One at a time: while its data waits (paused, or for IB
+    /// credits), what the engine would send next (an ACK too) waits.
     fn pump(&mut self, h: u32) {
         let li = self.tree.host_up[h as usize];
         let l = &self.links[li];
@@ -1504,17 +1523,11 @@ impl Part {
         l.pause_frames += u64::from(quanta > 0);
         // Close a pause that ran out by itself.
         if l.paused_until[c] <= now {
-            if let Some(s) = l.pause_start[c].take() {
-                let end = l.paused_until[c].max(s);
-                l.pause_total += end - s;
-                l.pause_max = l.pause_max.max(end - s);
-            }
+            let end = l.paused_until[c];
+            l.close_pause(c, end);
         }
         if quanta == 0 {
-            if let Some(s) = l.pause_start[c].take() {
-                l.pause_total += now - s;
-                l.pause_max = l.pause_max.max(now - s);
-            }
+            l.close_pause(c, now);
             l.paused_until[c] = now;
             self.kick(li);
             return;
@@ -1602,8 +1615,7 @@ impl Part {
 
     fn switch_in(&mut self, s: u32, li: usize, id: u32) {
         let p = self.pkts[id as usize].as_mut().expect("arriving");
-        let mut h =
-            self.seed ^ u64::from(p.src) ^ (u64::from(p.dst) << 24) ^ (u64::from(p.sport) << 48);
+        let mut h = flow_hash(self.seed, p.src, p.dst, p.sport);
         if self.routing == Routing::Spray {
             self.spray += 1;
             h ^= self.spray.wrapping_mul(0xD6E8_FEB8_6659_FD93);
@@ -1909,6 +1921,73 @@ impl Part {
             e.unacked_packets(q),
             (deadline, hs.timer_at, self.now, self.events.len()),
         )
+    }
+
+    /// The links the packets of host `from`'s QP to host `to` cross under
+    /// ECMP (this part holds `from`); None when packets are sprayed.
+    pub(crate) fn path(&self, from: u32, to: u32) -> Option<Vec<usize>> {
+        if self.routing == Routing::Spray {
+            return None;
+        }
+        let hs = self.hosts[from as usize].as_ref()?;
+        let sport = hs.engine.qp_src_port(*hs.qps.get(&to)?);
+        let h = flow_hash(self.seed, from, to, sport);
+        let mut path = vec![self.tree.host_up[from as usize]];
+        while let Node::Switch(s) = self.links[*path.last()?].dst {
+            path.push(self.tree.next_link(s, to, mix(h ^ u64::from(s))));
+            if path.len() > 16 {
+                return None;
+            }
+        }
+        Some(path)
+    }
+
+    /// Whether link `li`'s transmitter sat out a pause between `from` and
+    /// `to` (as this part saw it: its own transmitters').
+    pub(crate) fn paused_between(&self, li: usize, from: Ps, to: Ps) -> bool {
+        self.links[li]
+            .pauses
+            .iter()
+            .any(|&(s, e)| s < to && e > from)
+    }
+
+    /// When message `msg`'s last byte would reach its receiver after its
+    /// post (ps) if it had `path` to itself: its packets (this
+    /// fabric's framing, MTU `mtu`) back to back from the NIC, each
+    /// stored and forwarded at every switch.
+    pub(crate) fn ideal_ps(&self, msg: usize, path: &[usize], mtu: u64) -> Ps {
+        let bytes = self.plan.msgs[msg].bytes;
+        let n = bytes.div_ceil(mtu).max(1);
+        // BTH and ICRC on every packet, RETH on the first, the immediate
+        // on the last.
+        let wire = |i: u64| {
+            let payload = if i + 1 < n {
+                mtu
+            } else {
+                bytes - mtu * (n - 1)
+            };
+            payload
+                + 16
+                + 16 * u64::from(i == 0)
+                + 4 * u64::from(i + 1 == n)
+                + u64::from(self.overhead)
+        };
+        let mut free = vec![0 as Ps; path.len()];
+        let mut arrive = 0;
+        for i in 0..n {
+            let mut t = 0;
+            for (j, &li) in path.iter().enumerate() {
+                let l = &self.links[li];
+                let start = t.max(free[j]);
+                free[j] = start + serialisation_ps(wire(i), l.bps);
+                t = free[j] + l.prop;
+                if matches!(l.dst, Node::Switch(_)) {
+                    t += self.switch_ps;
+                }
+            }
+            arrive = t;
+        }
+        arrive
     }
 
     /// The link from host `h` to its leaf, and the leaf's link to it.

@@ -7,7 +7,7 @@ use std::time::Instant as WallClock;
 use serde::Serialize;
 
 use crate::scenario::Scenario;
-use crate::sim::{LinkReport, Sim, Totals};
+use crate::sim::{LinkReport, Sim, Totals, Uncongested};
 
 /// Completion-time percentiles (µs).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -138,6 +138,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "String::is_empty")]
     pub whole_because: String,
     pub threads: usize,
+    /// The messages that had their path to themselves, against the ideal
+    /// (None: sprayed, aggregated in the network, or too many messages).
+    pub uncongested: Option<Uncongested>,
     /// The busiest links (by pause time, then drops, then queue).
     pub links: Vec<LinkReport>,
 }
@@ -285,6 +288,7 @@ fn report(sc: &Scenario, sim: &mut Sim, completed: bool, wall: f64) -> Report {
         messages: plan.msgs.len(),
         messages_left: sim.remaining(),
         incomplete: sim.incomplete(8),
+        uncongested: sim.uncongested(),
         makespan_us: makespan,
         step_us,
         algbw_gbps: algbw,
@@ -428,6 +432,13 @@ impl Report {
             self.threads,
             if self.threads == 1 { "" } else { "s" },
         );
+        if let Some(u) = &self.uncongested {
+            let _ = writeln!(
+                s,
+                "  messages with the fabric to themselves: {} of {}, completion time / ideal p50 {:.3}, max {:.3}",
+                u.alone, u.delivered, u.fct_over_ideal_p50, u.fct_over_ideal_max
+            );
+        }
         if !self.whole_because.is_empty() {
             let _ = writeln!(s, "  ran whole: {}", self.whole_because);
         }

@@ -33,6 +33,7 @@ pub struct Sim {
     pub whole_because: String,
     threads: usize,
     limit: Ps,
+    mtu: u64,
     pub tree: Arc<Tree>,
     plan: Arc<Plan>,
     /// Filled in when the run ends (from every part).
@@ -97,6 +98,7 @@ impl Sim {
             whole_because,
             threads: 1,
             limit: sc.time_limit_us.saturating_mul(1_000_000),
+            mtu: u64::from(sc.transport.mtu),
             tree,
             plan,
             times: Vec::new(),
@@ -285,6 +287,90 @@ impl Sim {
     pub fn host_links(&self, h: u32) -> (usize, usize) {
         self.parts[0].host_links(h)
     }
+
+    /// The delivered messages that had the fabric to themselves while on
+    /// their way (from post to delivery): no other message's data on a
+    /// link their data crossed, and no pause on a link their data or
+    /// their ACKs crossed; against the time they would take alone (after
+    /// [`Sim::run`]). None for sprayed packets
+    /// (no one path), in-network aggregation, or more than
+    /// [`UNCONGESTED_MAX_MESSAGES`] messages.
+    pub fn uncongested(&self) -> Option<Uncongested> {
+        let n = self.times.len();
+        if n > UNCONGESTED_MAX_MESSAGES || !self.plan.sharp_base.is_empty() {
+            return None;
+        }
+        let mut on_link: Vec<Vec<(Ps, Ps, usize)>> = vec![Vec::new(); self.tree.links.len()];
+        let mut paths = Vec::with_capacity(n);
+        for (i, t) in self.times.iter().enumerate() {
+            let (Some(ready), Some(done)) = (t.ready, t.delivered) else {
+                paths.push(None);
+                continue;
+            };
+            let m = &self.plan.msgs[i];
+            let part = self.parts.iter().find(|p| p.owns(m.src))?;
+            let path = part.path(m.src, m.dst)?;
+            let receiver = self.parts.iter().find(|p| p.owns(m.dst))?;
+            let acks = receiver.path(m.dst, m.src)?;
+            for &l in &path {
+                on_link[l].push((ready, done, i));
+            }
+            paths.push(Some((part, path, acks)));
+        }
+        let mut crowded = vec![false; n];
+        for list in &mut on_link {
+            list.sort_unstable();
+            for (k, &(_, end, i)) in list.iter().enumerate() {
+                for &(start, _, j) in &list[k + 1..] {
+                    if start >= end {
+                        break;
+                    }
+                    (crowded[i], crowded[j]) = (true, true);
+                }
+            }
+        }
+        let mut ratios: Vec<f64> = Vec::new();
+        for (i, p) in paths.iter().enumerate() {
+            let (Some((part, path, acks)), false) = (p, crowded[i]) else {
+                continue;
+            };
+            let t = &self.times[i];
+            let (ready, done) = (t.ready?, t.delivered?);
+            // A paused link on the way there or back (a host NIC's pause
+            // holds its ACKs too) is congestion.
+            let paused = |l: &usize| self.parts.iter().any(|p| p.paused_between(*l, ready, done));
+            if path.iter().chain(acks).any(paused) {
+                continue;
+            }
+            let fct = done - ready;
+            ratios.push(fct as f64 / part.ideal_ps(i, path, self.mtu).max(1) as f64);
+        }
+        ratios.sort_by(f64::total_cmp);
+        Some(Uncongested {
+            alone: ratios.len(),
+            delivered: paths.iter().filter(|p| p.is_some()).count(),
+            fct_over_ideal_p50: ratios.get(ratios.len() / 2).copied().unwrap_or(0.0),
+            fct_over_ideal_max: ratios.last().copied().unwrap_or(0.0),
+        })
+    }
+}
+
+/// The most messages [`Sim::uncongested`] looks at.
+pub const UNCONGESTED_MAX_MESSAGES: usize = 200_000;
+
+/// How the messages that had their path to themselves fared.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Uncongested {
+    /// Messages whose data crossed no link while another message's did,
+    /// and whose data and ACKs crossed no paused link.
+    pub alone: usize,
+    /// Messages delivered.
+    pub delivered: usize,
+    /// Their completion times (post to delivery) over the ideal (their
+    /// packets back to back, stored and forwarded at each switch): the
+    /// median and the worst.
+    pub fct_over_ideal_p50: f64,
+    pub fct_over_ideal_max: f64,
 }
 
 use softrdma_wire::Ecn;

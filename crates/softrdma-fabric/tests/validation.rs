@@ -466,3 +466,45 @@ fn results_do_not_depend_on_the_thread_count() {
     }
     assert_ne!(one[0]["makespan_us"], one[1]["makespan_us"]);
 }
+
+#[test]
+fn uncongested_messages_complete_within_10_percent_of_the_ideal() {
+    // The htsim rows' shape on 128 hosts (three tiers, k = 8, 100 Gb/s,
+    // 1 µs cables, PFC, go-back-N): the messages that had the fabric to
+    // themselves (no other data on their links, no pause on the way there
+    // or back) finish within 10 % of their packets back to back, stored
+    // and forwarded at each switch.
+    let shape = |workload: &str| {
+        format!(
+            r#"{{"topology":{{"tiers":3,"k":8,"link_gbps":100,"cable_ns":1000,"switch_ns":0}},
+                "link_layer":{{"kind":"pfc"}},
+                "transport":{{"recovery":"go_back_n"}},
+                "workload":{workload}}}"#
+        )
+    };
+    for workload in [
+        r#"{"kind":"permutation","bytes":2000000}"#,
+        r#"{"kind":"all_reduce","algorithm":"recursive_doubling","bytes":1000000,"repeat":2}"#,
+    ] {
+        let r = go(&shape(workload));
+        let u = r.uncongested.expect("ECMP: one path a message");
+        eprintln!("{workload}: {u:?}");
+        assert!(u.alone > 0, "{workload}: {u:?}");
+        assert!(u.fct_over_ideal_max <= 1.10, "{workload}: {u:?}");
+        assert!(
+            u.fct_over_ideal_p50 >= 0.999,
+            "{workload}: faster than ideal: {u:?}"
+        );
+    }
+    // One flow alone: the ideal is the run, to a few ns.
+    let r = go(&shape(
+        r#"{"kind":"flows","flows":[{"src":0,"dst":127,"bytes":1000000}]}"#,
+    ));
+    let u = r.uncongested.unwrap();
+    assert_eq!((u.alone, u.delivered), (1, 1));
+    assert!((u.fct_over_ideal_max - 1.0).abs() < 0.002, "{u:?}");
+    // Sprayed packets have no one path.
+    let sprayed = shape(r#"{"kind":"permutation","bytes":100000}"#)
+        .replace(r#""switch_ns":0"#, r#""switch_ns":0,"routing":"spray""#);
+    assert!(go(&sprayed).uncongested.is_none());
+}
