@@ -392,7 +392,7 @@ pub(crate) enum Cross {
     DepDone { msg: u32, at: Ps },
 }
 
-/// What the fabric did with a packet handed to it by [`Part::inject`].
+/// What the fabric did with a packet handed to it by [`Sim::inject`](crate::sim::Sim::inject).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outside {
     /// It reached its host at `at` (ps), carrying `ecn`.

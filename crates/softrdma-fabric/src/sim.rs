@@ -1,4 +1,4 @@
-//! The simulator: one fabric ([`crate::part::Part`], the event core), run
+//! The simulator: one fabric (`part::Part`, the event core), run
 //! whole, or split into parts that run side by side on threads.
 //!
 //! A split is conservative parallel discrete-event simulation. Each part
