@@ -373,7 +373,7 @@ fn run_inner(args: &Args, devices: &[String]) -> Result<bool, String> {
     .with_env()
     .map_err(|e| e.to_string())?;
     if let Some(c) = args.chunk {
-        cfg.chunk = c;
+        cfg.chunk = Some(c);
     }
     if algo.is_some() {
         cfg.algorithm = algo;

@@ -24,7 +24,7 @@ use common::{device, input, world, world_with};
 fn config(dev: DeviceConfig, aggd: SocketAddr) -> Config {
     Config {
         device: dev,
-        chunk: 4096,
+        chunk: Some(4096),
         depth: 4,
         timeout: Duration::from_secs(60),
         deterministic: true,

@@ -19,7 +19,7 @@ fn config(dev: DeviceConfig) -> Config {
     Config {
         device: dev,
         // Small slots so that the odd sizes below span several of them.
-        chunk: 4096,
+        chunk: Some(4096),
         depth: 4,
         timeout: Duration::from_secs(60),
         deterministic: true,
