@@ -14,7 +14,7 @@
 //! the threads: effects are handed over in part order, and a run gives the
 //! same results on one thread or many.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::link::Ps;
@@ -200,6 +200,7 @@ impl Sim {
             barrier: SpinBarrier::new(threads),
             lookahead: self.lookahead,
             limit: self.limit,
+            failed: AtomicBool::new(false),
         };
         let per = n.div_ceil(threads);
         let mut chunks = self.parts.chunks_mut(per);
@@ -385,6 +386,20 @@ struct Shared {
     barrier: SpinBarrier,
     lookahead: Ps,
     limit: Ps,
+    /// A thread panicked: the others leave the barrier and stop (the
+    /// scope then passes the panic on) instead of waiting for it forever.
+    failed: AtomicBool,
+}
+
+/// Raises [`Shared::failed`] if its thread unwinds.
+struct FailOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl Shared {
@@ -392,6 +407,7 @@ impl Shared {
     /// window (every thread computes the same from the same figures), run
     /// it, post the mail. Returns whether every message completed.
     fn work(&self, parts: &mut [Part]) -> bool {
+        let _guard = FailOnPanic(&self.failed);
         let n = self.next.len();
         loop {
             for p in parts.iter_mut() {
@@ -406,7 +422,9 @@ impl Shared {
                 self.next[me].store(next, Ordering::Relaxed);
                 self.left[me].store(p.halves_left(), Ordering::Relaxed);
             }
-            self.barrier.wait();
+            if !self.barrier.wait(&self.failed) {
+                return false;
+            }
             let left: usize = self.left.iter().map(|l| l.load(Ordering::Relaxed)).sum();
             let start = self.next.iter().map(|t| t.load(Ordering::Relaxed)).min();
             let start = start.unwrap_or(u64::MAX);
@@ -421,7 +439,9 @@ impl Shared {
                     self.lock(me * n + to as usize).push(c);
                 }
             }
-            self.barrier.wait();
+            if !self.barrier.wait(&self.failed) {
+                return false;
+            }
         }
     }
 
@@ -433,8 +453,9 @@ impl Shared {
 }
 
 /// A barrier for a few threads that wait microseconds at a time: it
-/// spins briefly, then yields (a window is far shorter than a futex
-/// sleep and wake, and the machine may have fewer free cores than threads).
+/// spins briefly (a window is far shorter than a futex sleep and wake),
+/// then yields, then naps, so that a thread that is not running (a loaded
+/// machine, more threads than cores) gets the core it waits for.
 struct SpinBarrier {
     threads: usize,
     arrived: AtomicUsize,
@@ -450,25 +471,35 @@ impl SpinBarrier {
         }
     }
 
-    fn wait(&self) {
+    /// Waits for every thread; false if `failed` rose meanwhile.
+    fn wait(&self, failed: &AtomicBool) -> bool {
         if self.threads == 1 {
-            return;
+            return true;
         }
         let generation = self.generation.load(Ordering::Acquire);
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
             self.arrived.store(0, Ordering::Relaxed);
             self.generation.fetch_add(1, Ordering::AcqRel);
-            return;
+            return !failed.load(Ordering::Acquire);
         }
         let mut spins = 0u32;
         while self.generation.load(Ordering::Acquire) == generation {
+            if failed.load(Ordering::Acquire) {
+                return false;
+            }
+            spins += 1;
             if spins < 2000 {
-                spins += 1;
                 std::hint::spin_loop();
-            } else {
+            } else if spins < 50_000 {
                 std::thread::yield_now();
+            } else {
+                // The other thread has not run for a long while (a loaded
+                // machine, more threads than cores): stop taking turns
+                // with it and sleep.
+                std::thread::sleep(std::time::Duration::from_micros(20));
             }
         }
+        !failed.load(Ordering::Acquire)
     }
 }
 
@@ -606,6 +637,30 @@ mod tests {
         let (hosts, _) = assign(&t, 2);
         assert_eq!(hosts.iter().filter(|&&p| p == 0).count(), 16);
         assert_eq!(hosts.iter().filter(|&&p| p == 1).count(), 16);
+    }
+
+    #[test]
+    fn a_thread_that_fails_releases_the_others_from_the_barrier() {
+        let barrier = SpinBarrier::new(2);
+        let failed = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| barrier.wait(&failed));
+            // The other thread panics instead of arriving.
+            let panicker = s.spawn(|| {
+                let _guard = FailOnPanic(&failed);
+                panic!("a part's bug");
+            });
+            assert!(panicker.join().is_err());
+            assert!(!waiter.join().unwrap(), "the waiter left the barrier");
+        });
+        // Both arrive: the barrier opens.
+        let ok = AtomicBool::new(false);
+        let barrier = SpinBarrier::new(2);
+        std::thread::scope(|s| {
+            let a = s.spawn(|| barrier.wait(&ok));
+            assert!(barrier.wait(&ok));
+            assert!(a.join().unwrap());
+        });
     }
 
     #[test]
