@@ -13,7 +13,7 @@ use std::hash::Hash;
 
 use chacha20::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
-use softrdma_wire::cm::{CmMad, CmMessage, Ece};
+use softrdma_wire::cm::{CmMad, CmMessage, Ece, ReqRepr};
 use softrdma_wire::mad::{method, MAD_LEN};
 
 use crate::conn::{Conn, Pending, State, Timer};
@@ -31,6 +31,18 @@ pub struct Stats {
     pub duplicates: u64,
 }
 
+/// A REQ waiting for its reserved service to be listened on.
+#[derive(Debug)]
+pub(crate) struct HeldReq<A> {
+    pub(crate) from: A,
+    pub(crate) tid: u64,
+    pub(crate) req: ReqRepr,
+    pub(crate) ece: Ece,
+}
+
+/// The most REQs held for reserved services (more are rejected).
+pub(crate) const MAX_HELD: usize = 64;
+
 /// The CM of one port, sans I/O. `A` is how a peer is addressed (a GID
 /// and UDP port, a socket address, a test's node number): the agent only
 /// copies and compares it.
@@ -46,6 +58,10 @@ pub struct CmAgent<A> {
     /// (peer, request ID) → SIDR request, for duplicate SIDR_REQs.
     pub(crate) sidr_by_remote: HashMap<(A, u32), ConnId>,
     pub(crate) listeners: HashSet<u64>,
+    /// Services bound but not listened on yet, and the REQs for them held
+    /// until they are (see [`CmAgent::reserve`]).
+    pub(crate) reserved: HashSet<u64>,
+    pub(crate) held: Vec<HeldReq<A>>,
     transmits: VecDeque<(A, [u8; MAD_LEN])>,
     events: VecDeque<Event<A>>,
     pub(crate) stats: Stats,
@@ -67,6 +83,8 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             by_remote_qpn: HashMap::new(),
             sidr_by_remote: HashMap::new(),
             listeners: HashSet::new(),
+            reserved: HashSet::new(),
+            held: Vec::new(),
             deadlines: BinaryHeap::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -94,12 +112,43 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         self.conns.len()
     }
 
-    /// Accepts REQs and SIDR_REQs for `service_id`.
+    /// Accepts REQs and SIDR_REQs for `service_id`, and takes up the REQs
+    /// held for it since it was reserved.
     pub fn listen(&mut self, service_id: u64) -> Result<()> {
         if !self.listeners.insert(service_id) {
             return Err(Error::ServiceInUse(service_id));
         }
+        let (mine, rest): (Vec<HeldReq<A>>, _) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.req.service_id == service_id);
+        self.held = rest;
+        for h in mine {
+            self.on_req(h.from, h.tid, &h.req, h.ece);
+        }
         Ok(())
+    }
+
+    /// `service_id` is bound and about to be listened on: until it is (or
+    /// [`CmAgent::release`]), a REQ for it is held, not rejected. The
+    /// kernel rejects it, but its address and route resolution give the
+    /// listener milliseconds to get there first; ours are immediate, and
+    /// a program that hands its port to the peer between rdma_bind_addr
+    /// and rdma_listen (qperf) would lose the race on a loaded machine.
+    pub fn reserve(&mut self, service_id: u64) {
+        self.reserved.insert(service_id);
+    }
+
+    /// Ends a reservation: the REQs held for `service_id` are rejected
+    /// (invalid service ID) unless it is listened on.
+    pub fn release(&mut self, service_id: u64) {
+        self.reserved.remove(&service_id);
+        let (mine, rest): (Vec<HeldReq<A>>, _) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.req.service_id == service_id);
+        self.held = rest;
+        for h in mine {
+            self.on_req(h.from, h.tid, &h.req, h.ece);
+        }
     }
 
     /// Stops accepting requests for `service_id`.

@@ -8,6 +8,7 @@ use softrdma_wire::cm::{
     TransportType, ADDITIONAL_INFO_LEN,
 };
 
+use crate::agent::{HeldReq, MAX_HELD};
 use crate::conn::{Conn, Exchange, State, Timers};
 use crate::limits::Message;
 use crate::time::{iba_time, Instant};
@@ -24,6 +25,26 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
             // The QP is still connected to, or in timewait with, one of ours.
             Some(reject(RejReason::StaleConnection))
         } else if !self.listeners.contains(&req.service_id) {
+            if self.reserved.contains(&req.service_id) {
+                // A resent REQ replaces the one held.
+                let held = HeldReq {
+                    from,
+                    tid,
+                    req: *req,
+                    ece,
+                };
+                let same = |h: &&mut HeldReq<A>| {
+                    (h.req.local_ca_guid, h.req.local_comm_id) == (guid, req.local_comm_id)
+                };
+                if let Some(h) = self.held.iter_mut().find(same) {
+                    *h = held;
+                    return;
+                }
+                if self.held.len() < MAX_HELD {
+                    self.held.push(held);
+                    return;
+                }
+            }
             // As the kernel's cm.c: no listener → invalid service ID.
             Some(reject(RejReason::InvalidServiceId))
         } else if req.transport == TransportType::Rd

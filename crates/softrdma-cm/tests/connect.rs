@@ -266,6 +266,57 @@ fn no_listener_is_rejected_with_invalid_service_id() {
 }
 
 #[test]
+fn a_req_for_a_reserved_service_waits_for_the_listen() {
+    // Bound but not listening yet (qperf hands its port to the peer
+    // between rdma_bind_addr and rdma_listen): the REQ is held, not
+    // rejected, and the listen takes it up.
+    let mut net = pair(5, Faults::default());
+    let late = SERVICE + 2;
+    net.agents[PASSIVE].reserve(late);
+    let p = ConnectParams {
+        service_id: late,
+        ..connect_params()
+    };
+    let now = net.now;
+    net.agents[ACTIVE].connect(now, PASSIVE as u8, &p).unwrap();
+    // The REQ arrives (and is resent once) well within the active side's
+    // retries.
+    let wait = iba_time(p.local_cm_response_timeout) + Duration::from_micros(10);
+    net.run_until(wait, |_| false);
+    assert_eq!(net.agents[PASSIVE].conn_count(), 0);
+    let rejected = |net: &Net| {
+        net.find(ACTIVE, |e| matches!(e, Event::Rejected { .. }))
+            .is_some()
+    };
+    assert!(!rejected(&net));
+    assert!(!established(&net, ACTIVE));
+    net.agents[PASSIVE].listen(late).unwrap();
+    net.settle();
+    assert!(established(&net, ACTIVE) && established(&net, PASSIVE));
+    assert!(!rejected(&net));
+
+    // A reservation that ends without a listen rejects what it held.
+    let mut net = pair(6, Faults::default());
+    net.agents[PASSIVE].reserve(late);
+    let now = net.now;
+    net.agents[ACTIVE].connect(now, PASSIVE as u8, &p).unwrap();
+    net.run_until(wait, |_| false);
+    assert!(!rejected(&net));
+    net.agents[PASSIVE].release(late);
+    net.settle();
+    let (_, e) = net
+        .find(ACTIVE, |e| matches!(e, Event::Rejected { .. }))
+        .unwrap();
+    assert!(matches!(
+        e,
+        Event::Rejected {
+            reason: RejReason::InvalidServiceId,
+            ..
+        }
+    ));
+}
+
+#[test]
 fn consumer_reject_delivers_reason_and_private_data() {
     let mut net = pair(4, Faults::default());
     net.consumers[PASSIVE].accept = None;

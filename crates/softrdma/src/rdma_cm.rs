@@ -146,6 +146,27 @@ impl Cm {
         self.command(|cm, _, _| cm.agent().listen(sid).map_err(cm_error))
     }
 
+    /// `port` of `space` is bound and about to be listened on
+    /// (rdma_bind_addr): a REQ that comes first waits for the listen
+    /// instead of being rejected, until [`Cm::release`].
+    pub fn reserve(&self, space: PortSpace, port: u16) {
+        let sid = space.service_id(port);
+        let _ = self.command(|cm, _, _| {
+            cm.agent().reserve(sid);
+            Ok(())
+        });
+    }
+
+    /// Ends [`Cm::reserve`]: REQs still waiting for `port` are rejected
+    /// unless it is listened on.
+    pub fn release(&self, space: PortSpace, port: u16) {
+        let sid = space.service_id(port);
+        let _ = self.command(|cm, _, _| {
+            cm.agent().release(sid);
+            Ok(())
+        });
+    }
+
     /// Stops listening on `port` of `space` (rdma_destroy_id of a
     /// listener); requests already raised are unaffected.
     pub fn unlisten(&self, space: PortSpace, port: u16) -> Result<()> {

@@ -211,6 +211,9 @@ unsafe fn destroy_id(p: *mut rdma_cm_id) -> R {
             let _ = c.dev.cm().unlisten(space, port);
         }
     }
+    if let (Some((port, ctxs)), Some(space)) = (&st.reserved, space) {
+        release(space, *port, ctxs);
+    }
     if let (Some(conn), Some(ctx)) = (st.conn, id.ctx()) {
         let _ = ctx.dev.cm().destroy(conn);
     }
@@ -266,10 +269,37 @@ pub unsafe extern "C" fn softrdma_rdmacm_rdma_bind_addr(
         let r = unsafe { id_mut(id) }.and_then(|id| {
             // SAFETY: per the contract.
             let a = unsafe { addr::from_c(sa) }.ok_or(libc::EINVAL)?;
-            bind(id, a)
+            bind(id, a)?;
+            reserve(id);
+            Ok(())
         });
         ret("rdma_bind_addr", r)
     })
+}
+
+/// Reserves the bound port on the bound device (every device for a
+/// wildcard bind), so that a REQ that comes before `rdma_listen` waits
+/// for it instead of being rejected.
+fn reserve(id: &mut Id) {
+    let (Some(space), Some(a)) = (port_space(id.c.ps), addr::route_addr(&id.c.route, false)) else {
+        return;
+    };
+    let ctxs: Vec<usize> = match id.ctx() {
+        Some(c) => vec![c as *const Ctx as usize],
+        None => contexts().to_vec(),
+    };
+    for &c in &ctxs {
+        super::ctx_at(c).dev.cm().reserve(space, a.port());
+    }
+    if let Some((port, old)) = id.state().reserved.replace((a.port(), ctxs)) {
+        release(space, port, &old);
+    }
+}
+
+fn release(space: softrdma::rdma_cm::PortSpace, port: u16, ctxs: &[usize]) {
+    for &c in ctxs {
+        super::ctx_at(c).dev.cm().release(space, port);
+    }
 }
 
 /// Binds to `a`: a specific address also binds the device that has it. A

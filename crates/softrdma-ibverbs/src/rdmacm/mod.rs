@@ -63,6 +63,9 @@ pub struct IdState {
     pub conn: Option<ConnId>,
     /// The port it listens on.
     pub listening: Option<u16>,
+    /// The port `rdma_bind_addr` reserved, and on which devices: their CMs
+    /// hold a REQ for it until it is listened on (`CmAgent::reserve`).
+    pub reserved: Option<(u16, Vec<usize>)>,
     /// `rdma_create_ep`'s QP attributes for the requests of a listener.
     pub qp_init: Option<ibv_qp_init_attr>,
     /// The QP's CQs and their channels were made by `rdma_create_qp`.
