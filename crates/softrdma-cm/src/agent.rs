@@ -118,6 +118,13 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         if !self.listeners.insert(service_id) {
             return Err(Error::ServiceInUse(service_id));
         }
+        self.replay_held(service_id);
+        Ok(())
+    }
+
+    /// Handles again the REQs held for `service_id` (now listened on, or
+    /// no longer reserved).
+    fn replay_held(&mut self, service_id: u64) {
         let (mine, rest): (Vec<HeldReq<A>>, _) = std::mem::take(&mut self.held)
             .into_iter()
             .partition(|h| h.req.service_id == service_id);
@@ -125,7 +132,6 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
         for h in mine {
             self.on_req(h.from, h.tid, &h.req, h.ece);
         }
-        Ok(())
     }
 
     /// `service_id` is bound and about to be listened on: until it is (or
@@ -142,13 +148,7 @@ impl<A: Copy + Eq + Hash + std::fmt::Debug> CmAgent<A> {
     /// (invalid service ID) unless it is listened on.
     pub fn release(&mut self, service_id: u64) {
         self.reserved.remove(&service_id);
-        let (mine, rest): (Vec<HeldReq<A>>, _) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|h| h.req.service_id == service_id);
-        self.held = rest;
-        for h in mine {
-            self.on_req(h.from, h.tid, &h.req, h.ece);
-        }
+        self.replay_held(service_id);
     }
 
     /// Stops accepting requests for `service_id`.
