@@ -23,6 +23,7 @@ pub use crate::part::{LinkReport, MsgTimes, NullMemory, Outside, Totals};
 use crate::scenario::Scenario;
 use crate::topology::{Node, Tree};
 use crate::workload::Plan;
+use softrdma_wire::Ecn;
 
 /// The simulator of one scenario.
 pub struct Sim {
@@ -374,8 +375,6 @@ pub struct Uncongested {
     pub fct_over_ideal_max: f64,
 }
 
-use softrdma_wire::Ecn;
-
 /// What the threads of a split run share.
 struct Shared {
     /// Effects from part `i` on part `j` at `i * n + j`.
@@ -534,8 +533,7 @@ fn assign(tree: &Tree, parts: u8) -> (Vec<u8>, Vec<u8>) {
     let mut switch_part = vec![0u8; tree.switches.len()];
     for (i, s) in tree.switches.iter().enumerate() {
         if s.level != top {
-            let leaf_group = if tree.tiers == 3 { s.pod as usize } else { i };
-            switch_part[i] = (leaf_group * parts as usize / n) as u8;
+            switch_part[i] = (group_of(tree, i, s.pod) * parts as usize / n) as u8;
         }
     }
     for (j, &i) in tops.iter().enumerate() {
